@@ -1,0 +1,65 @@
+# riftflow — the two commands that matter are `make run` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+SERVICES := resolver matchid-lister match-fetcher persister retry-sweeper
+# Every module of the go.work workspace.
+MODULES := pkg streams migrations deploy $(addprefix services/,$(SERVICES) riftflow)
+TEST_TIMEOUT ?= 30m
+FUZZTIME ?= 10s
+
+.PHONY: all build run test test-short bench fuzz chaos lint vet fmt clean
+
+all: build
+
+## build: compile every binary into bin/ (bin/riftflow is the CLI)
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -o $(BIN)/riftflow ./services/riftflow/cmd/riftflow
+	@for s in $(SERVICES); do $(GO) build -trimpath -o $(BIN)/$$s ./services/$$s/cmd/$$s || exit 1; done
+
+## run: the main job on a fresh clone — embedded NATS, a throwaway Postgres
+## (or DATABASE_URL), the Riot API simulator (or RIOT_API_KEY), the five
+## services; ingests one real recorded player, prints a summary, exits 0.
+run: build
+	$(BIN)/riftflow up --demo
+
+## test: unit + integration tests (embedded nats-server, real Postgres),
+## plus short fuzz runs. Starts Postgres itself when DATABASE_URL is unset.
+test:
+	@set -e; for m in $(MODULES); do \
+		[ -f $$m/go.mod ] || continue; \
+		echo "=== go test $$m"; \
+		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
+	done
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+## bench: persister and rate-limiter benchmarks, then the pipeline rate-limit
+## benchmarks against the simulator (≈ 15 min; figures in README and docs/)
+bench:
+	cd pkg && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 ./store/ ./ratelimit/ | tee ../bench.out
+	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee -a ../../bench.out
+
+## fuzz: every fuzz target for FUZZTIME (CI runs 3s each; try FUZZTIME=5m)
+fuzz:
+	@set -e; cd pkg; for spec in \
+		bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
+		riot:FuzzParseRiotID ratelimit:FuzzParseLimits; do \
+		p=$${spec%%:*}; f=$${spec##*:}; \
+		if grep -qs "func $$f(" ./$$p/*_test.go; then \
+			echo "=== fuzz $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$p/ || exit 1; \
+		else echo "missing fuzz target $$p.$$f" >&2; exit 1; fi; \
+	done
+
+## chaos: the full fault-injection suite (a short version runs in make test)
+chaos:
+	cd services/riftflow && RIFTFLOW_CHAOS=full $(GO) test -count=1 -timeout 60m -run Chaos -v ./...
+
+vet:
+	@for m in $(MODULES); do [ -f $$m/go.mod ] && (cd $$m && $(GO) vet ./...) || true; done
+
+fmt:
+	gofmt -l -w pkg services streams deploy migrations
+
+clean:
+	rm -rf $(BIN) .data bench.out

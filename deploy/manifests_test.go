@@ -1,0 +1,512 @@
+package deploy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/riftflow/riftflow/streams"
+)
+
+// workload is one Deployment and the JetStream consumer it binds. Stream
+// and consumer names come from github.com/riftflow/riftflow/streams, the
+// package that declares them and that the services bind with, so a rename
+// there fails these tests until the manifests follow.
+type workload struct {
+	name     string // Deployment, PDB and ScaledObject name
+	service  string // image riftflow/<service>, OTEL_SERVICE_NAME
+	stream   string
+	consumer string
+	// interactive is the fetchers' second consumer, the interactive queue
+	// of their region: the ScaledObject has a trigger on each.
+	interactive string
+	region      string // FETCHER_REGIONS, fetchers only
+	riotKey     bool   // calls the Riot API
+	maxScaled   int32  // upper bound on maxReplicaCount, 0 = unchecked
+}
+
+var workloads = func() []workload {
+	ws := []workload{
+		{name: "resolver", service: "resolver", stream: streams.StreamIngest, consumer: streams.ConsumerResolver, riotKey: true},
+		{name: "matchid-lister", service: "matchid-lister", stream: streams.StreamSync, consumer: streams.ConsumerMatchIDLister, riotKey: true},
+	}
+	// One fetcher Deployment per regional route, each on its own consumer.
+	for _, r := range streams.DefaultRegions {
+		ws = append(ws, workload{name: "match-fetcher-" + r, service: "match-fetcher", stream: streams.StreamFetch,
+			consumer: streams.FetcherConsumer(r), interactive: streams.InteractiveFetcherConsumer(r), region: r, riotKey: true})
+	}
+	return append(ws,
+		workload{name: "persister", service: "persister", stream: streams.StreamFetched, consumer: streams.ConsumerPersister},
+		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper, maxScaled: 2},
+	)
+}()
+
+// consumers are the consumers w binds, in trigger order.
+func (w workload) consumers() []string {
+	if w.interactive == "" {
+		return []string{w.consumer}
+	}
+	return []string{w.consumer, w.interactive}
+}
+
+// TestWorkloadsMatchStreamDeclarations checks the table above against the
+// declarations `riftflow streams apply` creates: every consumer a
+// Deployment scales on is declared, on the stream the table says, and
+// every declared consumer has a Deployment.
+func TestWorkloadsMatchStreamDeclarations(t *testing.T) {
+	set, err := streams.Load(streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byConsumer := map[string]workload{}
+	for _, w := range workloads {
+		for _, name := range w.consumers() {
+			byConsumer[name] = w
+			c := set.Consumer(name)
+			if c == nil {
+				t.Errorf("%s scales on consumer %s, which streams/ does not declare", w.name, name)
+				continue
+			}
+			if c.Stream != w.stream {
+				t.Errorf("%s: consumer %s is declared on stream %s, the table says %s", w.name, name, c.Stream, w.stream)
+			}
+		}
+	}
+	for _, c := range set.Consumers {
+		if _, ok := byConsumer[c.Config.Durable]; !ok {
+			t.Errorf("declared consumer %s/%s has no Deployment", c.Stream, c.Config.Durable)
+		}
+	}
+}
+
+var kustomizations = []string{"base", "overlays/dev", "overlays/prod"}
+
+func TestWorkloadInvariants(t *testing.T) {
+	for _, dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			r := render(t, dir)
+			for _, w := range workloads {
+				t.Run(w.name, func(t *testing.T) { checkWorkload(t, r, w) })
+			}
+			checkNoStrayScaledObjects(t, r)
+		})
+	}
+}
+
+func checkWorkload(t *testing.T, r *rendered, w workload) {
+	d, ok := r.deployments[w.name]
+	if !ok {
+		t.Fatalf("Deployment %s missing", w.name)
+	}
+	pod := &d.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("Deployment %s has %d containers, want 1", w.name, len(pod.Containers))
+	}
+	c := &pod.Containers[0]
+	if img := c.Image; img != "riftflow/"+w.service && !strings.HasPrefix(img, "riftflow/"+w.service+":") {
+		t.Errorf("image = %q, want riftflow/%s", img, w.service)
+	}
+
+	checkProbe(t, c, "liveness", c.LivenessProbe, "/healthz")
+	checkProbe(t, c, "readiness", c.ReadinessProbe, "/readyz")
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources: want cpu and memory requests and a memory limit, got %+v", c.Resources)
+	}
+	checkSecurity(t, pod, c)
+
+	// Drain budget: the kubelet must not kill the pod before the service's
+	// own shutdown deadline has passed.
+	raw, ok := r.env(t, c, "SHUTDOWN_TIMEOUT")
+	if !ok {
+		t.Fatal("SHUTDOWN_TIMEOUT not set from a ConfigMap or env")
+	}
+	drain, err := time.ParseDuration(raw)
+	if err != nil {
+		t.Fatalf("SHUTDOWN_TIMEOUT %q: %v", raw, err)
+	}
+	if pod.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds unset")
+	}
+	if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace <= drain {
+		t.Errorf("terminationGracePeriodSeconds %v <= SHUTDOWN_TIMEOUT %v", grace, drain)
+	}
+
+	if got, _ := r.env(t, c, "OTEL_SERVICE_NAME"); got != w.service {
+		t.Errorf("OTEL_SERVICE_NAME = %q, want %q", got, w.service)
+	}
+	if got, _ := r.env(t, c, "FETCHER_REGIONS"); got != w.region {
+		t.Errorf("FETCHER_REGIONS = %q, want %q", got, w.region)
+	}
+	for _, name := range []string{"NATS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "RIOT_HTTP_TIMEOUT_MS", "HTTP_ADDR", "LOG_LEVEL"} {
+		if v, ok := r.env(t, c, name); !ok || v == "" {
+			t.Errorf("%s not set", name)
+		}
+	}
+	if ref := secretRef(c, "DATABASE_URL"); ref == nil {
+		t.Error("DATABASE_URL must come from a secretKeyRef")
+	}
+	if ref := secretRef(c, "RIOT_API_KEY"); (ref != nil) != w.riotKey {
+		t.Errorf("RIOT_API_KEY secretKeyRef present = %v, want %v", ref != nil, w.riotKey)
+	} else if ref != nil && (ref.Name != "riot-api" || ref.Key != "RIOT_API_KEY") {
+		t.Errorf("RIOT_API_KEY from secret %s key %s, want riot-api/RIOT_API_KEY", ref.Name, ref.Key)
+	}
+
+	pdb, ok := r.pdbs[w.name]
+	if !ok {
+		t.Fatalf("PodDisruptionBudget %s missing", w.name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || sel.Empty() {
+		t.Fatalf("PDB selector %v: %v", pdb.Spec.Selector, err)
+	}
+	// The PDB must cover this workload's pods and no other's.
+	for name, other := range r.deployments {
+		matches := sel.Matches(labels.Set(other.Spec.Template.Labels))
+		if matches != (name == w.name) {
+			t.Errorf("PDB %s selector matches pods of %s = %v", w.name, name, matches)
+		}
+	}
+	if pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.IntValue() >= 1 {
+		t.Errorf("PDB minAvailable %v blocks drains when KEDA runs one replica; use maxUnavailable", pdb.Spec.MinAvailable)
+	}
+
+	so, ok := r.scaledObjects[w.name]
+	if !ok {
+		t.Fatalf("ScaledObject %s missing", w.name)
+	}
+	if ref := so.Spec.ScaleTargetRef; ref.Name != w.name || (ref.Kind != "" && ref.Kind != "Deployment") {
+		t.Errorf("scaleTargetRef = %+v, want Deployment %s", ref, w.name)
+	}
+	want := w.consumers()
+	if len(so.Spec.Triggers) != len(want) {
+		t.Fatalf("ScaledObject %s has %d triggers, want %d (%v)", w.name, len(so.Spec.Triggers), len(want), want)
+	}
+	for i, tr := range so.Spec.Triggers {
+		if tr.Type != "nats-jetstream" {
+			t.Errorf("trigger type = %q, want nats-jetstream", tr.Type)
+		}
+		if tr.Metadata["stream"] != w.stream || tr.Metadata["consumer"] != want[i] {
+			t.Errorf("trigger %d binds %s/%s, want %s/%s", i, tr.Metadata["stream"], tr.Metadata["consumer"], w.stream, want[i])
+		}
+		if ep := tr.Metadata["natsServerMonitoringEndpoint"]; !strings.HasPrefix(ep, "nats-headless.") || !strings.HasSuffix(ep, ":8222") {
+			t.Errorf("natsServerMonitoringEndpoint = %q, want the headless service on 8222", ep)
+		}
+		if tr.Metadata["account"] == "" {
+			t.Error("trigger account is empty")
+		}
+	}
+	if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
+		t.Error("minReplicaCount must be >= 1: the services keep periodic work and readiness")
+	}
+	if so.Spec.MaxReplicaCount == nil || *so.Spec.MaxReplicaCount < *so.Spec.MinReplicaCount {
+		t.Error("maxReplicaCount unset or below minReplicaCount")
+	} else if w.maxScaled > 0 && *so.Spec.MaxReplicaCount > w.maxScaled {
+		t.Errorf("maxReplicaCount = %d, want <= %d", *so.Spec.MaxReplicaCount, w.maxScaled)
+	}
+}
+
+func checkProbe(t *testing.T, c *corev1.Container, kind string, p *corev1.Probe, path string) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil {
+		t.Errorf("%s probe: want an httpGet probe", kind)
+		return
+	}
+	if p.HTTPGet.Path != path {
+		t.Errorf("%s probe path = %q, want %q", kind, p.HTTPGet.Path, path)
+	}
+	port := p.HTTPGet.Port.IntValue()
+	if p.HTTPGet.Port.StrVal != "" {
+		port = 0
+		for _, cp := range c.Ports {
+			if cp.Name == p.HTTPGet.Port.StrVal {
+				port = int(cp.ContainerPort)
+			}
+		}
+	}
+	if port != 8080 {
+		t.Errorf("%s probe port %s resolves to %d, want 8080", kind, p.HTTPGet.Port.String(), port)
+	}
+}
+
+func checkSecurity(t *testing.T, pod *corev1.PodSpec, c *corev1.Container) {
+	t.Helper()
+	psc, sc := pod.SecurityContext, c.SecurityContext
+	if sc == nil {
+		t.Fatal("container securityContext unset")
+	}
+	nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (sc.RunAsNonRoot == nil && psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+	if !nonRoot {
+		t.Error("runAsNonRoot is not true")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil && psc != nil {
+		seccomp = psc.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %+v, want RuntimeDefault", seccomp)
+	}
+}
+
+func secretRef(c *corev1.Container, name string) *corev1.SecretKeySelector {
+	for _, e := range c.Env {
+		if e.Name == name && e.Value == "" && e.ValueFrom != nil {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
+}
+
+// checkNoStrayScaledObjects: every ScaledObject targets a rendered
+// Deployment, and no two scale on the same consumer.
+func checkNoStrayScaledObjects(t *testing.T, r *rendered) {
+	seen := map[string]string{}
+	for name, so := range r.scaledObjects {
+		if _, ok := r.deployments[so.Spec.ScaleTargetRef.Name]; !ok {
+			t.Errorf("ScaledObject %s targets missing Deployment %q", name, so.Spec.ScaleTargetRef.Name)
+		}
+		for _, tr := range so.Spec.Triggers {
+			key := tr.Metadata["stream"] + "/" + tr.Metadata["consumer"]
+			if prev, dup := seen[key]; dup {
+				t.Errorf("ScaledObjects %s and %s both scale on %s", prev, name, key)
+			}
+			seen[key] = name
+		}
+	}
+}
+
+// TestRiotKeyNeverInline: in every rendering, RIOT_API_KEY reaches a
+// container only through a secretKeyRef, and no ConfigMap carries a key.
+func TestRiotKeyNeverInline(t *testing.T) {
+	for _, dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			r := render(t, dir)
+			for where, tmpl := range r.podTemplates() {
+				for _, c := range containers(&tmpl.Spec) {
+					for _, e := range c.Env {
+						if e.Name == "RIOT_API_KEY" && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+							t.Errorf("%s container %s: RIOT_API_KEY must come from a secretKeyRef", where, c.Name)
+						}
+						if strings.Contains(e.Value, "RGAPI-") {
+							t.Errorf("%s container %s: env %s holds a Riot key", where, c.Name, e.Name)
+						}
+					}
+				}
+			}
+			for name, cm := range r.configMaps {
+				for k, v := range cm.Data {
+					if k == "RIOT_API_KEY" || strings.Contains(v, "RGAPI-") {
+						t.Errorf("ConfigMap %s key %s holds a Riot key", name, k)
+					}
+				}
+			}
+			for name := range r.secrets {
+				if name == "riot-api" || strings.HasPrefix(name, "riot-api-") {
+					t.Errorf("Secret %s is rendered; the Riot key secret must be created out of band", name)
+				}
+			}
+		})
+	}
+}
+
+func TestMigrateJob(t *testing.T) {
+	for _, dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			r := render(t, dir)
+			j, ok := r.jobs["riftflow-migrate"]
+			if !ok {
+				t.Fatal("Job riftflow-migrate missing")
+			}
+			pod := &j.Spec.Template.Spec
+			if len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
+				t.Fatalf("want one initContainer (migrate) and one container (streams apply), got %d and %d",
+					len(pod.InitContainers), len(pod.Containers))
+			}
+			// Order matters: streams are applied only after the schema migrated.
+			if got := strings.Join(pod.InitContainers[0].Args, " "); got != "migrate" {
+				t.Errorf("initContainer args = %q, want migrate", got)
+			}
+			if got := strings.Join(pod.Containers[0].Args, " "); got != "streams apply" {
+				t.Errorf("container args = %q, want streams apply", got)
+			}
+			for _, c := range containers(pod) {
+				if !strings.HasPrefix(c.Image, "riftflow/riftflow") {
+					t.Errorf("container %s image = %q, want riftflow/riftflow", c.Name, c.Image)
+				}
+				checkSecurity(t, pod, c)
+			}
+			if secretRef(&pod.InitContainers[0], "DATABASE_URL") == nil {
+				t.Error("migrate has no DATABASE_URL secretKeyRef")
+			}
+			if v, ok := r.env(t, &pod.Containers[0], "NATS_URL"); !ok || v == "" {
+				t.Error("streams apply has no NATS_URL")
+			}
+		})
+	}
+}
+
+func TestDevOverlay(t *testing.T) {
+	r := render(t, "overlays/dev")
+	if _, ok := r.statefulSets["postgres"]; !ok {
+		t.Error("dev: StatefulSet postgres missing")
+	}
+	if _, ok := r.services["postgres"]; !ok {
+		t.Error("dev: Service postgres missing")
+	}
+	j, ok := r.deployments["jaeger"]
+	if !ok {
+		t.Fatal("dev: Deployment jaeger missing")
+	}
+	if img := j.Spec.Template.Spec.Containers[0].Image; !strings.Contains(img, "jaegertracing/jaeger:2.") {
+		t.Errorf("dev: jaeger image %q, want Jaeger v2", img)
+	}
+	if got := r.configMapValue(t, "riftflow-config", "OTEL_EXPORTER_OTLP_ENDPOINT"); got != "http://jaeger:4318" {
+		t.Errorf("dev: OTEL_EXPORTER_OTLP_ENDPOINT = %q, want the dev Jaeger", got)
+	}
+	// The services reference riftflow-pg-app; in dev the generator provides it.
+	d := r.deployments["persister"]
+	ref := secretRef(&d.Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	if s, ok := r.secrets[ref.Name]; !ok {
+		t.Errorf("dev: DATABASE_URL secret %q is not rendered", ref.Name)
+	} else if _, ok := s.Data[ref.Key]; !ok {
+		t.Errorf("dev: secret %s has no key %s", ref.Name, ref.Key)
+	}
+}
+
+func TestProdOverlay(t *testing.T) {
+	r := render(t, "overlays/prod")
+	c, ok := r.clusters["riftflow-pg"]
+	if !ok {
+		t.Fatal("prod: CloudNativePG Cluster riftflow-pg missing")
+	}
+	if c.Spec.Instances < 3 {
+		t.Errorf("prod: Cluster instances = %d, want >= 3", c.Spec.Instances)
+	}
+	for _, s := range r.statefulSets {
+		t.Errorf("prod: unexpected StatefulSet %s (Postgres is CloudNativePG)", s.Name)
+	}
+	if url := r.configMapValue(t, "riftflow-config", "NATS_URL"); !strings.HasPrefix(url, "tls://") {
+		t.Errorf("prod: NATS_URL = %q, want tls://", url)
+	}
+
+	// Every container that talks to NATS sees NATS_CREDS_FILE and
+	// NATS_TLS_CA, and both files are mounted from Secrets.
+	check := func(where string, pod *corev1.PodSpec, c *corev1.Container) {
+		for _, name := range []string{"NATS_CREDS_FILE", "NATS_TLS_CA"} {
+			path, ok := r.env(t, c, name)
+			if !ok || path == "" {
+				t.Errorf("%s: %s unset", where, name)
+				continue
+			}
+			if !mountedFromSecret(pod, c, path) {
+				t.Errorf("%s: %s=%s is not on a volume mounted from a Secret", where, name, path)
+			}
+		}
+	}
+	for _, w := range workloads {
+		d := r.deployments[w.name]
+		check("Deployment/"+w.name, &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0])
+	}
+	j := r.jobs["riftflow-migrate"]
+	check("Job/riftflow-migrate streams apply", &j.Spec.Template.Spec, &j.Spec.Template.Spec.Containers[0])
+
+	for name, so := range r.scaledObjects {
+		for i, tr := range so.Spec.Triggers {
+			if acc := tr.Metadata["account"]; acc == "$G" {
+				t.Errorf("prod: ScaledObject %s trigger %d queries account $G, but prod NATS uses accounts", name, i)
+			}
+		}
+	}
+}
+
+func (r *rendered) configMapValue(t *testing.T, name, key string) string {
+	t.Helper()
+	cm, ok := r.configMaps[name]
+	if !ok {
+		t.Fatalf("ConfigMap %s missing", name)
+	}
+	return cm.Data[key]
+}
+
+func mountedFromSecret(pod *corev1.PodSpec, c *corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestNATSHelmValues checks the values for the official nats chart: a
+// 3-node JetStream cluster on file-store PVCs with monitoring on 8222.
+func TestNATSHelmValues(t *testing.T) {
+	var v struct {
+		Config struct {
+			Cluster struct {
+				Enabled  bool `json:"enabled"`
+				Replicas int  `json:"replicas"`
+			} `json:"cluster"`
+			JetStream struct {
+				Enabled   bool `json:"enabled"`
+				FileStore struct {
+					Enabled bool `json:"enabled"`
+					PVC     struct {
+						Enabled bool   `json:"enabled"`
+						Size    string `json:"size"`
+					} `json:"pvc"`
+				} `json:"fileStore"`
+			} `json:"jetstream"`
+			Monitor struct {
+				Enabled bool `json:"enabled"`
+				Port    int  `json:"port"`
+			} `json:"monitor"`
+		} `json:"config"`
+	}
+	raw, err := os.ReadFile(filepath.Join("nats", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	c := v.Config
+	if !c.Cluster.Enabled || c.Cluster.Replicas != 3 {
+		t.Errorf("cluster = %+v, want enabled with 3 replicas", c.Cluster)
+	}
+	if !c.JetStream.Enabled || !c.JetStream.FileStore.Enabled || !c.JetStream.FileStore.PVC.Enabled || c.JetStream.FileStore.PVC.Size == "" {
+		t.Errorf("jetstream = %+v, want a file store on PVCs", c.JetStream)
+	}
+	if !c.Monitor.Enabled || c.Monitor.Port != 8222 {
+		t.Errorf("monitor = %+v, want enabled on 8222 (KEDA reads /jsz there)", c.Monitor)
+	}
+	for _, f := range []string{"values-dev.yaml", "values-prod.yaml"} {
+		raw, err := os.ReadFile(filepath.Join("nats", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package deploy_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// scaledObject is the subset of KEDA's keda.sh/v1alpha1 ScaledObject these
+// manifests use. Decoding is strict, so a misspelt or unsupported field in a
+// manifest fails the test instead of being ignored by the cluster.
+type scaledObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		ScaleTargetRef struct {
+			APIVersion string `json:"apiVersion,omitempty"`
+			Kind       string `json:"kind,omitempty"`
+			Name       string `json:"name"`
+		} `json:"scaleTargetRef"`
+		MinReplicaCount *int32 `json:"minReplicaCount,omitempty"`
+		MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
+		PollingInterval *int32 `json:"pollingInterval,omitempty"`
+		CooldownPeriod  *int32 `json:"cooldownPeriod,omitempty"`
+		Triggers        []struct {
+			Type     string            `json:"type"`
+			Name     string            `json:"name,omitempty"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// cnpgCluster is the subset of CloudNativePG's postgresql.cnpg.io/v1
+// Cluster used by the prod overlay, decoded strictly.
+type cnpgCluster struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Instances             int    `json:"instances"`
+		ImageName             string `json:"imageName,omitempty"`
+		PrimaryUpdateStrategy string `json:"primaryUpdateStrategy,omitempty"`
+		Storage               struct {
+			Size resource.Quantity `json:"size"`
+		} `json:"storage"`
+		WALStorage *struct {
+			Size resource.Quantity `json:"size"`
+		} `json:"walStorage,omitempty"`
+		PostgreSQL struct {
+			Parameters map[string]string `json:"parameters,omitempty"`
+		} `json:"postgresql"`
+		Bootstrap struct {
+			InitDB struct {
+				Database string `json:"database"`
+				Owner    string `json:"owner"`
+			} `json:"initdb"`
+		} `json:"bootstrap"`
+		Resources  corev1.ResourceRequirements `json:"resources"`
+		Monitoring struct {
+			EnablePodMonitor bool `json:"enablePodMonitor"`
+		} `json:"monitoring"`
+	} `json:"spec"`
+}
+
+// rendered holds every object of one kustomization, by kind and name.
+type rendered struct {
+	deployments   map[string]*appsv1.Deployment
+	statefulSets  map[string]*appsv1.StatefulSet
+	jobs          map[string]*batchv1.Job
+	configMaps    map[string]*corev1.ConfigMap
+	secrets       map[string]*corev1.Secret
+	services      map[string]*corev1.Service
+	namespaces    map[string]*corev1.Namespace
+	pdbs          map[string]*policyv1.PodDisruptionBudget
+	scaledObjects map[string]*scaledObject
+	clusters      map[string]*cnpgCluster
+}
+
+// render builds the kustomization in dir in-process, as `kubectl kustomize`
+// would, and strictly decodes every document into its API type. A kind the
+// test does not know fails the test, so nothing escapes validation.
+func render(t *testing.T, dir string) *rendered {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.FromSlash(dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	r := &rendered{
+		deployments:   map[string]*appsv1.Deployment{},
+		statefulSets:  map[string]*appsv1.StatefulSet{},
+		jobs:          map[string]*batchv1.Job{},
+		configMaps:    map[string]*corev1.ConfigMap{},
+		secrets:       map[string]*corev1.Secret{},
+		services:      map[string]*corev1.Service{},
+		namespaces:    map[string]*corev1.Namespace{},
+		pdbs:          map[string]*policyv1.PodDisruptionBudget{},
+		scaledObjects: map[string]*scaledObject{},
+		clusters:      map[string]*cnpgCluster{},
+	}
+	for _, res := range m.Resources() {
+		doc, err := res.AsYAML()
+		if err != nil {
+			t.Fatalf("%s: %v", res.CurId(), err)
+		}
+		gvk := res.GetGvk()
+		key := gvk.ApiVersion() + "/" + gvk.Kind
+		name := res.GetName()
+		var dst any
+		switch key {
+		case "apps/v1/Deployment":
+			dst = put(r.deployments, name)
+		case "apps/v1/StatefulSet":
+			dst = put(r.statefulSets, name)
+		case "batch/v1/Job":
+			dst = put(r.jobs, name)
+		case "v1/ConfigMap":
+			dst = put(r.configMaps, name)
+		case "v1/Secret":
+			dst = put(r.secrets, name)
+		case "v1/Service":
+			dst = put(r.services, name)
+		case "v1/Namespace":
+			dst = put(r.namespaces, name)
+		case "policy/v1/PodDisruptionBudget":
+			dst = put(r.pdbs, name)
+		case "keda.sh/v1alpha1/ScaledObject":
+			dst = put(r.scaledObjects, name)
+		case "postgresql.cnpg.io/v1/Cluster":
+			dst = put(r.clusters, name)
+		default:
+			t.Errorf("%s: %s %s has no validation; add it to render", dir, key, name)
+			continue
+		}
+		if err := yaml.UnmarshalStrict(doc, dst); err != nil {
+			t.Errorf("%s: %s %s: strict decode: %v", dir, key, name, err)
+		}
+	}
+	return r
+}
+
+// put allocates a value for name in m and returns a pointer to decode into.
+func put[T any](m map[string]*T, name string) *T {
+	v := new(T)
+	m[name] = v
+	return v
+}
+
+// podTemplates returns every pod template in r, keyed "Kind/name".
+func (r *rendered) podTemplates() map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for n, d := range r.deployments {
+		out["Deployment/"+n] = &d.Spec.Template
+	}
+	for n, s := range r.statefulSets {
+		out["StatefulSet/"+n] = &s.Spec.Template
+	}
+	for n, j := range r.jobs {
+		out["Job/"+n] = &j.Spec.Template
+	}
+	return out
+}
+
+// env resolves the value a container sees for name from its env and
+// envFrom ConfigMaps (env wins; a later envFrom source wins over an earlier
+// one, as in Kubernetes). ok is false when the variable is unset or comes
+// from a Secret.
+func (r *rendered) env(t *testing.T, c *corev1.Container, name string) (value string, ok bool) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, e.ValueFrom == nil
+		}
+	}
+	for i := len(c.EnvFrom) - 1; i >= 0; i-- {
+		ref := c.EnvFrom[i].ConfigMapRef
+		if ref == nil {
+			continue
+		}
+		cm, found := r.configMaps[ref.Name]
+		if !found {
+			t.Errorf("container %s: envFrom ConfigMap %q is not rendered", c.Name, ref.Name)
+			continue
+		}
+		if v, found := cm.Data[name]; found {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func containers(p *corev1.PodSpec) []*corev1.Container {
+	var out []*corev1.Container
+	for i := range p.InitContainers {
+		out = append(out, &p.InitContainers[i])
+	}
+	for i := range p.Containers {
+		out = append(out, &p.Containers[i])
+	}
+	return out
+}
+
+func describe(kind, name string) string { return fmt.Sprintf("%s/%s", kind, name) }

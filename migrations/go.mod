@@ -1,0 +1,3 @@
+module github.com/riftflow/riftflow/migrations
+
+go 1.26.0

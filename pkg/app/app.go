@@ -1,0 +1,414 @@
+// Package app wires the infrastructure every riftflow process shares — the
+// logger, OpenTelemetry, the ops HTTP server, NATS, Postgres and the Riot
+// client with its shared rate limiter — so that each service's main is a
+// few lines, and `riftflow up` can run all five services on one Infra.
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/telemetry"
+)
+
+// Env is the configuration common to every process.
+type Env struct {
+	NATS      config.NATS
+	Postgres  config.Postgres
+	Riot      config.Riot
+	Ops       config.Ops
+	Ingestion config.Ingestion
+}
+
+// LoadEnv parses and validates Env from the environment.
+func LoadEnv() (Env, error) {
+	var e Env
+	if err := config.Parse(&e); err != nil {
+		return e, err
+	}
+	return e, config.Validate(&e)
+}
+
+// Infra is what a service is built from. Fields a process does not use may
+// be nil (the resolver has no Store; the persister no Riot client).
+type Infra struct {
+	Env      Env
+	Log      *slog.Logger
+	Tel      *telemetry.Telemetry
+	Ops      *telemetry.Ops
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Subjects bus.Subjects
+	Store    *store.Store
+	Riot     *riot.Client
+	Limiter  riot.Limiter
+	// RiotStats counts Riot requests made by this process.
+	RiotStats *RiotStats
+	// Now is the clock services use; tests replace it.
+	Now func() time.Time
+
+	lag *consumerLag
+}
+
+// FillDefaults gives a service's optional dependencies their defaults:
+// slog.Default(), the global tracer "riftflow/<name>" and time.Now.
+func FillDefaults(name string, log **slog.Logger, tr *trace.Tracer, now *func() time.Time) {
+	if *log == nil {
+		*log = slog.Default()
+	}
+	if *tr == nil {
+		*tr = otel.Tracer("riftflow/" + name)
+	}
+	if *now == nil {
+		*now = time.Now
+	}
+}
+
+// Tracer returns the tracer of one service, with its own service.name in
+// Jaeger even when several services share the process.
+func (inf *Infra) Tracer(service string) trace.Tracer {
+	if inf.Tel == nil {
+		return nil
+	}
+	return inf.Tel.TracerProvider(service).Tracer("riftflow/" + service)
+}
+
+// Logger returns the process logger tagged with a service name.
+func (inf *Infra) Logger(service string) *slog.Logger { return inf.Log.With("service", service) }
+
+// Consumer binds a durable consumer declared in streams/, failing with a
+// hint when `riftflow streams apply` has not run. A bound consumer gets a
+// readiness check ("consumer <name>": its info can be read) and its queue
+// length is exported as the riftflow.consumer.pending, .ack_pending and
+// .redelivered gauges (see consumerLag).
+func (inf *Infra) Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
+	c, err := inf.JS.Consumer(ctx, stream, name)
+	if err != nil {
+		return nil, fmt.Errorf("bind consumer %s on %s (run `riftflow streams apply`): %w", name, stream, err)
+	}
+	if inf.lag != nil {
+		inf.lag.add(c, stream, name)
+	}
+	if inf.Ops != nil {
+		inf.Ops.AddCheck("consumer "+name, func(ctx context.Context) error {
+			_, err := c.Info(ctx)
+			return err
+		})
+	}
+	return c, nil
+}
+
+// KV opens a KV bucket declared in streams/.
+func (inf *Infra) KV(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := inf.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open KV bucket %s (run `riftflow streams apply`): %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// Lock opens a lock over a KV bucket.
+func (inf *Infra) Lock(ctx context.Context, bucket string) (natsx.Lock, error) {
+	kv, err := inf.KV(ctx, bucket)
+	if err != nil {
+		return natsx.Lock{}, err
+	}
+	return natsx.Lock{KV: kv, JS: inf.JS, Bucket: bucket}, nil
+}
+
+// ConnectNATS connects to cfg.URL, or in-process to srv when it is non-nil.
+func ConnectNATS(ctx context.Context, cfg config.NATS, srv *server.Server, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	cc := natsx.ConnConfig{URL: cfg.URL, Name: name, User: cfg.User, Password: cfg.Password.Reveal(),
+		Token: cfg.Token.Reveal(), NKeySeedFile: cfg.NKeySeedFile, CredsFile: cfg.CredsFile,
+		TLSCAFile: cfg.TLSCA, TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey, InProcess: srv, Logger: log}
+	if cc.URL == "" && srv == nil {
+		return nil, nil, errors.New("NATS_URL is not set")
+	}
+	nc, err := natsx.Connect(ctx, cc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// MinServerVersion is the oldest nats-server riftflow runs on: per-key KV
+// TTLs (sync locks, 2.11) and message schedules (fetch retries, 2.12).
+const MinServerVersion = "2.12.0"
+
+// CheckServerVersion fails with a clear message for a nats-server older
+// than MinServerVersion (e.g. a distribution's 2.9), before anything is
+// created on it.
+func CheckServerVersion(v string) error {
+	if v == "" || versionAtLeast(v, MinServerVersion) {
+		return nil
+	}
+	return fmt.Errorf("nats-server %s is too old: riftflow needs %s or newer (per-key KV TTLs, message schedules); "+
+		"unset NATS_URL to use the embedded server", v, MinServerVersion)
+}
+
+// versionAtLeast compares dotted versions numerically ("2.9.10" < "2.12.0");
+// pre-release suffixes are ignored.
+func versionAtLeast(v, min string) bool {
+	parse := func(s string) [3]int {
+		var out [3]int
+		s, _, _ = strings.Cut(strings.TrimPrefix(s, "v"), "-")
+		for i, p := range strings.SplitN(s, ".", 3) {
+			out[i], _ = strconv.Atoi(p)
+		}
+		return out
+	}
+	a, b := parse(v), parse(min)
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] > b[i]
+		}
+	}
+	return true
+}
+
+// RiotStats counts the Riot requests of a process: requests sent and 429s.
+type RiotStats struct {
+	Requests, RateLimited, ServerErrors atomic.Int64
+}
+
+type countingTransport struct {
+	next  http.RoundTripper
+	stats *RiotStats
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.stats.Requests.Add(1)
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			t.stats.RateLimited.Add(1)
+		case resp.StatusCode >= 500:
+			t.stats.ServerErrors.Add(1)
+		}
+	}
+	return resp, err
+}
+
+// KeyID is the limiter's identity for an API key: the first 16 hex digits
+// of its SHA-256. The key itself is never stored or logged.
+func KeyID(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:8])
+}
+
+// NewRiot builds the Riot client on a limiter shared through NATS KV (or a
+// local one when cfg.SharedRateLimit is off). A 401/403 seen by any process
+// stops every process using the key.
+func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *slog.Logger) (*riot.Client, riot.Limiter, *RiotStats, error) {
+	if cfg.APIKey == "" {
+		return nil, nil, nil, errors.New("RIOT_API_KEY is not set")
+	}
+	opts := ratelimit.Options{MaxWait: cfg.RateLimitMaxWait, Logger: log,
+		BackoffStart: cfg.BackoffStart, BackoffMax: cfg.BackoffMax}
+	stats := &RiotStats{}
+	rc := riot.Config{APIKey: cfg.APIKey.Reveal(), BaseURL: cfg.BaseURL, Timeout: cfg.Timeout(), Logger: log,
+		BreakerTimeout: cfg.BreakerTimeout,
+		HTTPClient:     &http.Client{Transport: countingTransport{next: http.DefaultTransport, stats: stats}}}
+	var lim riot.Limiter
+	if cfg.SharedRateLimit && js != nil {
+		sh, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: KeyID(cfg.APIKey.Reveal())})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("shared rate limiter: %w", err)
+		}
+		rc.OnKeyRejected = func(status int) {
+			if err := sh.RejectKey(status); err != nil {
+				log.Error("could not share the key rejection", "err", err)
+			}
+		}
+		lim = sh
+	} else {
+		lim = ratelimit.NewLocal(opts)
+	}
+	rc.Limiter = lim
+	c, err := riot.New(rc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, lim, stats, nil
+}
+
+// Main runs one standalone service: it loads Env, sets up logging and
+// telemetry, connects to NATS (NATS_URL) and, when needDB, Postgres
+// (DATABASE_URL), builds the Riot client when needRiot, serves the ops
+// endpoints, and calls run with a context cancelled on SIGINT/SIGTERM. run
+// must drain and return within SHUTDOWN_TIMEOUT. Main exits the process.
+func Main(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) {
+	if err := mainErr(service, needDB, needRiot, run); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) error {
+	env, err := LoadEnv()
+	if err != nil {
+		return err
+	}
+	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
+	if err != nil {
+		return err
+	}
+	log := telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
+	config.Log(log, service, env)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	inf, closeInf, err := Build(ctx, env, BuildOptions{Service: service, NeedDB: needDB, NeedRiot: needRiot, Log: log})
+	if err != nil {
+		return err
+	}
+	defer closeInf()
+
+	// Once SIGTERM arrives the pod leaves the Service's endpoints (/readyz
+	// 503) while consumers drain; /healthz stays 200 so it is not killed.
+	inf.Ops.AddCheck("shutdown", func(context.Context) error {
+		if ctx.Err() != nil {
+			return errors.New("shutting down")
+		}
+		return nil
+	})
+	opsCtx, opsStop := context.WithCancel(context.Background())
+	defer opsStop()
+	go func() {
+		if err := inf.Ops.Serve(opsCtx, env.Ops.HTTPAddr); err != nil {
+			log.Error("ops server", "err", err)
+		}
+	}()
+
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, inf) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		log.Info("shutting down: draining consumers", "timeout", env.Ops.ShutdownTimeout)
+		select {
+		case err = <-errc:
+		case <-time.After(env.Ops.ShutdownTimeout):
+			err = errors.New("drain did not finish within SHUTDOWN_TIMEOUT")
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// BuildOptions says what Build sets up.
+type BuildOptions struct {
+	Service  string
+	NeedDB   bool
+	NeedRiot bool
+	Log      *slog.Logger
+	// NATSServer, when set, is used in-process instead of NATS_URL.
+	NATSServer *server.Server
+}
+
+// Build creates an Infra from env. The returned func closes everything.
+func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error) {
+	inf := &Infra{Env: env, Log: o.Log, Subjects: bus.Subjects{Prefix: env.NATS.SubjectPrefix}, Now: time.Now}
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: o.Service, Logger: o.Log})
+	if err != nil {
+		return nil, nil, err
+	}
+	inf.Tel = tel
+	closers = append(closers, func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.Shutdown(c)
+	})
+	inf.Ops = tel.NewOps()
+	lag, err := newConsumerLag(tel.MeterProvider())
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("telemetry: consumer gauges: %w", err)
+	}
+	inf.lag = lag
+	closers = append(closers, lag.close)
+
+	nc, js, err := ConnectNATS(ctx, env.NATS, o.NATSServer, o.Service, o.Log)
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("nats: %w", err)
+	}
+	inf.NC, inf.JS = nc, js
+	closers = append(closers, nc.Close)
+	inf.Ops.AddCheck("nats", func(context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+
+	if o.NeedDB {
+		if env.Postgres.URL == "" {
+			closeAll()
+			return nil, nil, errors.New("DATABASE_URL is not set")
+		}
+		st, err := store.Open(ctx, env.Postgres.URL.Reveal())
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("postgres: %w", err)
+		}
+		inf.Store = st
+		closers = append(closers, st.Close)
+		inf.Ops.AddCheck("postgres", st.Ping)
+	}
+	if o.NeedRiot {
+		c, lim, stats, err := NewRiot(ctx, env.Riot, js, o.Log)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
+		if sh, ok := lim.(*ratelimit.Shared); ok {
+			closers = append(closers, sh.Close)
+		}
+	}
+	return inf, closeAll, nil
+}

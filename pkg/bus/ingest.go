@@ -1,0 +1,172 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// Limits on ingest request fields; longer values are rejected, not truncated.
+const (
+	MaxRequestBytes   = 4096
+	MaxRequestIDLen   = 64
+	MaxPUUIDLen       = 100 // Riot PUUIDs are 78 characters
+	MaxCount          = 1000
+	MaxLookbackDays   = 730
+	MaxFreeTextLength = 64
+)
+
+// IngestRequest is what a user publishes on lol.ingest.request (also built by
+// the CLI and by POST /v1/sync). Exactly one of RiotID and PUUID is required.
+//
+//	{"riot_id":"Hide on bush#KR1","platform":"kr","mode":"latest"}
+type IngestRequest struct {
+	// RequestID makes the request idempotent; a repeat with the same id is
+	// not a second sync. Generated when empty.
+	RequestID string `json:"request_id,omitempty"`
+	// RiotID is gameName#tagLine.
+	RiotID string `json:"riot_id,omitempty"`
+	// PUUID skips the account-v1 lookup.
+	PUUID string `json:"puuid,omitempty"`
+	// Platform is the player's platform routing value (na1, euw1, jp1, ...).
+	Platform string `json:"platform"`
+	// Mode is latest (default) or full.
+	Mode Mode `json:"mode,omitempty"`
+	// Count caps the matches listed this run; 0 means the configured
+	// INGESTION_MAX_MATCHES_PER_RUN.
+	Count int `json:"count,omitempty"`
+	// LookbackDays is how far a full backfill reaches; 0 means
+	// INGESTION_LOOKBACK_DAYS.
+	LookbackDays int `json:"lookback_days,omitempty"`
+	// Queue filters by queueId (match-v5 "queue"), Type by match type
+	// (ranked, normal, tourney, tutorial).
+	Queue *int   `json:"queue,omitempty"`
+	Type  string `json:"type,omitempty"`
+	// Priority is interactive (default for user requests) or background.
+	Priority Priority `json:"priority,omitempty"`
+	// Trigger names who asked: cli, http, nats (default), schedule, link, login.
+	Trigger     string    `json:"trigger,omitempty"`
+	RequestedBy string    `json:"requested_by,omitempty"`
+	RequestedAt time.Time `json:"requested_at,omitempty"`
+}
+
+// DecodeIngestRequest parses and validates a request body. Unknown fields,
+// trailing data, over-long fields, an unknown platform, a Riot ID without
+// '#' and similar are errors wrapping ErrBadRequest, with a reason fit to
+// show the user.
+func DecodeIngestRequest(data []byte) (IngestRequest, error) {
+	var r IngestRequest
+	if len(data) > MaxRequestBytes {
+		return r, fmt.Errorf("%w: request is %d bytes, max %d", ErrBadRequest, len(data), MaxRequestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return IngestRequest{}, fmt.Errorf("%w: invalid JSON: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return IngestRequest{}, fmt.Errorf("%w: trailing data after the JSON object", ErrBadRequest)
+	}
+	if err := r.Normalize(); err != nil {
+		return IngestRequest{}, err
+	}
+	return r, nil
+}
+
+// Normalize validates r and fills defaults that do not depend on
+// configuration (mode latest, priority interactive, lower-case platform).
+// Errors wrap ErrBadRequest.
+func (r *IngestRequest) Normalize() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, a...)...)
+	}
+	if len(r.RequestID) > MaxRequestIDLen {
+		return bad("request_id longer than %d bytes", MaxRequestIDLen)
+	}
+	for _, c := range r.RequestID {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return bad("request_id may hold only letters, digits, '-' and '_'")
+		}
+	}
+	switch {
+	case r.RiotID == "" && r.PUUID == "":
+		return bad("one of riot_id or puuid is required")
+	case r.RiotID != "" && r.PUUID != "":
+		return bad("give riot_id or puuid, not both")
+	}
+	if r.RiotID != "" {
+		id, err := riot.ParseRiotID(r.RiotID)
+		if err != nil {
+			return bad("%v", err)
+		}
+		r.RiotID = id.String()
+	}
+	if r.PUUID != "" {
+		if len(r.PUUID) > MaxPUUIDLen {
+			return bad("puuid longer than %d bytes", MaxPUUIDLen)
+		}
+		for _, c := range r.PUUID {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return bad("puuid has a character outside [A-Za-z0-9_-]")
+			}
+		}
+	}
+	if r.Platform == "" {
+		return bad("platform is required (e.g. na1, euw1, jp1, kr)")
+	}
+	p, err := riot.ParsePlatform(r.Platform)
+	if err != nil {
+		return bad("%v", err)
+	}
+	r.Platform = string(p)
+	switch r.Mode {
+	case "":
+		r.Mode = ModeLatest
+	case ModeLatest, ModeFull:
+	default:
+		return bad("mode %q: want latest or full", truncate(string(r.Mode), 16))
+	}
+	if r.Count < 0 || r.Count > MaxCount {
+		return bad("count %d out of range 0..%d", r.Count, MaxCount)
+	}
+	if r.LookbackDays < 0 || r.LookbackDays > MaxLookbackDays {
+		return bad("lookback_days %d out of range 0..%d", r.LookbackDays, MaxLookbackDays)
+	}
+	if r.Queue != nil && (*r.Queue < 0 || *r.Queue > 100000) {
+		return bad("queue %d out of range", *r.Queue)
+	}
+	switch r.Type {
+	case "", "ranked", "normal", "tourney", "tutorial":
+	default:
+		return bad("type %q: want ranked, normal, tourney or tutorial", truncate(r.Type, 16))
+	}
+	switch r.Priority {
+	case "":
+		r.Priority = Interactive
+	case Interactive, Background:
+	default:
+		return bad("priority %q: want interactive or background", truncate(string(r.Priority), 16))
+	}
+	for name, v := range map[string]string{"trigger": r.Trigger, "requested_by": r.RequestedBy} {
+		if len(v) > MaxFreeTextLength || !utf8.ValidString(v) {
+			return bad("%s longer than %d bytes or not UTF-8", name, MaxFreeTextLength)
+		}
+	}
+	if r.Trigger == "" {
+		r.Trigger = "nats"
+	}
+	r.Trigger = strings.ToLower(r.Trigger)
+	return nil
+}
+
+// NewRejection builds the Rejection for a request that failed to decode or
+// was refused, echoing at most 256 bytes of the raw payload.
+func NewRejection(requestID, subject string, code int, reason error, raw []byte, now time.Time) Rejection {
+	return Rejection{RequestID: requestID, Reason: reason.Error(), Code: code, Subject: subject,
+		Raw: truncate(string(raw), 256), At: now}
+}

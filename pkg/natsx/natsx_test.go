@@ -1,0 +1,225 @@
+package natsx
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// spans records every span ended in this test binary.
+var spans = tracetest.NewSpanRecorder()
+
+func TestMain(m *testing.M) {
+	// Tests install an SDK provider to observe spans; library code never does.
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	os.Exit(m.Run())
+}
+
+// startJS starts an in-process JetStream server and returns a JetStream
+// handle on an in-process connection.
+func startJS(t *testing.T) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := StartServer(EmbeddedOptions{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := Connect(t.Context(), ConnConfig{Name: "test", InProcess: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, nc, js
+}
+
+func TestConnectUserPassword(t *testing.T) {
+	s, err := StartServer(EmbeddedOptions{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
+		o.Username, o.Password = "svc", "s3cret"
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+
+	nc, err := Connect(t.Context(), ConnConfig{URL: s.ClientURL(), Name: "auth", User: "svc", Password: "s3cret"})
+	if err != nil {
+		t.Fatalf("good credentials: %v", err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+
+	if nc, err := Connect(t.Context(), ConnConfig{URL: s.ClientURL(), User: "svc", Password: "wrong"}); err == nil {
+		nc.Close()
+		t.Fatal("wrong password: connected")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("wrong password: err = %v, want nats.ErrAuthorization", err)
+	}
+}
+
+func TestConnectTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := writeSelfSigned(t, dir)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartServer(EmbeddedOptions{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
+		o.TLS = true
+		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	url := "tls://" + s.Addr().String()
+
+	nc, err := Connect(t.Context(), ConnConfig{URL: url, TLSCAFile: certFile})
+	if err != nil {
+		t.Fatalf("with CA: %v", err)
+	}
+	if !nc.TLSRequired() {
+		t.Error("connection does not report TLS")
+	}
+	nc.Close()
+
+	if nc, err := Connect(t.Context(), ConnConfig{URL: url}); err == nil {
+		nc.Close()
+		t.Fatal("without the CA the self-signed server was trusted")
+	}
+}
+
+// writeSelfSigned writes a self-signed ECDSA certificate for 127.0.0.1
+// (also its own CA) and its key as PEM files in dir.
+func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "riftflow-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestConnConfigFromEnv(t *testing.T) {
+	t.Setenv("NATS_URL", "nats://a:4222,nats://b:4222")
+	t.Setenv("NATS_USER", "u")
+	t.Setenv("NATS_PASSWORD", "p")
+	t.Setenv("NATS_TLS_CA", "/ca.pem")
+	c := ConnConfigFromEnv()
+	if c.URL != "nats://a:4222,nats://b:4222" || c.User != "u" || c.Password != "p" || c.TLSCAFile != "/ca.pem" || c.Token != "" {
+		t.Fatalf("got %+v", c)
+	}
+	if s := c.String(); !strings.Contains(s, `password="***"`) || strings.Contains(s, `"p"`) {
+		t.Fatalf("String leaks or misses the password: %s", s)
+	}
+}
+
+func TestHeaderCarrierKeepsCase(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	ctx, span := tp.Tracer("t").Start(context.Background(), "parent")
+	defer span.End()
+	h := nats.Header{}
+	Inject(ctx, h)
+	if h.Get("traceparent") == "" {
+		t.Fatalf("no lowercase traceparent header: %v", h)
+	}
+	got := trace.SpanContextFromContext(Extract(context.Background(), h))
+	if !got.IsValid() || got.TraceID() != span.SpanContext().TraceID() || got.SpanID() != span.SpanContext().SpanID() {
+		t.Fatalf("extracted %v, want %v", got, span.SpanContext())
+	}
+}
+
+func TestPublishInjectsProducerSpan(t *testing.T) {
+	_, _, js := startJS(t)
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "P", Subjects: []string{"p.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := Publish(ctx, js, "p.one", map[string]int{"n": 1}, jetstream.WithMsgID("id-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, "P")
+	raw, err := st.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw.Data) != `{"n":1}` {
+		t.Errorf("data = %s", raw.Data)
+	}
+	sc := trace.SpanContextFromContext(Extract(context.Background(), raw.Header))
+	var producer sdktrace.ReadOnlySpan
+	for _, s := range spans.Ended() {
+		if s.SpanContext().SpanID() == sc.SpanID() {
+			producer = s
+		}
+	}
+	if producer == nil {
+		t.Fatalf("no ended span matches the injected traceparent %q", raw.Header.Get("traceparent"))
+	}
+	if producer.SpanKind() != trace.SpanKindProducer || producer.Name() != "send p.one" {
+		t.Errorf("span %q kind %v", producer.Name(), producer.SpanKind())
+	}
+	attrs := map[string]string{}
+	for _, a := range producer.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	if attrs["messaging.system"] != "nats" || attrs["messaging.destination.name"] != "p.one" || attrs["messaging.message.id"] != "id-1" {
+		t.Errorf("attributes %v", attrs)
+	}
+}

@@ -1,0 +1,400 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// wqConsumer makes a WorkQueue stream W on w.> and a durable consumer on it.
+func wqConsumer(t *testing.T, js jetstream.JetStream, cc jetstream.ConsumerConfig) (jetstream.Stream, jetstream.Consumer) {
+	t.Helper()
+	ctx := t.Context()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Durable = "c"
+	cons, err := js.CreateOrUpdateConsumer(ctx, "W", cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, cons
+}
+
+// await receives from ch or fails the test after a generous bound (a hang
+// guard, not a timing assertion).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("gave up waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func TestConsumeSettlesEachMessageOnce(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 5})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	// The advisory proves Term reached the server with its reason.
+	nc := js.Conn()
+	terms, _ := nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.W.c")
+
+	pctx, parent := otel.Tracer("test").Start(ctx, "ingest")
+	for _, s := range []string{"w.ack", "w.nak", "w.term", "w.panic"} {
+		if _, err := Publish(pctx, js, s, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parent.End()
+
+	type seen struct {
+		subject   string
+		delivered uint64
+		traceID   trace.TraceID
+	}
+	got := make(chan seen, 16)
+	h := func(ctx context.Context, m jetstream.Msg) Result {
+		md, _ := m.Metadata()
+		got <- seen{m.Subject(), md.NumDelivered, trace.SpanContextFromContext(ctx).TraceID()}
+		switch {
+		case m.Subject() == "w.nak" && md.NumDelivered == 1:
+			return NakDelay(0)
+		case m.Subject() == "w.term":
+			return Term("riot 404")
+		case m.Subject() == "w.panic" && md.NumDelivered == 1:
+			panic("boom")
+		}
+		return Ack()
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, FetchWait: 500 * time.Millisecond, PanicDelay: 100 * time.Millisecond, Logger: quiet})
+	}()
+
+	counts := map[string]uint64{}
+	for range 6 { // ack 1 + nak 2 + term 1 + panic 2
+		s := await(t, got, "deliveries")
+		counts[s.subject] = max(counts[s.subject], s.delivered)
+		if s.traceID != parent.SpanContext().TraceID() {
+			t.Errorf("%s: handler ctx trace %s, want the publisher's %s", s.subject, s.traceID, parent.SpanContext().TraceID())
+		}
+	}
+	want := map[string]uint64{"w.ack": 1, "w.nak": 2, "w.term": 1, "w.panic": 2}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Errorf("%s delivered %d times, want %d", k, counts[k], v)
+		}
+	}
+	adv, err := terms.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("no terminated advisory: %v", err)
+	}
+	if !strings.Contains(string(adv.Data), `"reason":"riot 404"`) {
+		t.Errorf("advisory %s lacks the reason", adv.Data)
+	}
+	cancel()
+	if err := await(t, done, "Consume to return"); err != nil {
+		t.Fatal(err)
+	}
+	// Every message was settled: the work queue is empty, nothing pending.
+	waitEmpty(t, st)
+	if ci, _ := cons.Info(t.Context()); ci.NumAckPending != 0 {
+		t.Fatalf("ack pending %d, want 0", ci.NumAckPending)
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("extra delivery %+v", s)
+	default:
+	}
+	// The consumer span continues the publisher's trace.
+	var consumerSpans int
+	for _, s := range spans.Ended() {
+		if s.SpanKind() == trace.SpanKindConsumer && s.SpanContext().TraceID() == parent.SpanContext().TraceID() {
+			consumerSpans++
+		}
+	}
+	if consumerSpans != 6 {
+		t.Errorf("%d consumer spans in the trace, want 6", consumerSpans)
+	}
+}
+
+func TestConsumeKeepsLongHandlersAlive(t *testing.T) {
+	_, _, js := startJS(t)
+	// AckWait 1s: without InProgress the message would be redelivered
+	// while the handler still runs.
+	_, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := js.Publish(ctx, "w.slow", nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deliveries := 0
+	finished := make(chan struct{})
+	h := func(ctx context.Context, m jetstream.Msg) Result {
+		mu.Lock()
+		deliveries++
+		mu.Unlock()
+		time.Sleep(3 * time.Second) // three AckWaits
+		close(finished)
+		return Ack()
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, InProgressEvery: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond, Logger: quiet})
+	}()
+	await(t, finished, "handler")
+	cancel()
+	if err := await(t, done, "Consume"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if deliveries != 1 {
+		t.Fatalf("delivered %d times, want 1", deliveries)
+	}
+}
+
+func TestConsumeDrainsInFlightOnCancel(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	if _, err := js.Publish(ctx, "w.one", nil); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var handlerCtxErr error
+	h := func(hctx context.Context, m jetstream.Msg) Result {
+		close(started)
+		<-release
+		handlerCtxErr = hctx.Err()
+		return Ack()
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, cons, h, ConsumeOptions{FetchWait: 500 * time.Millisecond, DrainTimeout: time.Minute, Logger: quiet})
+	}()
+	await(t, started, "handler start")
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Consume returned %v while a handler was in flight", err)
+	default:
+	}
+	close(release)
+	if err := await(t, done, "Consume"); err != nil {
+		t.Fatal(err)
+	}
+	if handlerCtxErr != nil {
+		t.Errorf("handler ctx cancelled within the drain budget: %v", handlerCtxErr)
+	}
+	if info, _ := st.Info(t.Context()); info.State.Msgs != 0 {
+		t.Fatalf("in-flight message not acked: %d left", info.State.Msgs)
+	}
+}
+
+func TestConsumeBatch(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 5 {
+		if _, err := Publish(ctx, js, fmt.Sprintf("w.%d", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches := make(chan int, 8)
+	var batchSpan trace.SpanContext
+	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
+		batchSpan = trace.SpanContextFromContext(ctx)
+		res := make([]Result, len(msgs))
+		for i, m := range msgs {
+			if m.Subject() == "w.3" {
+				res[i] = Term("bad payload")
+			}
+		}
+		batches <- len(msgs)
+		return res
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ConsumeBatch(ctx, cons, h, BatchOptions{MaxBatch: 10, MaxWait: 500 * time.Millisecond, Logger: quiet})
+	}()
+	total := 0
+	for total < 5 {
+		total += await(t, batches, "batch")
+	}
+	cancel()
+	if err := await(t, done, "ConsumeBatch"); err != nil {
+		t.Fatal(err)
+	}
+	waitEmpty(t, st)
+	var links int
+	for _, s := range spans.Ended() {
+		if s.SpanContext().SpanID() == batchSpan.SpanID() {
+			links = len(s.Links())
+		}
+	}
+	if links == 0 {
+		t.Fatal("batch span has no links to the messages' spans")
+	}
+}
+
+func TestLock(t *testing.T) {
+	_, _, js := startJS(t)
+	ctx := t.Context()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "locks", History: 1, LimitMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Lock{KV: kv, JS: js}
+
+	rev, err := l.Claim(ctx, "puuid-1", "lister-a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Claim(ctx, "puuid-1", "lister-b", time.Minute)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "lister-a") {
+		t.Fatalf("second claim: %v, want ErrLocked naming lister-a", err)
+	}
+	rev2, err := l.Renew(ctx, "puuid-1", rev, []byte("lister-a"), 2*time.Second)
+	if err != nil || rev2 <= rev {
+		t.Fatalf("renew: rev %d, %v", rev2, err)
+	}
+	if err := l.Release(ctx, "puuid-1", rev); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("release with stale rev: %v", err)
+	}
+	if _, err := l.Renew(ctx, "puuid-1", rev, nil, time.Second); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("renew with stale rev: %v", err)
+	}
+	// Not renewed again: the renewed TTL must still expire the key.
+	waitFree(t, l, "puuid-1")
+	rev3, err := l.Claim(ctx, "puuid-1", "lister-b", time.Minute)
+	if err != nil {
+		t.Fatalf("claim after expiry: %v", err)
+	}
+	if err := l.Release(ctx, "puuid-1", rev3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Get(ctx, "puuid-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after release: %v", err)
+	}
+	if _, err := l.Claim(ctx, "puuid-1", "lister-c", time.Minute); err != nil {
+		t.Fatalf("claim after release: %v", err)
+	}
+}
+
+// waitEmpty polls until the work-queue stream holds no message: every
+// message was acked or termed (acks are asynchronous; guarded, not timed).
+func waitEmpty(t *testing.T, st jetstream.Stream) {
+	t.Helper()
+	var n uint64
+	for range 200 {
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n = info.State.Msgs; n == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%d messages never settled", n)
+}
+
+// waitFree polls until key is gone (guarded, not timed).
+func waitFree(t *testing.T, l Lock, key string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := l.Get(t.Context(), key); errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never expired", key)
+}
+
+func TestScheduleDeliversWithHeadersNotDeduped(t *testing.T) {
+	_, _, js := startJS(t)
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FETCH", Subjects: []string{"lol.match.fetch.>", "lol.match.retry.>"},
+		Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, Duplicates: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "FETCH", jetstream.ConsumerConfig{Durable: "f", FilterSubject: "lol.match.fetch.americas"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The original fetch, with the match id as Nats-Msg-Id, handled and acked.
+	if _, err := js.Publish(ctx, "lol.match.fetch.americas", []byte("attempt1"), jetstream.WithMsgID("NA1_1")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Ack(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The retry: fresh trace context, its own msg id, due in one second.
+	sctx, span := otel.Tracer("test").Start(ctx, "fetch NA1_1")
+	span.End()
+	retry := nats.NewMsg("")
+	retry.Data = []byte("attempt2")
+	retry.Header.Set(jetstream.MsgIDHeader, "NA1_1/match/a2")
+	retry.Header.Set("Riftflow-Attempt", "2")
+	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); err != nil {
+		t.Fatal(err)
+	}
+	// Scheduling the same retry again (a handler re-run) is deduplicated.
+	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
+		t.Fatalf("repeated schedule: %v, want ErrScheduleDuplicate", err)
+	}
+	// Reusing the original's id would swallow the retry: Schedule says so.
+	bad := nats.NewMsg("")
+	bad.Header.Set(jetstream.MsgIDHeader, "NA1_1")
+	if err := Schedule(sctx, js, bad, time.Now(), "lol.match.retry.americas.NA1_1-bad", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
+		t.Fatalf("schedule with the original id: %v, want ErrScheduleDuplicate", err)
+	}
+
+	m, err := cons.Next(jetstream.FetchMaxWait(20 * time.Second))
+	if err != nil {
+		t.Fatalf("scheduled retry never arrived: %v", err)
+	}
+	defer m.Ack()
+	h := m.Headers()
+	if string(m.Data()) != "attempt2" || h.Get("Riftflow-Attempt") != "2" {
+		t.Errorf("delivered %q headers %v", m.Data(), h)
+	}
+	if got := trace.SpanContextFromContext(Extract(ctx, h)); got.TraceID() != span.SpanContext().TraceID() {
+		t.Errorf("traceparent %q does not continue trace %s", h.Get("traceparent"), span.SpanContext().TraceID())
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+		t.Errorf("delivered retry carries Nats-Msg-Id %q; the server should strip it", id)
+	}
+	if h.Get("Nats-Scheduler") != "lol.match.retry.americas.NA1_1-a2" {
+		t.Errorf("Nats-Scheduler = %q", h.Get("Nats-Scheduler"))
+	}
+	t.Logf("delivered headers: %v", h)
+}

@@ -1,0 +1,150 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/riftflow/riftflow/pkg/store"
+)
+
+var (
+	adminURL   string // set by Main; empty when unavailable
+	unavailErr error  // why there is no server
+	mainCalled bool
+
+	tmplOnce sync.Once
+	tmplName string
+	tmplErr  error
+)
+
+// Main is a TestMain helper: it ensures one PostgreSQL server per test
+// binary (see Ensure; a temporary cluster with fsync off), runs the tests and
+// stops the cluster. When no server can be had and CI=true it exits with
+// status 1 before running anything; otherwise tests calling NewDatabase skip
+// with the reason.
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+func Main(m *testing.M) {
+	mainCalled = true
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	u, stop, err := Ensure(ctx, Options{Logger: logger})
+	cancel()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "pgtest: CI=true and no PostgreSQL:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "pgtest: Postgres tests will be skipped:", err)
+		unavailErr = err
+	}
+	adminURL = u
+	code := m.Run()
+	if tmplName != "" {
+		dropDatabase(adminURL, tmplName)
+	}
+	if stop != nil {
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: stop:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// NewDatabase creates a fresh database with a random name (rf_test_<hex>),
+// migrated by store.Migrate, and returns its URL; the database is dropped
+// (WITH FORCE) on t's cleanup. It needs Main in TestMain. Without a server it
+// fails the test when CI=true and skips it otherwise.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	if !mainCalled {
+		t.Fatal("pgtest.NewDatabase: call pgtest.Main(m) from TestMain")
+	}
+	if adminURL == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pgtest: no PostgreSQL under CI=true: %v", unavailErr)
+		}
+		t.Skipf("pgtest: no PostgreSQL: %v", unavailErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Migrate once into a template database, then clone it per test: a
+	// CREATE DATABASE … TEMPLATE is much faster than re-running migrations.
+	tmplOnce.Do(func() {
+		name := "rf_tmpl_" + randomHex()
+		if tmplErr = createDatabase(ctx, adminURL, name, ""); tmplErr != nil {
+			return
+		}
+		tmplName = name
+		u, err := DatabaseURL(adminURL, name)
+		if err != nil {
+			tmplErr = err
+			return
+		}
+		tmplErr = store.Migrate(ctx, u, slog.New(slog.DiscardHandler))
+	})
+	if tmplErr != nil {
+		t.Fatalf("pgtest: template database: %v", tmplErr)
+	}
+
+	name := "rf_test_" + randomHex()
+	if err := createDatabase(ctx, adminURL, name, tmplName); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { dropDatabase(adminURL, name) })
+	u, err := DatabaseURL(adminURL, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// Exercise store.Migrate on the clone as well: it must be a no-op there.
+	if err := store.Migrate(ctx, u, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("pgtest: migrate %s: %v", name, err)
+	}
+	return u
+}
+
+func createDatabase(ctx context.Context, admin, name, template string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+func dropDatabase(admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+func randomHex() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

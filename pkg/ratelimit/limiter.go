@@ -1,0 +1,878 @@
+package ratelimit
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// Options configures a limiter. The zero value is usable; every field has
+// a default.
+type Options struct {
+	// Now is the clock used for window and pause arithmetic (default
+	// time.Now). Waits still sleep on real timers for the computed duration.
+	Now func() time.Time
+	// MaxWait bounds how long Acquire blocks (default 30 s). A longer wait
+	// gives a *riot.Error of riot.KindRateLimited with RetryAt.
+	MaxWait time.Duration
+	// InitialInFlight is how many requests may be in flight on a budget
+	// whose limits are not yet known (before its first response carrying
+	// rate-limit headers). Default 1.
+	InitialInFlight int
+	// MarginFraction, MinMargin and MaxMargin size the time margin added to
+	// the end of every window, to absorb latency and server counter or clock
+	// skew (riot-api #371): margin = clamp(window×MarginFraction, MinMargin,
+	// MaxMargin). Defaults 0.02, 150 ms, 1 s: a 10 s window lasts 10.2 s
+	// (98 % of the nominal rate), a 1 s window 1.15 s. (With a 50 ms
+	// minimum, two fetchers on a loaded 2-core machine overshot a 12:1
+	// method window by one request in 2 runs of 4; with 150 ms, in none.
+	// Riot's 1 s windows rarely bind for long: a dev key's 100:120 does.)
+	MarginFraction float64
+	MinMargin      time.Duration
+	MaxMargin      time.Duration
+	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
+	RetryAfterMargin time.Duration
+	// BackoffStart and BackoffMax shape the exponential pause after a 429
+	// with a service, server, unknown or missing X-Rate-Limit-Type, and
+	// after a 429 without Retry-After (defaults 1 s and 60 s). The backoff
+	// doubles per 429 and resets on the next non-429 answer.
+	BackoffStart time.Duration
+	BackoffMax   time.Duration
+	// Logger receives pauses, learned limits and KV trouble (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// LimitShare, in (0, 1), makes the limiter use only this fraction of
+	// every learned limit (at least 1 per window) and ignore the -Count
+	// headers, which count every user of the key: a fixed per-process
+	// split of a key's budget, the baseline that Shared is measured
+	// against. 0 or 1: the whole limit.
+	LimitShare float64
+}
+
+func (o *Options) defaults() {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 30 * time.Second
+	}
+	if o.InitialInFlight <= 0 {
+		o.InitialInFlight = 1
+	}
+	if o.MarginFraction <= 0 {
+		o.MarginFraction = 0.02
+	}
+	if o.MinMargin <= 0 {
+		o.MinMargin = 150 * time.Millisecond
+	}
+	if o.MaxMargin <= 0 {
+		o.MaxMargin = time.Second
+	}
+	if o.RetryAfterMargin <= 0 {
+		o.RetryAfterMargin = 500 * time.Millisecond
+	}
+	if o.BackoffStart <= 0 {
+		o.BackoffStart = time.Second
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 60 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LimitShare <= 0 || o.LimitShare > 1 {
+		o.LimitShare = 1
+	}
+}
+
+func (o *Options) margin(w time.Duration) time.Duration {
+	m := time.Duration(float64(w) * o.MarginFraction)
+	return min(max(m, o.MinMargin), o.MaxMargin)
+}
+
+// ErrKeyRejected is wrapped by the error Acquire returns once the key has
+// been rejected (RejectKey, or a 401/403 seen by any replica).
+var ErrKeyRejected = errors.New("ratelimit: API key rejected")
+
+// window is one fixed window of a budget.
+type window struct {
+	length time.Duration
+	limit  int
+	start  time.Time // zero: not started
+	count  int       // requests counted in this window (local: granted; shared: global as last seen)
+	leased int       // shared only: tokens this process holds in the window starting at start
+	fb     bool      // shared only: a fallback window (KV unreachable), local share
+	seedIn int       // shared only: this process's requests sent before the limits were known; added to KV by the next lease
+	// seedCount (shared only) is the -Count Riot reported for such a
+	// request: the next lease raises the KV window to at least this, so a
+	// budget another user of the key already spent is not leased again.
+	seedCount int
+}
+
+// bucket is one budget: the app budget of a route or one method's.
+type bucket struct {
+	route, method string // method "" for the app budget
+	windows       []*window
+	limits        string // canonical learned limits, "" if not learned
+	inflight      int
+	pre           int // requests granted while the limits were unknown
+	pausedUntil   time.Time
+	pauseType     string
+	backoff       time.Duration
+	fetching      bool // shared: a lease request is under way
+	// Shared, while no process knows the limits: probeUntil is the end of
+	// this process's probe lock (it may send InitialInFlight requests);
+	// probeWait the end of another process's lock (wait for its limits).
+	probeUntil, probeWait time.Time
+	// share holds learned limits to write to KV after the next lease has
+	// seeded the KV windows with the requests sent before they were known.
+	share string
+	// hi and lo queue waiters (method buckets only): interactive, background.
+	hi, lo list.List
+}
+
+func (b *bucket) name() string {
+	if b.method == "" {
+		return "app"
+	}
+	return b.method
+}
+
+type route struct {
+	name    string
+	app     *bucket
+	methods map[string]*bucket
+	order   []*bucket // methods in creation order, for round robin
+	rr      int
+	timer   *time.Timer
+	timerAt time.Time
+}
+
+type waiter struct {
+	c     riot.Call
+	b     *bucket
+	e     *list.Element
+	ready chan struct{}
+	p     *permit
+}
+
+// engine is the limiter shared by Local and Shared; st is nil for Local.
+type engine struct {
+	o        Options
+	mu       sync.Mutex
+	routes   map[string]*route
+	st       *kvStore
+	rejected int // HTTP status that rejected the key, 0 if none
+	met      *metrics
+}
+
+func newEngine(o Options) *engine {
+	o.defaults()
+	e := &engine{o: o, routes: map[string]*route{}}
+	e.met = newMetrics(e)
+	return e
+}
+
+// Local is a riot.Limiter for one process. Use Shared when several
+// processes use the same API key.
+type Local struct{ e *engine }
+
+// NewLocal returns a limiter whose budgets live in this process only.
+func NewLocal(o Options) *Local { return &Local{newEngine(o)} }
+
+// Acquire implements riot.Limiter.
+func (l *Local) Acquire(ctx context.Context, c riot.Call) (riot.Permit, error) {
+	return l.e.acquire(ctx, c)
+}
+
+// Snapshot returns the state of every budget, for status output.
+func (l *Local) Snapshot() []BucketState { return l.e.snapshot() }
+
+// RejectKey records that Riot rejected the key (status 401 or 403): every
+// later Acquire fails with riot.KindKeyRejected.
+func (l *Local) RejectKey(status int) {
+	l.e.mu.Lock()
+	first := l.e.rejectKey(status)
+	l.e.mu.Unlock()
+	if first {
+		l.e.met.keyRejected(status, "local")
+	}
+}
+
+// Counters returns this process's request counters (granted, 429s by
+// type, refusals, time waited) per route and method.
+func (l *Local) Counters() []CallStats { return l.e.met.counters() }
+
+// KeyRejected reports whether the key was rejected, and the status that did.
+func (l *Local) KeyRejected() (bool, int) {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.e.rejected != 0, l.e.rejected
+}
+
+// rejectKey records status as the key's rejection and wakes every queued
+// waiter without a grant: they return riot.KindKeyRejected, and nothing
+// queued before the rejection is sent with the key afterwards. Callers
+// hold mu. It reports whether this was the first rejection.
+func (e *engine) rejectKey(status int) bool {
+	first := e.rejected == 0
+	e.rejected = status
+	for _, r := range e.routes {
+		for _, b := range r.order {
+			for _, q := range []*list.List{&b.hi, &b.lo} {
+				for el := q.Front(); el != nil; el = el.Next() {
+					close(el.Value.(*waiter).ready)
+				}
+				q.Init()
+			}
+		}
+	}
+	return first
+}
+
+func (e *engine) route(name string) *route {
+	r := e.routes[name]
+	if r == nil {
+		r = &route{name: name, app: &bucket{route: name}, methods: map[string]*bucket{}}
+		e.routes[name] = r
+	}
+	return r
+}
+
+func (r *route) method(m string) *bucket {
+	b := r.methods[m]
+	if b == nil {
+		b = &bucket{route: r.name, method: m}
+		r.methods[m] = b
+		r.order = append(r.order, b)
+	}
+	return b
+}
+
+// check outcomes.
+const (
+	okGrant   = iota
+	blocked   // blocked until a time (until) or, if until is zero, an event (a response)
+	needLease // shared: a lease must be fetched from KV
+)
+
+// check reports whether b can take one more request at now. It rolls
+// expired windows.
+func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
+	if now.Before(b.pausedUntil) {
+		return blocked, b.pausedUntil
+	}
+	if b.limits == "" {
+		if b.inflight >= e.o.InitialInFlight {
+			return blocked, time.Time{}
+		}
+		if e.st != nil && !now.Before(b.probeUntil) {
+			// Shared: one process at a time probes an unknown budget
+			// (kvStore.probe), so N processes starting together send one
+			// request before the limits are known, not N.
+			if now.Before(b.probeWait) {
+				return blocked, b.probeWait
+			}
+			return needLease, time.Time{}
+		}
+		return okGrant, time.Time{}
+	}
+	res, until := okGrant, time.Time{}
+	for _, w := range b.windows {
+		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.o.margin(w.length))) {
+			w.start, w.count, w.leased, w.fb = time.Time{}, 0, 0, false
+			if e.st == nil && b.inflight > 0 {
+				// Requests still in flight at the rollover may reach Riot
+				// after its window reset and count in its next one: they
+				// count in ours too, or a window granted in full could
+				// overshoot by the stragglers. (The shared limiter adds
+				// them to the KV window on its next lease: leaseJob.carry.)
+				w.start, w.count = now, b.inflight
+			}
+		}
+		end := w.start.Add(w.length + e.o.margin(w.length))
+		block := func(t time.Time) {
+			if res != blocked || t.After(until) {
+				res, until = blocked, t
+			}
+		}
+		switch {
+		case e.st == nil:
+			if w.limit <= 0 {
+				block(now.Add(w.length))
+			} else if !w.start.IsZero() && w.count >= w.limit {
+				block(end)
+			}
+		case w.fb:
+			if w.leased <= 0 {
+				block(end)
+			}
+		case !w.start.IsZero() && w.leased > 0:
+		case !w.start.IsZero() && w.count >= w.limit:
+			block(end)
+		default:
+			if res == okGrant {
+				res = needLease
+			}
+		}
+	}
+	return res, until
+}
+
+func (e *engine) take(b *bucket, now time.Time) []time.Time {
+	b.inflight++
+	if b.limits == "" {
+		b.pre++
+	}
+	starts := make([]time.Time, len(b.windows))
+	for i, w := range b.windows {
+		if w.start.IsZero() {
+			w.start = now
+		}
+		if e.st == nil || w.fb {
+			w.count++
+		}
+		if e.st != nil {
+			w.leased-- // count, the KV view, already includes leased tokens
+		}
+		starts[i] = w.start
+	}
+	return starts
+}
+
+// acquire implements riot.Limiter for both limiters.
+func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := e.o.Now()
+	deadline := start.Add(e.o.MaxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	e.mu.Lock()
+	if e.rejected != 0 {
+		st := e.rejected
+		e.mu.Unlock()
+		return nil, &riot.Error{Kind: riot.KindKeyRejected, Op: c.Method, Route: c.Route, Status: st, Msg: "key rejected earlier", Err: ErrKeyRejected}
+	}
+	r := e.route(c.Route)
+	mb := r.method(c.Method)
+	if at := e.earliest(r, mb, start); at.After(deadline) {
+		e.mu.Unlock()
+		e.met.rateLimited(c, "deadline")
+		return nil, e.waitErr(c, at, deadline)
+	}
+	w := &waiter{c: c, b: mb, ready: make(chan struct{})}
+	if c.Background {
+		w.e = mb.lo.PushBack(w)
+	} else {
+		w.e = mb.hi.PushBack(w)
+	}
+	e.dispatch(r, start)
+	if w.p != nil {
+		e.mu.Unlock()
+		e.met.waited(c, 0)
+		return w.p, nil
+	}
+	e.mu.Unlock()
+
+	t := time.NewTimer(deadline.Sub(start))
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+	case <-t.C:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.o.Now()
+	if w.p != nil {
+		if err != nil { // granted while ctx ended: give it back
+			e.cancel(w.p)
+			return nil, err
+		}
+		e.met.waited(c, now.Sub(start))
+		return w.p, nil
+	}
+	if e.rejected != 0 {
+		// Woken by rejectKey (already off its queue).
+		return nil, &riot.Error{Kind: riot.KindKeyRejected, Op: c.Method, Route: c.Route, Status: e.rejected, Msg: "key rejected while waiting", Err: ErrKeyRejected}
+	}
+	l := &mb.lo
+	if !c.Background {
+		l = &mb.hi
+	}
+	l.Remove(w.e)
+	e.releaseIdleProbes(r)
+	if err != nil {
+		return nil, err
+	}
+	at := e.earliest(r, mb, now)
+	if !at.After(now) {
+		// Budget exists but others are ahead: guess one short window.
+		at = now.Add(e.shortest(r, mb))
+	}
+	e.met.rateLimited(c, "deadline")
+	return nil, e.waitErr(c, at, deadline)
+}
+
+func (e *engine) waitErr(c riot.Call, at, deadline time.Time) error {
+	return &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, Route: c.Route, RetryAt: at,
+		Msg: fmt.Sprintf("rate limit wait until %s passes deadline %s", at.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))}
+}
+
+// earliest is the earliest time the app and method budgets could grant,
+// ignoring queued waiters (now if they can grant now).
+func (e *engine) earliest(r *route, mb *bucket, now time.Time) time.Time {
+	at := now
+	for _, b := range []*bucket{r.app, mb} {
+		if res, until := e.check(b, now); res == blocked && until.After(at) {
+			at = until
+		}
+	}
+	return at
+}
+
+func (e *engine) shortest(r *route, mb *bucket) time.Duration {
+	d := time.Second
+	for _, b := range []*bucket{r.app, mb} {
+		if len(b.windows) > 0 {
+			d = max(d, b.windows[0].length)
+		}
+	}
+	return d
+}
+
+// dispatch grants queued waiters of r in priority order while budget lasts
+// and arms r's timer for the next time something may change. Callers hold mu.
+func (e *engine) dispatch(r *route, now time.Time) {
+	if e.rejected != 0 {
+		return // rejectKey woke the waiters; nothing is granted any more
+	}
+	var wake time.Time
+	note := func(t time.Time) {
+		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
+			wake = t
+		}
+	}
+	for _, hi := range []bool{true, false} {
+		for {
+			progressed := false
+			appBlocked := false
+			n := len(r.order)
+			for i := 0; i < n; i++ {
+				mb := r.order[(r.rr+i)%n]
+				q := &mb.lo
+				if hi {
+					q = &mb.hi
+				}
+				if q.Len() == 0 {
+					continue
+				}
+				ares, auntil := e.check(r.app, now)
+				if ares != okGrant {
+					appBlocked = true
+					if ares == needLease {
+						e.fetch(r, r.app)
+					}
+					note(auntil)
+					break
+				}
+				mres, muntil := e.check(mb, now)
+				if mres != okGrant {
+					if mres == needLease {
+						e.fetch(r, mb)
+					}
+					note(muntil)
+					continue
+				}
+				w := q.Remove(q.Front()).(*waiter)
+				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appStarts: e.take(r.app, now), mStarts: e.take(mb, now)}
+				e.met.granted(w.c)
+				close(w.ready)
+				progressed = true
+				r.rr = (r.rr + i + 1) % n
+				break
+			}
+			if appBlocked {
+				// Interactive waiters blocked on the app budget hold back
+				// background ones too.
+				e.arm(r, wake, now)
+				return
+			}
+			if !progressed {
+				break
+			}
+		}
+	}
+	e.arm(r, wake, now)
+}
+
+func (e *engine) arm(r *route, wake, now time.Time) {
+	if wake.IsZero() {
+		return
+	}
+	if r.timer != nil && !r.timerAt.IsZero() && !r.timerAt.After(wake) && r.timerAt.After(now) {
+		return // an earlier or equal wake-up is already armed
+	}
+	d := wake.Sub(now) + time.Millisecond
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, func() {
+			e.mu.Lock()
+			r.timerAt = time.Time{}
+			e.dispatch(r, e.o.Now())
+			e.mu.Unlock()
+		})
+	} else {
+		r.timer.Reset(d)
+	}
+	r.timerAt = wake
+}
+
+// permit is one reserved request.
+type permit struct {
+	e         *engine
+	r         *route
+	mb        *bucket
+	c         riot.Call
+	at        time.Time   // when granted
+	appStarts []time.Time // start of each app window it was counted in
+	mStarts   []time.Time
+	once      sync.Once
+}
+
+// Cancel implements riot.Permit: the reservation returns to the budget.
+func (p *permit) Cancel() {
+	p.once.Do(func() {
+		p.e.mu.Lock()
+		defer p.e.mu.Unlock()
+		p.e.cancel(p)
+	})
+}
+
+func (e *engine) cancel(p *permit) {
+	for _, x := range []struct {
+		b      *bucket
+		starts []time.Time
+	}{{p.r.app, p.appStarts}, {p.mb, p.mStarts}} {
+		x.b.inflight--
+		for i, w := range x.b.windows {
+			if i < len(x.starts) && w.start.Equal(x.starts[i]) {
+				if e.st == nil || w.fb {
+					w.count--
+				}
+				if e.st != nil {
+					w.leased++ // back to this process's lease; KV still counts it
+				}
+			}
+		}
+	}
+	e.dispatch(p.r, e.o.Now())
+	e.releaseIdleProbes(p.r)
+}
+
+// Done implements riot.Permit: it releases the in-flight slot, learns
+// limits and counts from h, and applies a 429's pause.
+func (p *permit) Done(status int, h http.Header) {
+	p.once.Do(func() { p.e.done(p, status, h) })
+}
+
+func (e *engine) done(p *permit, status int, h http.Header) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.o.Now()
+	p.r.app.inflight--
+	p.mb.inflight--
+	if status == 0 || h == nil {
+		e.dispatch(p.r, now)
+		e.releaseIdleProbes(p.r)
+		return
+	}
+	e.learn(p.r.app, p, p.appStarts, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
+	e.learn(p.mb, p, p.mStarts, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
+	if status == http.StatusTooManyRequests {
+		e.on429(p, h, now)
+	} else if status < 500 {
+		p.mb.backoff = 0
+		p.r.app.backoff = 0
+	}
+	e.dispatch(p.r, now)
+	e.releaseIdleProbes(p.r)
+}
+
+// demand is the number of queued waiters that b's grants would serve.
+func (r *route) demand(b *bucket) int {
+	if b != r.app {
+		return b.hi.Len() + b.lo.Len()
+	}
+	n := 0
+	for _, m := range r.order {
+		n += m.hi.Len() + m.lo.Len()
+	}
+	return n
+}
+
+// releaseIdleProbes gives up this process's probe locks on r's budgets
+// whose limits are still unknown when it has nothing in flight and nobody
+// waiting there (its callers gave up, or the probe got no rate-limit
+// headers): another process may probe at once instead of waiting for
+// ProbeTTL. Callers hold mu.
+func (e *engine) releaseIdleProbes(r *route) {
+	if e.st == nil {
+		return
+	}
+	release := func(b *bucket) {
+		if b.limits == "" && !b.probeUntil.IsZero() && b.inflight == 0 && r.demand(b) == 0 {
+			b.probeUntil = time.Time{}
+			e.st.releaseProbe(b)
+		}
+	}
+	release(r.app) // on every answer: no allocation here
+	for _, b := range r.order {
+		release(b)
+	}
+}
+
+// learn applies a response's limit and count headers to b.
+func (e *engine) learn(b *bucket, p *permit, starts []time.Time, limH, cntH string, now time.Time) {
+	lims := ParseLimits(limH)
+	cnts := ParseLimits(cntH)
+	if e.o.LimitShare < 1 {
+		cnts = nil // a fixed split only knows its own requests
+	}
+	if len(lims) > 0 {
+		if canon := FormatLimits(lims); canon != b.limits {
+			e.setLimits(b, lims, p.at)
+			if e.st != nil {
+				// Shared: the next lease first adds the requests sent
+				// before the limits were known to the KV windows, then
+				// writes the limits, which wakes the other processes.
+				b.share = canon
+				e.fetch(p.r, b)
+			}
+		}
+	}
+	for i, w := range b.windows {
+		c, ok := countFor(cnts, w.length)
+		if !ok {
+			continue
+		}
+		var counted time.Time // start of the window p was counted in; zero if none
+		if i < len(starts) {
+			counted = starts[i]
+			if !w.start.Equal(counted) {
+				continue // the request was counted in an earlier window
+			}
+		}
+		if e.st != nil && !w.fb {
+			// Shared: KV holds the count. Raise it if Riot counts more
+			// (also seeds a window with requests sent before the limits
+			// were known). The local view follows on the next lease.
+			// Requests sent before the limits were known are added to
+			// KV by the next lease (seedIn), not here: a count header
+			// cannot tell them from tokens leased but not yet sent.
+			if c == 1 && !counted.IsZero() && counted.Before(now) {
+				// Riot's window began when this request arrived, later
+				// than the KV window was stamped (the lease came before
+				// the request). The arrival is somewhere between the
+				// grant and this response, so move the shared window's
+				// start to the response: then our next window cannot
+				// start inside Riot's, however slow the request was.
+				e.st.moveStart(b, w, counted, now)
+				if w.start.Equal(counted) {
+					w.start = time.UnixMilli(now.UnixMilli())
+				}
+			}
+			if !counted.IsZero() && c > w.count {
+				e.st.reconcile(b, w, counted, p.at, c)
+			}
+			if counted.IsZero() && len(starts) == 0 {
+				w.seedCount = max(w.seedCount, c) // a request sent before the limits were known
+			}
+			continue
+		}
+		if c == 1 && !counted.IsZero() && w.start.Before(now) && w.count > 1 {
+			// Riot's window began when this request arrived, between its
+			// grant and this response: move ours to the response
+			// (conservatively keeping its count), so our next window
+			// cannot start inside Riot's.
+			w.start = now
+		}
+		if counted.IsZero() && w.start.IsZero() {
+			w.start = p.at
+		}
+		w.count = max(w.count, c)
+	}
+}
+
+// setLimits replaces b's windows, keeping the state of windows whose length
+// is unchanged. Callers hold mu.
+func (e *engine) setLimits(b *bucket, lims []Limit, at time.Time) {
+	old := b.windows
+	b.windows = make([]*window, 0, len(lims))
+	for _, l := range lims {
+		var w *window
+		for _, o := range old {
+			if o.length == l.Window {
+				w = o
+			}
+		}
+		if w == nil {
+			w = &window{length: l.Window}
+			if b.inflight > 0 {
+				// requests already in flight count in the new window
+				if e.st == nil {
+					w.start, w.count = at, b.inflight
+				}
+			}
+			if e.st != nil {
+				w.seedIn = b.pre
+			}
+		}
+		w.limit = l.N
+		if e.o.LimitShare < 1 {
+			w.limit = max(1, int(float64(l.N)*e.o.LimitShare))
+		}
+		b.windows = append(b.windows, w)
+	}
+	if b.limits != "" {
+		e.o.Logger.Info("ratelimit: limits changed", "route", b.route, "bucket", b.name(), "from", b.limits, "to", FormatLimits(lims))
+	}
+	b.limits = FormatLimits(lims)
+	b.pre = 0
+}
+
+func (e *engine) on429(p *permit, h http.Header, now time.Time) {
+	typ := strings.ToLower(strings.TrimSpace(h.Get("X-Rate-Limit-Type")))
+	ra, hasRA := parseRetryAfter(h.Get("Retry-After"))
+	e.met.limited429(p.c, typ)
+	var b *bucket
+	var d time.Duration
+	switch typ {
+	case "application", "method":
+		b = p.mb
+		if typ == "application" {
+			b = p.r.app
+		}
+		if hasRA {
+			d = ra + e.o.RetryAfterMargin
+			break
+		}
+		fallthrough // no Retry-After: back off, never "retry now"
+	default: // service, server, unknown, missing
+		if b == nil {
+			b = p.mb
+		}
+		if b.backoff == 0 {
+			b.backoff = e.o.BackoffStart
+		} else {
+			b.backoff = min(b.backoff*2, e.o.BackoffMax)
+		}
+		d = b.backoff
+		if hasRA {
+			d = max(d, ra+e.o.RetryAfterMargin)
+		}
+	}
+	until := now.Add(d)
+	e.pause(b, until, typ)
+	e.met.paused(b.route, b.name(), typ, d)
+	if e.st != nil {
+		e.st.putPause(b, until, typ)
+	}
+}
+
+func (e *engine) pause(b *bucket, until time.Time, typ string) {
+	if until.After(b.pausedUntil) {
+		b.pausedUntil, b.pauseType = until, typ
+		e.o.Logger.Warn("ratelimit: paused", "route", b.route, "bucket", b.name(), "type", typ, "until", until)
+	}
+}
+
+// fetch starts a lease request for b (shared limiter only).
+func (e *engine) fetch(r *route, b *bucket) {
+	if e.st != nil && !b.fetching {
+		b.fetching = true
+		go e.st.lease(r, b)
+	}
+}
+
+// BucketState is one budget's state, for status output.
+type BucketState struct {
+	Route string
+	// Method is the method ID, or "app" for the application budget.
+	Method   string
+	Windows  []WindowState
+	InFlight int
+	// Waiting counts queued Acquire calls (interactive, background); zero
+	// for the app budget.
+	WaitingInteractive, WaitingBackground int
+	// PausedUntil is set while a 429 pause runs; PauseType is its
+	// X-Rate-Limit-Type ("" if none was sent).
+	PausedUntil time.Time
+	PauseType   string
+}
+
+// WindowState is one window of a budget. Count is the requests counted in
+// the current window (including in flight; for Shared, the key's global
+// count as last seen); ResetsAt is zero when no window is running.
+type WindowState struct {
+	Limit    int
+	Length   time.Duration
+	Count    int
+	ResetsAt time.Time
+}
+
+// Used is Count/Limit of the tightest window, 0..1+ (0 if unknown).
+func (s BucketState) Used() float64 {
+	u := 0.0
+	for _, w := range s.Windows {
+		if w.Limit > 0 && !w.ResetsAt.IsZero() {
+			u = max(u, float64(w.Count)/float64(w.Limit))
+		}
+	}
+	return u
+}
+
+func (e *engine) snapshot() []BucketState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.o.Now()
+	var out []BucketState
+	add := func(b *bucket) {
+		s := BucketState{Route: b.route, Method: b.name(), InFlight: b.inflight,
+			WaitingInteractive: b.hi.Len(), WaitingBackground: b.lo.Len()}
+		if now.Before(b.pausedUntil) {
+			s.PausedUntil, s.PauseType = b.pausedUntil, b.pauseType
+		}
+		for _, w := range b.windows {
+			ws := WindowState{Limit: w.limit, Length: w.length}
+			if !w.start.IsZero() {
+				if end := w.start.Add(w.length + e.o.margin(w.length)); end.After(now) {
+					ws.Count, ws.ResetsAt = w.count, end
+				}
+			}
+			s.Windows = append(s.Windows, ws)
+		}
+		out = append(out, s)
+	}
+	for _, r := range e.routes {
+		add(r.app)
+		for _, b := range r.order {
+			add(b)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Route < out[j].Route })
+	return out
+}

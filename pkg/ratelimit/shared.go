@@ -1,0 +1,711 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// SharedOptions configures a Shared limiter.
+type SharedOptions struct {
+	Options
+	// Bucket is the JetStream KV bucket holding the state (default
+	// "ratelimit"); it is created with History 1 if missing.
+	Bucket string
+	// KeyID identifies the API key in KV keys: a hash of the key (for
+	// example the first 16 hex digits of its SHA-256), never the key.
+	// Required; letters, digits, '-', '_' and '=' only.
+	KeyID string
+	// MaxLease is the most tokens one lease takes from a window at once
+	// (default 20). Leases are sized by local demand and shrink to 1 as the
+	// window's remaining budget runs short: min(demand, MaxLease,
+	// max(1, remaining/LeaseDivisor)).
+	MaxLease int
+	// LeaseDivisor bounds a lease to this fraction of the window's
+	// remaining budget (default 8).
+	LeaseDivisor int
+	// FallbackShare is the fraction of each window this process uses on
+	// its own while the KV bucket is unreachable (default 0.25).
+	FallbackShare float64
+	// ProbeTTL is how long one process may probe a budget whose limits no
+	// process has learned yet before another may take over (default 15 s;
+	// keep it above RIOT_HTTP_TIMEOUT_MS). The others wait for its limits.
+	ProbeTTL time.Duration
+	// KVTimeout bounds each KV operation (default 2 s).
+	KVTimeout time.Duration
+	// ProcID names this process in KV (default: host name and a random
+	// suffix); StatsEvery is how often it writes its counters there
+	// (default 5 s), under <KeyID>.proc.<ProcID>, for `riftflow status`
+	// (see ReadState). Negative StatsEvery disables it.
+	ProcID     string
+	StatsEvery time.Duration
+}
+
+// Shared is a riot.Limiter whose budgets are shared, through a JetStream KV
+// bucket, by every process using the same API key (KeyID). Processes lease
+// small batches of each window's budget with compare-and-set; 429 pauses,
+// learned limits and a rejected key are written to KV and watched by all.
+type Shared struct {
+	e         *engine
+	st        *kvStore
+	cancel    context.CancelFunc
+	done      chan struct{}
+	statsDone chan struct{}
+}
+
+type kvStore struct {
+	e       *engine
+	kv      jetstream.KeyValue
+	o       SharedOptions
+	rejSeen int // status last read from KV, guarded by e.mu
+}
+
+var keyIDRe = regexp.MustCompile(`^[-_=a-zA-Z0-9]+$`)
+
+// NewShared binds to (creating if missing) the KV bucket and starts
+// watching pauses, limits and the rejected-key flag. ctx bounds the setup
+// only; call Close to stop the watcher.
+func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*Shared, error) {
+	if !keyIDRe.MatchString(o.KeyID) {
+		return nil, errors.New("ratelimit: SharedOptions.KeyID must be a non-empty hash ([-_=a-zA-Z0-9]+), never the API key")
+	}
+	if o.Bucket == "" {
+		o.Bucket = "ratelimit"
+	}
+	if o.MaxLease <= 0 {
+		o.MaxLease = 20
+	}
+	if o.LeaseDivisor <= 0 {
+		o.LeaseDivisor = 8
+	}
+	if o.FallbackShare <= 0 || o.FallbackShare > 1 {
+		o.FallbackShare = 0.25
+	}
+	if o.KVTimeout <= 0 {
+		o.KVTimeout = 2 * time.Second
+	}
+	if o.ProbeTTL <= 0 {
+		o.ProbeTTL = 15 * time.Second
+	}
+	if o.StatsEvery == 0 {
+		o.StatsEvery = 5 * time.Second
+	}
+	if o.ProcID == "" {
+		host, _ := os.Hostname()
+		o.ProcID = host + "-" + nuid.Next()[16:]
+	}
+	o.ProcID = kvToken(strings.ReplaceAll(o.ProcID, ".", "_"))
+	kv, err := js.KeyValue(ctx, o.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: o.Bucket, History: 1,
+			Description: "riftflow shared Riot rate-limit state"})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, o.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: kv bucket %s: %w", o.Bucket, err)
+	}
+	e := newEngine(o.Options)
+	st := &kvStore{e: e, kv: kv, o: o}
+	e.st = st
+	p := o.KeyID + "."
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := kv.WatchFiltered(wctx, []string{p + "*.pause.>", p + "*.limits.>", p + "*.probe.>", p + "rejected"})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("ratelimit: watch %s: %w", o.Bucket, err)
+	}
+	s := &Shared{e: e, st: st, cancel: cancel, done: make(chan struct{}), statsDone: make(chan struct{})}
+	go s.watch(w)
+	go s.writeStats(wctx)
+	return s, nil
+}
+
+// procVal is one process's record in KV.
+type procVal struct {
+	At       int64       `json:"at"` // Unix ms of the write
+	Rejected int         `json:"rejected,omitempty"`
+	Calls    []CallStats `json:"calls"`
+}
+
+func (s *Shared) putStats() {
+	s.e.mu.Lock()
+	rej := s.e.rejected
+	s.e.mu.Unlock()
+	v, _ := json.Marshal(procVal{At: s.e.o.Now().UnixMilli(), Rejected: rej, Calls: s.e.met.counters()})
+	ctx, cancel := s.st.ctx()
+	defer cancel()
+	if _, err := s.st.kv.Put(ctx, s.st.o.KeyID+".proc."+s.st.o.ProcID, v); err != nil {
+		s.e.o.Logger.Debug("ratelimit: write process stats", "err", err)
+	}
+}
+
+func (s *Shared) writeStats(ctx context.Context) {
+	defer close(s.statsDone)
+	if s.st.o.StatsEvery < 0 {
+		return
+	}
+	t := time.NewTicker(s.st.o.StatsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.putStats()
+			return
+		case <-t.C:
+			s.putStats()
+		}
+	}
+}
+
+// Counters returns this process's request counters (granted, 429s by
+// type, refusals, time waited) per route and method.
+func (s *Shared) Counters() []CallStats { return s.e.met.counters() }
+
+// Acquire implements riot.Limiter.
+func (s *Shared) Acquire(ctx context.Context, c riot.Call) (riot.Permit, error) {
+	return s.e.acquire(ctx, c)
+}
+
+// Snapshot returns the state of every budget as this process sees it
+// (window counts are the key's global counts as last read from KV).
+func (s *Shared) Snapshot() []BucketState { return s.e.snapshot() }
+
+// Close stops the KV watcher and writes this process's counters a last
+// time. Permits already granted stay valid.
+func (s *Shared) Close() {
+	s.cancel()
+	<-s.done
+	<-s.statsDone
+}
+
+// RejectKey records that Riot rejected the key (401 or 403) here and in KV,
+// so that every replica's Acquire fails with riot.KindKeyRejected.
+func (s *Shared) RejectKey(status int) error {
+	s.e.mu.Lock()
+	first := s.e.rejectKey(status)
+	s.e.mu.Unlock()
+	if first {
+		s.e.met.keyRejected(status, "local")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.st.o.KVTimeout)
+	defer cancel()
+	_, err := s.st.kv.Put(ctx, s.st.o.KeyID+".rejected", []byte(strconv.Itoa(status)))
+	if err == nil {
+		go s.putStats()
+	}
+	return err
+}
+
+// KeyRejected reports whether any replica rejected the key, and the status.
+func (s *Shared) KeyRejected() (bool, int) {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.e.rejected != 0, s.e.rejected
+}
+
+func (s *Shared) watch(w jetstream.KeyWatcher) {
+	defer close(s.done)
+	defer func() { _ = w.Stop() }()
+	p := s.st.o.KeyID + "."
+	for ent := range w.Updates() {
+		if ent == nil {
+			continue
+		}
+		k := strings.TrimPrefix(ent.Key(), p)
+		// <route>.pause.app | <route>.pause.m.<method> | <route>.limits... | <route>.probe...
+		parts := strings.SplitN(k, ".", 3)
+		if ent.Operation() != jetstream.KeyValuePut {
+			// A released probe lock: whoever waited for it may probe now.
+			if len(parts) == 3 && parts[1] == "probe" {
+				s.e.mu.Lock()
+				r := s.e.route(parts[0])
+				for _, b := range append([]*bucket{r.app}, r.order...) {
+					if s.st.base(b, "probe") == ent.Key() {
+						b.probeWait = time.Time{}
+					}
+				}
+				s.e.dispatch(r, s.e.o.Now())
+				s.e.mu.Unlock()
+			}
+			continue
+		}
+		v := string(ent.Value())
+		s.e.mu.Lock()
+		now := s.e.o.Now()
+		if k == "rejected" {
+			if st, err := strconv.Atoi(v); err == nil && st != 0 {
+				if s.e.rejectKey(st) {
+					s.e.met.keyRejected(st, "shared")
+					s.e.o.Logger.Error("ratelimit: Riot API key rejected by another replica; refusing every call with it", "status", st, "key_id", s.st.o.KeyID)
+				}
+			}
+			s.e.mu.Unlock()
+			continue
+		}
+		// (a probe lock being taken needs nothing here)
+		if len(parts) == 3 && parts[1] != "probe" {
+			r := s.e.route(parts[0])
+			b := r.app
+			if m, ok := strings.CutPrefix(parts[2], "m."); ok {
+				b = nil
+				for _, x := range r.order {
+					if kvToken(x.method) == m {
+						b = x
+					}
+				}
+				if b == nil {
+					b = r.method(m)
+				}
+			}
+			switch parts[1] {
+			case "pause":
+				var pv pauseVal
+				if json.Unmarshal(ent.Value(), &pv) == nil {
+					s.e.pause(b, time.UnixMilli(pv.Until), pv.Type)
+				}
+			case "limits":
+				if ls := ParseLimits(v); len(ls) > 0 && FormatLimits(ls) != b.limits {
+					s.e.setLimits(b, ls, now)
+					s.e.dispatch(r, now)
+				}
+			}
+		}
+		s.e.mu.Unlock()
+	}
+}
+
+var badKeyChars = regexp.MustCompile(`[^-_=.a-zA-Z0-9]`)
+
+// kvToken makes a route or method ID safe inside a KV key.
+func kvToken(s string) string {
+	s = badKeyChars.ReplaceAllString(s, "_")
+	for strings.Contains(s, "..") {
+		s = strings.ReplaceAll(s, "..", "._")
+	}
+	s = strings.Trim(s, ".")
+	if s == "" {
+		return "_"
+	}
+	return s
+}
+
+func (st *kvStore) base(b *bucket, kind string) string {
+	k := st.o.KeyID + "." + kvToken(b.route) + "." + kind + "."
+	if b.method == "" {
+		return k + "app"
+	}
+	return k + "m." + kvToken(b.method)
+}
+
+type winVal struct {
+	Start   int64 `json:"s"` // window start, Unix ms
+	Limit   int   `json:"l"`
+	Granted int   `json:"g"` // tokens handed out (leased) in this window by all processes
+}
+
+type pauseVal struct {
+	Until int64  `json:"u"` // Unix ms
+	Type  string `json:"t"`
+}
+
+func (st *kvStore) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), st.o.KVTimeout)
+}
+
+// releaseProbe deletes b's probe lock in KV (asynchronously); the other
+// processes see the delete in their watch and may probe at once.
+func (st *kvStore) releaseProbe(b *bucket) {
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		st.deleteProbe(ctx, b)
+	}()
+}
+
+// deleteProbe deletes b's probe lock in KV.
+func (st *kvStore) deleteProbe(ctx context.Context, b *bucket) {
+	key := st.base(b, "probe")
+	if err := st.kv.Delete(ctx, key); err != nil {
+		st.e.o.Logger.Debug("ratelimit: release probe lock", "key", key, "err", err)
+	}
+}
+
+// shareLimits writes learned limits for the other processes (after pause,
+// if any: a 429 that taught them) and, if this process held the probe
+// lock, releases it. Called without e.mu.
+func (st *kvStore) shareLimits(b *bucket, canon string, probed bool, pause *pauseVal) {
+	key := st.base(b, "limits")
+	ctx, cancel := st.ctx()
+	defer cancel()
+	if pause != nil {
+		st.writePause(ctx, b, *pause)
+	}
+	if _, err := st.kv.Put(ctx, key, []byte(canon)); err != nil {
+		st.e.o.Logger.Warn("ratelimit: share limits", "key", key, "err", err)
+	}
+	if probed {
+		st.deleteProbe(ctx, b)
+	}
+}
+
+func (st *kvStore) putPause(b *bucket, until time.Time, typ string) {
+	pv := pauseVal{Until: until.UnixMilli(), Type: typ}
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		st.writePause(ctx, b, pv)
+	}()
+}
+
+// writePause writes b's pause to KV; failures are logged (the pause still
+// applies locally).
+func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
+	key := st.base(b, "pause")
+	v, _ := json.Marshal(pv)
+	if _, err := st.kv.Put(ctx, key, v); err != nil {
+		st.e.o.Logger.Warn("ratelimit: share pause", "key", key, "err", err)
+	}
+}
+
+// reconcile raises a window's global count in KV to c, a -Count header
+// above what KV knows (another user of the key, drift, or requests sent
+// before the limits were known). counted is the window start the request
+// was counted in (zero if none: then the current window is raised, or a
+// new one started at at, the request's grant time).
+func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
+	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+	length, limit, margin := w.length, w.limit, st.e.o.margin(w.length)
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		for range 10 {
+			now := st.e.o.Now()
+			ent, err := st.kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				if !counted.IsZero() {
+					return
+				}
+				v, _ := json.Marshal(winVal{Start: at.UnixMilli(), Limit: limit, Granted: c})
+				if _, err := st.kv.Create(ctx, key, v); errors.Is(err, jetstream.ErrKeyExists) {
+					continue
+				}
+				return
+			}
+			if err != nil {
+				return
+			}
+			var cur winVal
+			_ = json.Unmarshal(ent.Value(), &cur)
+			next := cur
+			switch {
+			case cur.Start == 0 || !now.Before(time.UnixMilli(cur.Start).Add(length+margin)):
+				if !counted.IsZero() {
+					return // that window is over
+				}
+				next = winVal{Start: at.UnixMilli(), Limit: limit, Granted: c}
+			case !counted.IsZero() && cur.Start != counted.UnixMilli():
+				return
+			case cur.Granted >= c:
+				return
+			default:
+				next.Granted = c
+			}
+			v, _ := json.Marshal(next)
+			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				return
+			}
+		}
+	}()
+}
+
+// moveStart moves a KV window that started at counted to at (later): the
+// -Count header said Riot's window began with a request granted at at.
+// The count is kept; a window already replaced is left alone.
+func (st *kvStore) moveStart(b *bucket, w *window, counted, at time.Time) {
+	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		for range 10 {
+			ent, err := st.kv.Get(ctx, key)
+			if err != nil {
+				return
+			}
+			var cur winVal
+			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start != counted.UnixMilli() || cur.Start >= at.UnixMilli() {
+				return
+			}
+			cur.Start = at.UnixMilli()
+			v, _ := json.Marshal(cur)
+			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				return
+			}
+		}
+	}()
+}
+
+type leaseJob struct {
+	w      *window
+	key    string
+	length time.Duration
+	limit  int
+	want   int
+	seedIn int
+	// seedCount is a -Count seen before the limits were known: the window
+	// is raised to at least this.
+	seedCount int
+	carry     int // requests in flight from the previous window, added once to the new one
+	// results
+	start  time.Time
+	got, g int
+	err    error
+}
+
+type probeVal struct {
+	Proc  string `json:"p"`
+	Until int64  `json:"u"` // Unix ms
+}
+
+// probeResult is what kvStore.probe found: the limits another process
+// shared, or the probe lock (held by us until until, or by another
+// process until until), or a KV error.
+type probeResult struct {
+	limits []Limit
+	held   bool
+	until  time.Time
+	err    error
+}
+
+// probe is the conservative start of a budget whose limits this process
+// does not know. If another process shared them (<kid>.<route>.limits.*) it
+// returns them; otherwise it takes the probe lock <kid>.<route>.probe.* for
+// ProbeTTL, or reports who holds it until when. Without the lock, N
+// processes starting together would each send a first request that no KV
+// window counts (up to N−1 over the limit in the first window).
+func (st *kvStore) probe(b *bucket) probeResult {
+	ctx, cancel := st.ctx()
+	defer cancel()
+	ent, err := st.kv.Get(ctx, st.base(b, "limits"))
+	if err == nil {
+		if ls := ParseLimits(string(ent.Value())); len(ls) > 0 {
+			return probeResult{limits: ls}
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return probeResult{err: err}
+	}
+	key := st.base(b, "probe")
+	for range 10 {
+		now := st.e.o.Now()
+		until := time.UnixMilli(now.Add(st.o.ProbeTTL).UnixMilli())
+		v, _ := json.Marshal(probeVal{Proc: st.o.ProcID, Until: until.UnixMilli()})
+		ent, err := st.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			_, err = st.kv.Create(ctx, key, v)
+			if err == nil {
+				return probeResult{held: true, until: until}
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return probeResult{err: err}
+		}
+		if err != nil {
+			return probeResult{err: err}
+		}
+		var cur probeVal
+		if json.Unmarshal(ent.Value(), &cur) == nil && cur.Proc != st.o.ProcID && now.Before(time.UnixMilli(cur.Until)) {
+			return probeResult{until: time.UnixMilli(cur.Until)}
+		}
+		// Ours, expired (its holder died or never got an answer) or garbage.
+		_, err = st.kv.Update(ctx, key, v, ent.Revision())
+		if err == nil {
+			return probeResult{held: true, until: until}
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return probeResult{err: err}
+		}
+	}
+	return probeResult{err: errors.New("ratelimit: probe lock: too much CAS contention")}
+}
+
+// startProbe runs probe for b and applies its result. It runs in its own
+// goroutine; b.fetching is set and e.mu is not held.
+func (st *kvStore) startProbe(r *route, b *bucket) {
+	e := st.e
+	res := st.probe(b)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.o.Now()
+	switch {
+	case b.limits != "": // learned meanwhile (watch or own answer)
+	case len(res.limits) > 0:
+		e.setLimits(b, res.limits, now)
+	case res.err != nil:
+		// KV unreachable: probe on our own, as a lone process would.
+		e.o.Logger.Warn("ratelimit: kv unreachable, probing unknown limits alone", "route", b.route, "bucket", b.name(), "err", res.err)
+		b.probeUntil = now.Add(st.o.ProbeTTL)
+	case res.held:
+		b.probeUntil = res.until
+	default:
+		b.probeWait = res.until
+	}
+	b.fetching = false
+	e.dispatch(r, now)
+}
+
+// lease fetches tokens from KV for every window of b that needs them, then
+// dispatches r. It runs in its own goroutine; b.fetching is set. While b's
+// limits are unknown it takes the probe lock instead (startProbe). When b
+// has limits to share, it writes them after the windows are seeded.
+func (st *kvStore) lease(r *route, b *bucket) {
+	e := st.e
+	e.mu.Lock()
+	if b.limits == "" {
+		e.mu.Unlock()
+		st.startProbe(r, b)
+		return
+	}
+	share, probed := b.share, !b.probeUntil.IsZero()
+	b.share = ""
+	var pause *pauseVal
+	if share != "" {
+		b.probeUntil, b.probeWait = time.Time{}, time.Time{}
+		if now := e.o.Now(); now.Before(b.pausedUntil) {
+			// The answer that taught the limits may have been a 429: its
+			// pause must be in KV before the limits wake the others.
+			pause = &pauseVal{Until: b.pausedUntil.UnixMilli(), Type: b.pauseType}
+		}
+	}
+	demand := b.hi.Len() + b.lo.Len()
+	if b == r.app {
+		demand = 0
+		for _, m := range r.order {
+			demand += m.hi.Len() + m.lo.Len()
+		}
+	}
+	want := min(max(demand, 1), st.o.MaxLease)
+	var jobs []*leaseJob
+	for _, w := range b.windows {
+		if w.fb || (!w.start.IsZero() && (w.leased > 0 || w.count >= w.limit)) {
+			continue
+		}
+		carry := 0
+		if w.start.IsZero() {
+			// The window rolled: this process's requests still in flight
+			// may land in Riot's next window, so they count in the new one
+			// (see engine.check). seedIn already holds the pre-limit ones.
+			carry = max(0, b.inflight-w.seedIn)
+		}
+		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
+			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry})
+	}
+	e.mu.Unlock()
+
+	for _, j := range jobs {
+		j.start, j.got, j.g, j.err = st.leaseOne(j)
+	}
+	if share != "" {
+		st.shareLimits(b, share, probed, pause)
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.o.Now()
+	for _, j := range jobs {
+		w := j.w
+		if j.err != nil {
+			e.o.Logger.Warn("ratelimit: kv unreachable, using a local share", "route", b.route, "bucket", b.name(), "err", j.err)
+			w.fb, w.start, w.count = true, now, 0
+			w.leased = max(1, int(float64(w.limit)*st.o.FallbackShare))
+			continue
+		}
+		if w.seedIn == j.seedIn {
+			w.seedIn = 0
+		}
+		if w.seedCount == j.seedCount {
+			w.seedCount = 0
+		}
+		if !w.start.Equal(j.start) {
+			w.start, w.leased = j.start, 0
+		}
+		w.leased += j.got
+		w.count = max(w.count, j.g)
+	}
+	b.fetching = false
+	if b.share != "" {
+		e.fetch(r, b) // learned while this lease ran
+	}
+	e.dispatch(r, now)
+}
+
+// leaseOne takes up to j.want tokens from one window in KV with CAS,
+// starting a new window when the stored one has ended. It returns the
+// window's start, the tokens taken and the window's global granted count.
+func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, error) {
+	ctx, cancel := st.ctx()
+	defer cancel()
+	margin := st.e.o.margin(j.length)
+	for range 50 {
+		now := st.e.o.Now()
+		size := func(rem int) int { return max(0, min(j.want, rem, max(1, rem/st.o.LeaseDivisor))) }
+		ent, err := st.kv.Get(ctx, j.key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			g0 := max(j.seedIn+j.carry, j.seedCount)
+			k := size(j.limit - g0)
+			v, _ := json.Marshal(winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k})
+			_, err := st.kv.Create(ctx, j.key, v)
+			if err == nil {
+				return time.UnixMilli(now.UnixMilli()), k, g0 + k, nil
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return time.Time{}, 0, 0, err
+		}
+		if err != nil {
+			return time.Time{}, 0, 0, err
+		}
+		var cur winVal
+		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
+			cur = winVal{} // garbage: start a new window
+		}
+		start := time.UnixMilli(cur.Start)
+		var next winVal
+		var k int
+		if cur.Start == 0 || !now.Before(start.Add(j.length+margin)) {
+			g0 := max(j.seedIn+j.carry, j.seedCount)
+			k = size(j.limit - g0)
+			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k}
+		} else {
+			raised := max(cur.Granted+j.seedIn+j.carry, j.seedCount)
+			k = size(j.limit - raised)
+			if k == 0 && raised == cur.Granted {
+				return start, 0, cur.Granted, nil // spent: nothing to write
+			}
+			// Written even with no token left: the seeds must reach KV.
+			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k}
+		}
+		v, _ := json.Marshal(next)
+		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
+		if err == nil {
+			return time.UnixMilli(next.Start), k, next.Granted, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return time.Time{}, 0, 0, err
+		}
+	}
+	return time.Time{}, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
+}

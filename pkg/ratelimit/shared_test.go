@@ -1,0 +1,338 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+func TestSharedInstancesStayUnderLimit(t *testing.T) {
+	newJS := startNATS(t)
+	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
+	var lims []riot.Limiter
+	for range 3 {
+		// 50 ms margin: see TestLocalUsesBudgetWithout429.
+		lims = append(lims, newShared(t, newJS(), SharedOptions{Options: Options{MinMargin: 50 * time.Millisecond}}))
+	}
+	// Each instance learns the limits with one call, in turn, before the
+	// load: this test is about sharing under load (a simultaneous cold
+	// start is TestSharedColdStartOneProbe).
+	for _, lim := range lims {
+		if _, err := call(t.Context(), lim, srv.URL, getMatch, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hammer(t, lims, srv.URL, getMatch, 8, 3500*time.Millisecond, 1)
+	ok, tm, span := f.stats()
+	u := utilisation(ok, span, Limit{20, time.Second})
+	t.Logf("3 instances: ok=%d span=%v 429s=%v utilisation of 20:1 = %.3f", ok, span, tm, u)
+	if len(tm) != 0 {
+		t.Errorf("429s: %v, want none; %q", tm, f.log)
+	}
+	if u < 0.9 {
+		t.Errorf("utilisation = %.3f, want ≥ 0.9", u)
+	}
+}
+
+func TestSharedPausePropagates(t *testing.T) {
+	newJS := startNATS(t)
+	f, srv := newFakeRiot(t, "100:1", map[string]string{"": "100:1"})
+	a := newShared(t, newJS(), SharedOptions{Options: Options{RetryAfterMargin: 100 * time.Millisecond, BackoffStart: 400 * time.Millisecond}})
+	b := newShared(t, newJS(), SharedOptions{})
+	other := riot.Call{Route: "asia", Method: "match-v5.getMatchIdsByPUUID"}
+	ctx := context.Background()
+	for _, l := range []riot.Limiter{a, b} {
+		for _, c := range []riot.Call{getMatch, other} {
+			if _, err := call(ctx, l, srv.URL, c, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		typ, ra     string
+		otherPaused bool
+	}{{"method", "1", false}, {"application", "1", true}, {"service", "", false}} {
+		f.force(getMatch.Method, tc.typ, tc.ra)
+		if st, _ := call(ctx, a, srv.URL, getMatch, 1); st != 429 {
+			t.Fatalf("forced %s: status %d", tc.typ, st)
+		}
+		// b never saw the 429; it must learn the pause from KV.
+		var err error
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			var p riot.Permit
+			p, err = b.Acquire(sctx, getMatch)
+			cancel()
+			if err != nil {
+				break
+			}
+			p.Cancel()
+			time.Sleep(5 * time.Millisecond)
+		}
+		var re *riot.Error
+		if !errors.As(err, &re) || re.Kind != riot.KindRateLimited || re.RetryAt.Before(time.Now().Add(200*time.Millisecond)) {
+			t.Fatalf("%s 429 on a: b.Acquire = %v, want KindRateLimited with a RetryAt in the future", tc.typ, err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err = b.Acquire(sctx, other)
+		cancel()
+		if isRateLimited(err) != tc.otherPaused {
+			t.Errorf("%s 429: other method paused on b = %v, want %v (%v)", tc.typ, isRateLimited(err), tc.otherPaused, err)
+		}
+		// wait the pause out on b
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		p, err := b.Acquire(wctx, getMatch)
+		cancel()
+		if err != nil {
+			t.Fatalf("after the %s pause: %v", tc.typ, err)
+		}
+		p.Cancel()
+	}
+}
+
+func TestSharedRejectKey(t *testing.T) {
+	newJS := startNATS(t)
+	a := newShared(t, newJS(), SharedOptions{})
+	b := newShared(t, newJS(), SharedOptions{})
+	other := newShared(t, newJS(), SharedOptions{KeyID: "anotherkey"})
+	if err := a.RejectKey(403); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ok, _ := b.KeyRejected(); !ok && time.Now().Before(deadline); ok, _ = b.KeyRejected() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ok, st := b.KeyRejected(); !ok || st != 403 {
+		t.Fatalf("b.KeyRejected = %v, %d; want true, 403", ok, st)
+	}
+	var re *riot.Error
+	if _, err := b.Acquire(context.Background(), getMatch); !errors.As(err, &re) || re.Kind != riot.KindKeyRejected {
+		t.Fatalf("b.Acquire after reject: %v", err)
+	}
+	if ok, _ := other.KeyRejected(); ok {
+		t.Error("a different key must not be rejected")
+	}
+}
+
+// TestSharedCrashedLeaseReturns: instance a leases tokens and dies without
+// using them; b gets only the rest of that window, and the whole budget
+// in the next one.
+func TestSharedCrashedLeaseReturns(t *testing.T) {
+	newJS := startNATS(t)
+	o := SharedOptions{MaxLease: 30, LeaseDivisor: 1, Options: Options{MaxWait: 500 * time.Millisecond}}
+	a := newShared(t, newJS(), o)
+	b := newShared(t, newJS(), o)
+	h := http.Header{}
+	h.Set("X-App-Rate-Limit", "40:2")
+	h.Set("X-App-Rate-Limit-Count", "1:2")
+	h.Set("X-Method-Rate-Limit", "1000:2")
+	h.Set("X-Method-Rate-Limit-Count", "1:2")
+	ctx := context.Background()
+	p, err := a.Acquire(ctx, getMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(200, h)
+	// 20 concurrent waiters on a: it leases a batch, then gives the
+	// permits back to its own lease (as if never sent) and crashes.
+	perms := make(chan riot.Permit, 20)
+	for range 20 {
+		go func() {
+			p, err := a.Acquire(context.Background(), getMatch)
+			if err != nil {
+				t.Error(err)
+			}
+			perms <- p
+		}()
+	}
+	var held []riot.Permit
+	for range 20 {
+		held = append(held, <-perms)
+	}
+	for _, p := range held {
+		p.Cancel()
+	}
+	a.Close()
+	ent, err := a.st.kv.Get(ctx, "k0123abcd.asia.win.app.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wv winVal
+	if err := json.Unmarshal(ent.Value(), &wv); err != nil {
+		t.Fatal(err)
+	}
+	leased := wv.Granted
+	if leased < 21 || leased > 40 {
+		t.Fatalf("KV granted after a's leases = %d, want 21..40", leased)
+	}
+	// wait for b to learn the limits through KV
+	for d := time.Now().Add(2 * time.Second); time.Now().Before(d); time.Sleep(5 * time.Millisecond) {
+		if s := b.Snapshot(); len(s) > 0 && len(s[0].Windows) == 1 {
+			break
+		}
+	}
+	got := 0
+	for {
+		p, err := b.Acquire(ctx, getMatch)
+		if err != nil {
+			if !isRateLimited(err) {
+				t.Fatal(err)
+			}
+			break
+		}
+		got++
+		p.Done(200, nil)
+	}
+	if got != 40-leased {
+		t.Errorf("b got %d in a's window, want the %d a had not leased", got, 40-leased)
+	}
+	// next window: the crashed lease is gone, b may use all 40.
+	time.Sleep(2200 * time.Millisecond)
+	got = 0
+	for {
+		p, err := b.Acquire(ctx, getMatch)
+		if err != nil {
+			break
+		}
+		got++
+		p.Done(200, nil)
+	}
+	if got != 40 {
+		t.Errorf("b got %d in the next window, want 40", got)
+	}
+}
+
+// TestSharedColdStartOneProbe starts several processes at once on a key
+// whose limits none of them knows. Without the probe lock each sent its own
+// first request, and when those answers were slow the first process to
+// learn the limits leased the KV window in full: Riot's window got up to
+// N−1 requests over its limit. Now one request goes out before the limits
+// are known, and it is counted in KV before anyone leases. Here every
+// process's first answer is held for 300 ms (a slow first response).
+func TestSharedColdStartOneProbe(t *testing.T) {
+	newJS := startNATS(t)
+	f, srv := newFakeRiot(t, "12:2,600:60", map[string]string{"": "1000:2"})
+	const procs, rounds = 4, 3
+	for round := range rounds {
+		// A fresh key and route each round: a cold start every time.
+		kid := "cold" + strconv.Itoa(round)
+		c := riot.Call{Route: "r" + strconv.Itoa(round), Method: getMatch.Method}
+		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range procs {
+			lim := newShared(t, newJS(), SharedOptions{KeyID: kid, ProcID: "p" + strconv.Itoa(i),
+				Options: Options{MinMargin: 50 * time.Millisecond}})
+			var first sync.Once
+			for range 4 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						p, err := lim.Acquire(ctx, c)
+						if err != nil {
+							continue // rate-limit refusals and the end of the round
+						}
+						resp, err := testClient.Get(srv.URL + "/" + c.Route + "/" + c.Method)
+						if err != nil {
+							p.Done(0, nil)
+							continue
+						}
+						resp.Body.Close()
+						first.Do(func() {
+							if i > 0 {
+								time.Sleep(300 * time.Millisecond)
+							}
+						})
+						p.Done(resp.StatusCode, resp.Header)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		cancel()
+	}
+	ok, tm, _ := f.stats()
+	t.Logf("%d rounds of %d processes: ok=%d 429s=%v", rounds, procs, ok, tm)
+	if len(tm) != 0 {
+		t.Errorf("429s at a simultaneous cold start: %v; %q", tm, f.log)
+	}
+	if ok != rounds*12 {
+		t.Errorf("accepted %d requests, want the whole first window of every round (%d)", ok, rounds*12)
+	}
+}
+
+// TestSharedIdleProbeReleased: a process holding the probe lock whose probe
+// got no answer and that has nothing else to send releases the lock, so a
+// process waiting for it probes at once instead of after ProbeTTL.
+func TestSharedIdleProbeReleased(t *testing.T) {
+	newJS := startNATS(t)
+	o := SharedOptions{KeyID: "idle", ProbeTTL: time.Minute}
+	o.ProcID = "a"
+	a := newShared(t, newJS(), o)
+	o.ProcID = "b"
+	b := newShared(t, newJS(), o)
+	pa, err := a.Acquire(t.Context(), getMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		p, err := b.Acquire(ctx, getMatch)
+		if err == nil {
+			p.Cancel()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("b was granted while a held the probe lock (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	pa.Done(0, nil) // a's probe got no answer and a has no other caller
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("b: %v", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("b waited %v after the lock was released", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b still waiting 10 s after a released the probe lock (ProbeTTL is 1 min)")
+	}
+}
+
+// TestSharedColdStartOnSpentBudget: another user of the key has used 4 of
+// the window's 5. The one probe is answered 200 with -Count 5 of 5; that
+// count goes into the KV window before the limits wake the other
+// processes, so none of them leases the spent budget. (Before, KV counted
+// only the probe, 1 of 5, and the others' 4 requests got 429s.)
+func TestSharedColdStartOnSpentBudget(t *testing.T) {
+	newJS := startNATS(t)
+	f, srv := newFakeRiot(t, "5:30", map[string]string{"": "1000:30"})
+	for range 4 { // the other user
+		resp, err := testClient.Get(srv.URL + "/" + getMatch.Route + "/other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	var lims []riot.Limiter
+	for i := range 3 {
+		lims = append(lims, newShared(t, newJS(), SharedOptions{KeyID: "spent", ProcID: "p" + strconv.Itoa(i)}))
+	}
+	hammer(t, lims, srv.URL, getMatch, 4, 1500*time.Millisecond, 1)
+	ok, tm, _ := f.stats()
+	if ok != 5 || len(tm) != 0 {
+		t.Errorf("accepted %d (want 5: the other user's 4 and the probe), 429s %v (want none); %q", ok, tm, f.log)
+	}
+}

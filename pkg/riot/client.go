@@ -1,0 +1,740 @@
+package riot
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// DefaultBaseURL is Riot's host template; {route} is a platform or region.
+const DefaultBaseURL = "https://{route}.api.riotgames.com"
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultMaxBodyBytes    = 16 << 20
+	DefaultMaxRetries      = 2
+	DefaultBreakerTimeout  = 30 * time.Second
+	DefaultBreakerFailures = 5
+	DefaultServerRetryBase = time.Second
+	// RetryAfterMargin is added to a 429's Retry-After (as Riven and Camille do).
+	RetryAfterMargin = 500 * time.Millisecond
+	// rateLimitBackoffBase is the first wait after a 429 without a usable
+	// Retry-After (old Riot rate-limit doc: "back off … e.g., 1 second").
+	rateLimitBackoffBase = time.Second
+	rateLimitBackoffMax  = time.Minute
+	errorBodyMax         = 4 << 10
+)
+
+// Config configures a Client. Only APIKey and Limiter are required.
+type Config struct {
+	// APIKey is sent in the X-Riot-Token header and nowhere else. Required.
+	APIKey string
+	// BaseURL is a URL template containing {route}, replaced by the routing
+	// value ("na1", "europe"). Default DefaultBaseURL. A path prefix works
+	// too, e.g. "http://127.0.0.1:8080/{route}" for a local simulator.
+	BaseURL string
+	// Timeout bounds one HTTP attempt including reading the body
+	// (RIOT_HTTP_TIMEOUT_MS). Default 10s.
+	Timeout time.Duration
+	// Limiter admits every request. Required.
+	Limiter Limiter
+	// HTTPClient sends requests; default a client with no timeout of its own
+	// (Timeout applies per attempt). Its Transport must not add
+	// Accept-Encoding handling of its own; the client decodes gzip itself.
+	HTTPClient *http.Client
+	// Logger receives the one error log when the key is rejected. Default slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes caps a decoded 2xx body; a larger one is KindDecode. Default 16 MiB.
+	MaxBodyBytes int64
+
+	// MaxRetries is how many times a 429 is retried in-process, and only when
+	// the Retry-After fits before ctx's deadline. 0 means the default (2);
+	// negative disables.
+	MaxRetries int
+	// ServerRetries is how many times an interactive call (not
+	// WithBackground) is retried in-process after a 5xx or a transport
+	// error, waiting ServerRetryBase·2ⁿ and only if that fits before ctx's
+	// deadline. Default 0: callers own the retry schedule. Background calls
+	// are never retried on 5xx.
+	ServerRetries int
+	// ServerRetryBase is the first backoff of ServerRetries. Default 1s.
+	ServerRetryBase time.Duration
+
+	// BreakerTimeout is how long a route's breaker stays open before letting
+	// a probe through (half-open). Default 30s.
+	BreakerTimeout time.Duration
+	// BreakerFailures is the number of consecutive 5xx/transport failures on
+	// one route that opens its breaker. Default 5.
+	BreakerFailures int
+	// BreakerHalfOpenRequests is how many probes a half-open breaker lets
+	// through; that many successes close it. Default 1.
+	BreakerHalfOpenRequests int
+
+	// OnKeyRejected is called once, from the request's goroutine, the first
+	// time Riot answers 401 or 403 (not when RejectKey is called). Optional;
+	// used to share the rejection with other processes.
+	OnKeyRejected func(status int)
+	// Now is the clock for a 429's RetryAt, retry deadlines and KeyRejected
+	// times. Default time.Now. (Breakers use the wall clock: gobreaker's own.)
+	Now func() time.Time
+	// Sleep waits d or until ctx ends (then it returns ctx.Err()); used
+	// before in-process retries. Default a timer. Tests replace it.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Client calls the Riot API. It is safe for concurrent use. Every call goes
+// through Config.Limiter, then the routing host's circuit breaker, then HTTP.
+// Every error it returns is an *Error.
+type Client struct {
+	apiKey  string
+	base    string
+	timeout time.Duration
+	lim     Limiter
+	hc      *http.Client
+	log     *slog.Logger
+	maxBody int64
+
+	maxRetries    int
+	serverRetries int
+	serverBase    time.Duration
+
+	brTimeout  time.Duration
+	brFailures int
+	brHalfOpen int
+
+	onKeyRejected func(int)
+	now           func() time.Time
+	sleep         func(context.Context, time.Duration) error
+
+	mu       sync.Mutex
+	breakers map[string]*routeBreaker
+	key      keyState
+
+	tracer  trace.Tracer
+	metrics clientMetrics
+}
+
+type keyState struct {
+	rejected bool
+	status   int
+	at       time.Time
+}
+
+type routeBreaker struct {
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	mu       sync.Mutex
+	openedAt time.Time
+}
+
+type clientMetrics struct {
+	requests    metric.Int64Counter
+	duration    metric.Float64Histogram
+	keyRejected metric.Int64Counter
+	breaker     metric.Int64Counter
+	retries     metric.Int64Counter
+}
+
+// New validates cfg and returns a Client. It fails when APIKey is empty,
+// Limiter is nil, or BaseURL is not an http(s) URL template with {route}.
+func New(cfg Config) (*Client, error) {
+	if strings.TrimSpace(cfg.APIKey) == "" {
+		return nil, errors.New("riot: APIKey is required")
+	}
+	if cfg.Limiter == nil {
+		return nil, errors.New("riot: Limiter is required")
+	}
+	base := cfg.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	base = strings.TrimRight(base, "/")
+	if err := validateBaseURL(base); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		apiKey:        cfg.APIKey,
+		base:          base,
+		timeout:       orDefault(cfg.Timeout, DefaultTimeout),
+		lim:           cfg.Limiter,
+		hc:            cfg.HTTPClient,
+		log:           cfg.Logger,
+		maxBody:       cfg.MaxBodyBytes,
+		maxRetries:    cfg.MaxRetries,
+		serverRetries: max(cfg.ServerRetries, 0),
+		serverBase:    orDefault(cfg.ServerRetryBase, DefaultServerRetryBase),
+		brTimeout:     orDefault(cfg.BreakerTimeout, DefaultBreakerTimeout),
+		brFailures:    cfg.BreakerFailures,
+		brHalfOpen:    cfg.BreakerHalfOpenRequests,
+		onKeyRejected: cfg.OnKeyRejected,
+		now:           cfg.Now,
+		sleep:         cfg.Sleep,
+		breakers:      map[string]*routeBreaker{},
+		tracer:        otel.Tracer("riftflow/riot"),
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.maxBody <= 0 {
+		c.maxBody = DefaultMaxBodyBytes
+	}
+	switch {
+	case c.maxRetries == 0:
+		c.maxRetries = DefaultMaxRetries
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	}
+	if c.brFailures <= 0 {
+		c.brFailures = DefaultBreakerFailures
+	}
+	if c.brHalfOpen <= 0 {
+		c.brHalfOpen = 1
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.sleep == nil {
+		c.sleep = sleepCtx
+	}
+	if err := c.initMetrics(); err != nil {
+		return nil, fmt.Errorf("riot: metrics: %w", err)
+	}
+	return c, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func validateBaseURL(base string) error {
+	if !strings.Contains(base, "{route}") {
+		return fmt.Errorf("riot: BaseURL %q has no {route}", base)
+	}
+	u, err := url.Parse(strings.ReplaceAll(base, "{route}", "na1"))
+	if err != nil {
+		return fmt.Errorf("riot: BaseURL %q: %w", base, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("riot: BaseURL %q: scheme must be http or https", base)
+	}
+	if u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("riot: BaseURL %q: want scheme://host[/prefix] without query, fragment or credentials", base)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) initMetrics() error {
+	m := otel.Meter("riftflow/riot")
+	var err, e error
+	c.metrics.requests, e = m.Int64Counter("riot.client.requests",
+		metric.WithDescription("Riot API HTTP attempts by route, method and outcome (status code or error kind)."))
+	err = errors.Join(err, e)
+	c.metrics.duration, e = m.Float64Histogram("riot.client.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one Riot API HTTP attempt, body included."))
+	err = errors.Join(err, e)
+	c.metrics.keyRejected, e = m.Int64Counter("riot.client.key_rejected",
+		metric.WithDescription("Times the API key was marked rejected (401/403 or RejectKey)."))
+	err = errors.Join(err, e)
+	c.metrics.breaker, e = m.Int64Counter("riot.client.breaker.transitions",
+		metric.WithDescription("Circuit breaker state changes by route and new state."))
+	err = errors.Join(err, e)
+	c.metrics.retries, e = m.Int64Counter("riot.client.retries",
+		metric.WithDescription("In-process retries by route, method and error kind."))
+	return errors.Join(err, e)
+}
+
+// ---- priority ----
+
+type backgroundKey struct{}
+
+// WithBackground returns a context whose Riot calls are background work
+// (Call.Background = true): backfills and scheduled syncs that the limiter
+// serves after interactive calls, and that the client never retries on 5xx
+// in-process. Calls are interactive unless their context went through
+// WithBackground.
+func WithBackground(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+// IsBackground reports whether ctx was marked by WithBackground.
+func IsBackground(ctx context.Context) bool {
+	b, _ := ctx.Value(backgroundKey{}).(bool)
+	return b
+}
+
+// ---- key guard ----
+
+// KeyRejected reports whether the API key was rejected (Riot answered 401 or
+// 403, or RejectKey was called), with that status and when it happened. Once
+// rejected, every call fails at once with KindKeyRejected and sends nothing.
+func (c *Client) KeyRejected() (rejected bool, status int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.key.rejected, c.key.status, c.key.at
+}
+
+// RejectKey marks the key rejected with the given status (401 or 403) as if
+// Riot had answered it, e.g. when another process shared its rejection.
+// It does not call Config.OnKeyRejected. Repeated calls keep the first status.
+func (c *Client) RejectKey(status int) {
+	c.rejectKey(status, false)
+}
+
+func (c *Client) rejectKey(status int, observed bool) {
+	c.mu.Lock()
+	if c.key.rejected {
+		c.mu.Unlock()
+		return
+	}
+	c.key = keyState{rejected: true, status: status, at: c.now()}
+	c.mu.Unlock()
+
+	c.log.Error("riot API key rejected; refusing every further call until restarted with a valid key",
+		"status", status, "observed", observed)
+	c.metrics.keyRejected.Add(context.Background(), 1,
+		metric.WithAttributes(attribute.Int("status", status), attribute.Bool("observed", observed)))
+	if observed && c.onKeyRejected != nil {
+		c.onKeyRejected(status)
+	}
+}
+
+func (c *Client) keyError(op, route string) *Error {
+	rejected, status, at := c.KeyRejected()
+	if !rejected {
+		return nil
+	}
+	return &Error{Kind: KindKeyRejected, Op: op, Route: route, Status: status,
+		Msg: "API key rejected at " + at.UTC().Format(time.RFC3339) + "; call refused"}
+}
+
+// ---- breaker ----
+
+// errBreakerExcluded and errBreakerFailure tell the breaker how to count an
+// attempt; the breaker never sees the caller's errors.
+var (
+	errBreakerExcluded = errors.New("excluded")
+	errBreakerFailure  = errors.New("failure")
+)
+
+func (c *Client) breaker(route string) *routeBreaker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.breakers[route]; ok {
+		return b
+	}
+	b := &routeBreaker{}
+	failures := uint32(c.brFailures)
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        route,
+		MaxRequests: uint32(c.brHalfOpen),
+		Timeout:     c.brTimeout,
+		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= failures },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerExcluded) },
+		OnStateChange: func(name string, _, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				b.mu.Lock()
+				b.openedAt = time.Now() // gobreaker's own clock
+				b.mu.Unlock()
+			}
+			c.metrics.breaker.Add(context.Background(), 1, metric.WithAttributes(
+				attribute.String("route", name), attribute.String("state", to.String())))
+		},
+	})
+	c.breakers[route] = b
+	return b
+}
+
+// BreakerState returns the state of route's breaker ("closed", "half-open",
+// "open"); "closed" for a route never called.
+func (c *Client) BreakerState(route string) string {
+	c.mu.Lock()
+	b, ok := c.breakers[route]
+	c.mu.Unlock()
+	if !ok {
+		return gobreaker.StateClosed.String()
+	}
+	return b.cb.State().String()
+}
+
+// breakerOutcome maps a call's result to what the breaker should count:
+// 5xx and transport failures trip it; success, 404, 429, other 4xx, decode
+// errors and the caller's own cancellation do not.
+func breakerOutcome(err *Error, callerDone bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case callerDone:
+		return errBreakerExcluded
+	case err.Kind == KindServer || err.Kind == KindTransport:
+		return errBreakerFailure
+	case err.Kind == KindRateLimited:
+		return errBreakerExcluded
+	}
+	return nil
+}
+
+// ---- request ----
+
+// request describes one endpoint call. path holds escaped segments.
+type request struct {
+	route    string
+	method   string // method ID, e.g. "match-v5.getMatch"
+	template string // path template for traces, e.g. "/lol/match/v5/matches/{matchId}"
+	path     string
+	query    url.Values
+}
+
+// get performs req with limiting, breaking, retries and tracing, returning
+// the decoded 2xx body.
+func (c *Client) get(ctx context.Context, req request) (body []byte, err error) {
+	bg := IsBackground(ctx)
+	ctx, span := c.tracer.Start(ctx, "riot "+req.method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("riot.route", req.route),
+			attribute.String("riot.method", req.method),
+			attribute.String("url.template", req.template),
+			attribute.Bool("riot.background", bg),
+		))
+	var (
+		status  int
+		waited  time.Duration
+		retries int
+	)
+	defer func() {
+		span.SetAttributes(
+			attribute.Int("http.response.status_code", status),
+			attribute.Int64("riot.ratelimit.wait_ms", waited.Milliseconds()),
+			attribute.Int("riot.retries", retries),
+		)
+		if err != nil {
+			var re *Error
+			if errors.As(err, &re) {
+				span.SetAttributes(attribute.String("riot.error.kind", re.Kind.String()))
+			}
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+
+	rlBackoff := rateLimitBackoffBase
+	for attempt := 0; ; attempt++ {
+		var w time.Duration
+		body, status, w, err = c.attempt(ctx, req, bg, rlBackoff)
+		waited += w
+		if err == nil {
+			return body, nil
+		}
+		e := err.(*Error)
+		var wait time.Duration
+		switch {
+		case e.Kind == KindRateLimited && e.Status == http.StatusTooManyRequests && retries < c.maxRetries:
+			// Only Riot's 429s: a limiter refusal means "reschedule", not "wait here".
+			wait = max(e.RetryAt.Sub(c.now()), 0)
+			rlBackoff = min(2*rlBackoff, rateLimitBackoffMax)
+		case (e.Kind == KindServer || e.Kind == KindTransport) && !bg && ctx.Err() == nil &&
+			retries < c.serverRetries:
+			wait = c.serverBase << retries
+		default:
+			return nil, err
+		}
+		if d, ok := ctx.Deadline(); ok && c.now().Add(wait).After(d) {
+			return nil, err
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return nil, err
+		}
+		waited += wait
+		retries++
+		c.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
+			attribute.String("method", req.method), attribute.String("kind", e.Kind.String())))
+	}
+}
+
+// attempt makes one request: key check, breaker, limiter, HTTP. It returns
+// the 2xx body, the HTTP status (0 if none), the time spent in the limiter
+// and an *Error. rlBackoff is the wait used for a 429 without Retry-After.
+func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff time.Duration) ([]byte, int, time.Duration, error) {
+	if err := c.keyError(req.method, req.route); err != nil {
+		return nil, 0, 0, err
+	}
+	br := c.breaker(req.route)
+	done, berr := br.cb.Allow()
+	if berr != nil {
+		br.mu.Lock()
+		retryAt := br.openedAt.Add(c.brTimeout)
+		br.mu.Unlock()
+		if errors.Is(berr, gobreaker.ErrTooManyRequests) || retryAt.Before(c.now()) {
+			// Half-open with its probe in flight: try again shortly.
+			retryAt = c.now().Add(min(c.brTimeout, time.Second))
+		}
+		return nil, 0, 0, &Error{Kind: KindBreakerOpen, Op: req.method, Route: req.route,
+			RetryAt: retryAt, Msg: "circuit breaker " + br.cb.State().String(), Err: berr}
+	}
+
+	start := c.now()
+	permit, err := c.lim.Acquire(ctx, Call{Route: req.route, Method: req.method, Background: bg})
+	waited := c.now().Sub(start)
+	if err != nil {
+		done(errBreakerExcluded)
+		var re *Error
+		if errors.As(err, &re) {
+			if re.Op == "" {
+				re.Op = req.method
+			}
+			if re.Route == "" {
+				re.Route = req.route
+			}
+			return nil, 0, waited, re
+		}
+		return nil, 0, waited, &Error{Kind: KindTransport, Op: req.method, Route: req.route,
+			Msg: "waiting for rate limiter", Err: err}
+	}
+	// The key may have been rejected while this call waited.
+	if kerr := c.keyError(req.method, req.route); kerr != nil {
+		permit.Cancel()
+		done(errBreakerExcluded)
+		return nil, 0, waited, kerr
+	}
+
+	body, status, h, rerr := c.roundTrip(ctx, req)
+	// When headers arrived but the body failed (truncated gzip), Riot did
+	// answer and count the call: the limiter gets that status and headers.
+	permit.Done(status, h)
+	callerDone := rerr != nil && ctx.Err() != nil
+	if rerr == nil && (status < 200 || status > 299) {
+		rerr = c.statusError(req, status, h, body, rlBackoff)
+	}
+	done(breakerOutcome(rerr, callerDone))
+	outcome := strconv.Itoa(status)
+	if rerr != nil && status == 0 {
+		outcome = rerr.Kind.String()
+	}
+	c.metrics.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
+		attribute.String("method", req.method), attribute.String("outcome", outcome)))
+	if rerr != nil {
+		if rerr.Kind == KindKeyRejected {
+			c.rejectKey(status, true)
+		}
+		return nil, status, waited, rerr
+	}
+	return body, status, waited, nil
+}
+
+// roundTrip sends the GET and reads the body (decoded from gzip, capped).
+// A non-nil *Error is a transport or size failure; the status and headers
+// are those of the response if one arrived.
+func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.Header, *Error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	u := strings.ReplaceAll(c.base, "{route}", req.route) + req.path
+	if len(req.query) > 0 {
+		u += "?" + req.query.Encode()
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, nil, &Error{Kind: KindBadRequest, Op: req.method, Route: req.route,
+			Msg: "building request", Err: err}
+	}
+	hr.Header.Set("X-Riot-Token", c.apiKey)
+	hr.Header.Set("Accept", "application/json")
+	hr.Header.Set("Accept-Encoding", "gzip")
+
+	t0 := time.Now()
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return nil, 0, nil, c.transportError(ctx, req, 0, err)
+	}
+	defer resp.Body.Close()
+	limit := c.maxBody
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		limit = errorBodyMax
+	}
+	body, rerr := readBody(resp, limit)
+	c.metrics.duration.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributes(
+		attribute.String("route", req.route), attribute.String("method", req.method)))
+	if rerr != nil {
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			// An error body is informational only: classify by status.
+			return nil, resp.StatusCode, resp.Header, nil
+		}
+		if errors.Is(rerr, errBodyTooLarge) {
+			return nil, resp.StatusCode, resp.Header, &Error{Kind: KindDecode, Op: req.method,
+				Route: req.route, Status: resp.StatusCode, Err: rerr}
+		}
+		return nil, resp.StatusCode, resp.Header, c.transportError(ctx, req, resp.StatusCode, rerr)
+	}
+	return body, resp.StatusCode, resp.Header, nil
+}
+
+var errBodyTooLarge = errors.New("response body exceeds the size limit")
+
+// readBody reads at most limit decoded bytes, gunzipping when the server
+// says Content-Encoding: gzip.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	var r io.Reader = resp.Body
+	if strings.EqualFold(strings.TrimSpace(resp.Header.Get("Content-Encoding")), "gzip") {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w (%d bytes)", errBodyTooLarge, limit)
+	}
+	return b, nil
+}
+
+func (c *Client) transportError(ctx context.Context, req request, status int, err error) *Error {
+	msg := "transport"
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		msg = fmt.Sprintf("timeout after %s", c.timeout)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "truncated body"
+	}
+	return &Error{Kind: KindTransport, Op: req.method, Route: req.route, Status: status,
+		Msg: msg, Err: redact(err, c.apiKey)}
+}
+
+// statusError maps a non-2xx answer to an *Error (riot-api.md §1.3).
+func (c *Client) statusError(req request, status int, h http.Header, body []byte, rlBackoff time.Duration) *Error {
+	e := &Error{Op: req.method, Route: req.route, Status: status, Msg: c.errorMessage(body)}
+	switch {
+	case status == http.StatusTooManyRequests:
+		e.Kind = KindRateLimited
+		e.LimitType = h.Get("X-Rate-Limit-Type")
+		if d, ok := parseRetryAfter(h.Get("Retry-After"), c.now()); ok {
+			e.RetryAt = c.now().Add(d + RetryAfterMargin)
+		} else {
+			e.RetryAt = c.now().Add(rlBackoff)
+		}
+	case status >= 500:
+		e.Kind = KindServer
+	case status == http.StatusNotFound:
+		e.Kind = KindNotFound
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		e.Kind = KindKeyRejected
+	case status >= 400:
+		e.Kind = KindBadRequest
+	default: // 1xx/3xx: not something Riot sends
+		e.Kind = KindUnknown
+	}
+	return e
+}
+
+// parseRetryAfter parses Retry-After as delay-seconds (integer or decimal)
+// or an HTTP date. It reports false for a missing, negative or unparsable
+// value, which must never be read as "now".
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s < 0 || math.IsNaN(s) || s > 86400 {
+			return 0, false
+		}
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// errorMessage extracts Riot's {"status":{"message":...}} text, if any,
+// shortened and with the key removed in case an echo ever contains it.
+func (c *Client) errorMessage(body []byte) string {
+	var env struct {
+		Status struct {
+			Message string `json:"message"`
+		} `json:"status"`
+	}
+	if len(body) == 0 || json.Unmarshal(body, &env) != nil {
+		return ""
+	}
+	m := strings.ReplaceAll(env.Status.Message, c.apiKey, "[redacted]")
+	if len(m) > 200 {
+		m = m[:200] + "…"
+	}
+	return m
+}
+
+// redact hides the key should an underlying error ever print it.
+func redact(err error, key string) error {
+	if err == nil || !strings.Contains(err.Error(), key) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), key, "[redacted]"))
+}
+
+// String returns the kind's name, e.g. "rate_limited".
+func (k Kind) String() string {
+	switch k {
+	case KindRateLimited:
+		return "rate_limited"
+	case KindServer:
+		return "server"
+	case KindTransport:
+		return "transport"
+	case KindNotFound:
+		return "not_found"
+	case KindBadRequest:
+		return "bad_request"
+	case KindKeyRejected:
+		return "key_rejected"
+	case KindDecode:
+		return "decode"
+	case KindBreakerOpen:
+		return "breaker_open"
+	}
+	return "unknown"
+}

@@ -1,0 +1,193 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// patch describes how a served payload differs from the recorded one. The
+// JSON is decoded only as deep as needed (json.RawMessage elsewhere), so
+// every other field stays intact (key order within patched objects becomes
+// sorted; values are unchanged).
+type patch struct {
+	shift      int64  // ms added to epoch-ms timestamps (when non-zero)
+	matchID    string // new metadata.matchId ("" = keep)
+	gameID     int64  // new info.gameId (with matchID)
+	platformID string // new info.platformId (with matchID)
+	slot       int    // participant index to replace (-1 = none)
+	puuid      string
+	gameName   string
+	tagLine    string
+}
+
+var matchTimeKeys = []string{"gameCreation", "gameStartTimestamp", "gameEndTimestamp"}
+
+// encode marshals v without HTML escaping.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func mustEncode(v any) json.RawMessage {
+	b, err := encode(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// shiftField adds shift to obj[key] when it is a non-zero integer.
+func shiftField(obj map[string]json.RawMessage, key string, shift int64) {
+	raw, ok := obj[key]
+	if !ok || shift == 0 {
+		return
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || v == 0 {
+		return
+	}
+	obj[key] = json.RawMessage(strconv.FormatInt(v+shift, 10))
+}
+
+func decodeObj(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	err := json.Unmarshal(raw, &m)
+	return m, err
+}
+
+// patchParticipantIDs replaces element slot of a []string of PUUIDs.
+func patchPUUIDList(obj map[string]json.RawMessage, slot int, puuid string) error {
+	raw, ok := obj["participants"]
+	if !ok {
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return err
+	}
+	if slot < len(list) {
+		list[slot] = puuid
+	}
+	obj["participants"] = mustEncode(list)
+	return nil
+}
+
+// patchMatch applies p to a MatchDto.
+func patchMatch(raw []byte, p patch) ([]byte, error) {
+	top, err := decodeObj(raw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := decodeObj(top["info"])
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range matchTimeKeys {
+		shiftField(info, k, p.shift)
+	}
+	if p.matchID != "" {
+		meta, err := decodeObj(top["metadata"])
+		if err != nil {
+			return nil, err
+		}
+		meta["matchId"] = mustEncode(p.matchID)
+		info["gameId"] = mustEncode(p.gameID)
+		info["platformId"] = mustEncode(p.platformID)
+		if p.slot >= 0 {
+			if err := patchPUUIDList(meta, p.slot, p.puuid); err != nil {
+				return nil, err
+			}
+			var parts []map[string]json.RawMessage
+			if err := json.Unmarshal(info["participants"], &parts); err != nil {
+				return nil, err
+			}
+			if p.slot < len(parts) {
+				parts[p.slot]["puuid"] = mustEncode(p.puuid)
+				parts[p.slot]["riotIdGameName"] = mustEncode(p.gameName)
+				parts[p.slot]["riotIdTagline"] = mustEncode(p.tagLine)
+				if _, ok := parts[p.slot]["summonerName"]; ok {
+					parts[p.slot]["summonerName"] = mustEncode("")
+				}
+				if _, ok := parts[p.slot]["summonerId"]; ok {
+					parts[p.slot]["summonerId"] = mustEncode("synthetic-" + p.puuid[:24])
+				}
+			}
+			info["participants"] = mustEncode(parts)
+		}
+		top["metadata"] = mustEncode(meta)
+	}
+	top["info"] = mustEncode(info)
+	return encode(top)
+}
+
+// patchTimeline applies p to a TimelineDto: realTimestamp of events and any
+// epoch-ms game times in info are shifted; frame/event "timestamp" fields
+// are milliseconds since game start and stay as they are.
+func patchTimeline(raw []byte, p patch) ([]byte, error) {
+	top, err := decodeObj(raw)
+	if err != nil {
+		return nil, err
+	}
+	info, err := decodeObj(top["info"])
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range matchTimeKeys {
+		shiftField(info, k, p.shift)
+	}
+	if p.shift != 0 {
+		var frames []map[string]json.RawMessage
+		if err := json.Unmarshal(info["frames"], &frames); err != nil {
+			return nil, err
+		}
+		for _, f := range frames {
+			if !bytes.Contains(f["events"], []byte(`"realTimestamp"`)) {
+				continue
+			}
+			var evs []map[string]json.RawMessage
+			if err := json.Unmarshal(f["events"], &evs); err != nil {
+				return nil, err
+			}
+			for _, e := range evs {
+				shiftField(e, "realTimestamp", p.shift)
+				if p.matchID != "" {
+					if _, ok := e["gameId"]; ok {
+						e["gameId"] = mustEncode(p.gameID)
+					}
+				}
+			}
+			f["events"] = mustEncode(evs)
+		}
+		info["frames"] = mustEncode(frames)
+	}
+	if p.matchID != "" {
+		meta, err := decodeObj(top["metadata"])
+		if err != nil {
+			return nil, err
+		}
+		meta["matchId"] = mustEncode(p.matchID)
+		info["gameId"] = mustEncode(p.gameID)
+		if _, ok := info["platformId"]; ok {
+			info["platformId"] = mustEncode(p.platformID)
+		}
+		if p.slot >= 0 {
+			if err := patchPUUIDList(meta, p.slot, p.puuid); err != nil {
+				return nil, err
+			}
+			var parts []map[string]json.RawMessage
+			if err := json.Unmarshal(info["participants"], &parts); err == nil && p.slot < len(parts) {
+				parts[p.slot]["puuid"] = mustEncode(p.puuid)
+				info["participants"] = mustEncode(parts)
+			}
+		}
+		top["metadata"] = mustEncode(meta)
+	}
+	top["info"] = mustEncode(info)
+	return encode(top)
+}

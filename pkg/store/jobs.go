@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Job is a jobs row (seed 002's job log).
+type Job struct {
+	ID          string // request id or scheduled job id
+	Type        string // sync | latest_all | rank_daily | weekly_report | recovery | ...
+	PUUID       string // "" when not about one account
+	Status      string // pending | running | completed | failed | rejected
+	Retries     int
+	Error       string
+	Detail      json.RawMessage // any JSON object; nil → NULL
+	RequestedAt time.Time       // zero → now()
+	StartedAt   time.Time       // zero → NULL
+	FinishedAt  time.Time       // zero → NULL
+}
+
+// RecordJob creates job j or, when its id exists, overwrites its status,
+// retries, error, detail and timestamps (zero timestamps keep the stored
+// ones).
+func (s *Store) RecordJob(ctx context.Context, j Job) error {
+	requested := j.RequestedAt
+	if requested.IsZero() {
+		requested = time.Now()
+	}
+	var detail any
+	if len(j.Detail) > 0 {
+		detail = j.Detail
+	}
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at)
+VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10)
+ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retries, error = EXCLUDED.error,
+    detail = coalesce(EXCLUDED.detail, jobs.detail),
+    started_at = coalesce(EXCLUDED.started_at, jobs.started_at),
+    finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`,
+		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt))
+	if err != nil {
+		return fmt.Errorf("store: record job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// FinishJob sets job id to status (completed, failed or rejected) with
+// errMsg ("" → NULL) and finished_at now. ErrNotFound when there is no such
+// job.
+func (s *Store) FinishJob(ctx context.Context, id, status, errMsg string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = $2, error = nullif($3, ''), finished_at = now()
+WHERE id = $1`, id, status, errMsg)
+	if err != nil {
+		return fmt.Errorf("store: finish job %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("store: finish job %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// JobFilter selects jobs; empty fields match everything.
+type JobFilter struct {
+	Type, PUUID, Status string
+	Limit               int // 0 → 100
+}
+
+// Jobs returns the jobs matching f, most recently requested first.
+func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at
+FROM jobs
+WHERE ($1 = '' OR type = $1) AND ($2 = '' OR puuid = $2) AND ($3 = '' OR status = $3)
+ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: jobs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+		var j Job
+		var started, finished *time.Time
+		var detail []byte
+		err := r.Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retries, &j.Error, &detail, &j.RequestedAt,
+			&started, &finished)
+		j.Detail, j.StartedAt, j.FinishedAt = detail, deref(started), deref(finished)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: jobs: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,424 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MatchRow is one matches row, mapped by the persister from a Riot MatchDto.
+type MatchRow struct {
+	MatchID  string // e.g. "NA1_4223689858" (metadata.matchId)
+	Platform string // e.g. "NA1" (info.platformId)
+	Region   string // routing region, e.g. "americas"
+	QueueID  int    // info.queueId
+	GameMode string // info.gameMode
+	GameType string // info.gameType
+	// GameVersion is info.gameVersion ("14.3.558.106"); Patch its first two
+	// parts ("14.3").
+	GameVersion, Patch string
+	MapID              int // info.mapId
+	// GameCreation, GameStart, GameEnd come from epoch ms; zero → NULL.
+	GameCreation, GameStart, GameEnd time.Time
+	DurationS                        int    // info.gameDuration, seconds
+	EndOfGameResult                  string // info.endOfGameResult
+	ParticipantCount                 int
+	RawGzip                          []byte    // the Riot JSON, gzip-compressed by the caller; stored as-is
+	FetchedAt                        time.Time // when the fetcher got it; zero → now()
+}
+
+// ParticipantRow is one match_participants row (info.participants[i]).
+type ParticipantRow struct {
+	MatchID           string
+	ParticipantID     int    // 1..n
+	PUUID             string // "BOT" for bots
+	RiotIDGameName    string
+	RiotIDTagline     string
+	TeamID            int // 100 or 200
+	ChampionID        int
+	ChampionName      string
+	ChampLevel        int
+	TeamPosition      string
+	Win               bool
+	Kills             int
+	Deaths            int
+	Assists           int
+	GoldEarned        int
+	CS                int // totalMinionsKilled + neutralMinionsKilled
+	VisionScore       int
+	DamageToChampions int // totalDamageDealtToChampions
+	TimePlayedS       int // seconds
+	Placement         int // arena placement, 0 elsewhere
+}
+
+// TimelineRow is one match_timelines row.
+type TimelineRow struct {
+	MatchID         string
+	FrameIntervalMs int
+	FrameCount      int
+	RawGzip         []byte    // the Riot timeline JSON, gzip-compressed; stored as-is
+	FetchedAt       time.Time // zero → now()
+}
+
+// LedgerUpdate is the outcome of one fetch attempt for match_fetches.
+//
+// Rules (applied idempotently; replays change nothing):
+//   - success applies unless the row is already success;
+//   - any other status applies only when Attempt > the row's attempt and the
+//     row's status is not final (success, permanently_unfetchable,
+//     outside_retention_window), or when the row is unfetched or absent;
+//   - unfetched only creates an absent row.
+//
+// retry_count counts applied temporary_failure and permanently_unfetchable
+// attempts, not_found those with HTTPStatus 404. Within one batch, updates of
+// the same (MatchID, Kind) reduce to one: a success if any, else the highest
+// attempt (a final status winning a tie).
+type LedgerUpdate struct {
+	MatchID      string
+	Kind         string // "match" | "timeline"
+	Status       string // a bus.Outcome
+	Attempt      int    // 1 for the first attempt
+	HTTPStatus   int    // 0 → NULL
+	Error        string // "" → NULL; ignored on success
+	GameCreation time.Time
+	AttemptedAt  time.Time // zero → now()
+}
+
+// Batch is what PersistBatch writes in one transaction. Duplicates (JetStream
+// redeliveries) are allowed: the last occurrence of a key wins.
+type Batch struct {
+	Matches      []MatchRow
+	Participants []ParticipantRow
+	Timelines    []TimelineRow
+	Ledger       []LedgerUpdate
+}
+
+// SyncProgress is the state of one account sync after a write.
+type SyncProgress struct {
+	RequestID string
+	PUUID     string
+	Progress  int    // sync_matches done
+	Total     int    // sync_matches listed
+	Status    string // accounts.sync_status: "syncing" or "completed"
+}
+
+// BatchResult lists the syncs whose progress changed, so the caller can
+// publish progress events and release sync locks of completed ones.
+type BatchResult struct {
+	Progress []SyncProgress
+}
+
+// PersistBatch writes b in ONE transaction: binary COPY into per-connection
+// staging tables, deduplication (DISTINCT ON), set-based upserts of matches,
+// participants and timelines (rows whose content is unchanged are not
+// rewritten), then the ledger (see LedgerUpdate), then sync progress: a
+// listed match is done when its match ledger row is final and, when that is
+// success, its timeline row is final too; accounts reaching done == total are
+// completed (last_synced_at set, jobs row completed). Participants must
+// belong to a match in this batch or already stored.
+func (s *Store) PersistBatch(ctx context.Context, b Batch) (BatchResult, error) {
+	var res BatchResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = persistTx(ctx, tx, b)
+		return err
+	})
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("store: persist batch: %w", err)
+	}
+	return res, nil
+}
+
+func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
+	if len(b.Matches) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_matches"}, []string{"seq", "match_id", "platform",
+			"region", "queue_id", "game_mode", "game_type", "game_version", "patch", "map_id", "game_creation",
+			"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "fetched_at"},
+			pgx.CopyFromSlice(len(b.Matches), func(i int) ([]any, error) {
+				m := &b.Matches[i]
+				return []any{i, m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
+					m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
+					m.EndOfGameResult, m.ParticipantCount, m.RawGzip, ts(m.FetchedAt)}, nil
+			})); err != nil {
+			return BatchResult{}, fmt.Errorf("copy matches: %w", err)
+		}
+		if _, err := tx.Exec(ctx, upsertMatches); err != nil {
+			return BatchResult{}, fmt.Errorf("upsert matches: %w", err)
+		}
+	}
+	if len(b.Participants) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_participants"}, []string{"seq", "match_id",
+			"participant_id", "puuid", "riot_id_game_name", "riot_id_tagline", "team_id", "champion_id",
+			"champion_name", "champ_level", "team_position", "win", "kills", "deaths", "assists", "gold_earned",
+			"cs", "vision_score", "damage_to_champions", "time_played_s", "placement"},
+			pgx.CopyFromSlice(len(b.Participants), func(i int) ([]any, error) {
+				p := &b.Participants[i]
+				return []any{i, p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
+					p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
+					p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
+					p.Placement}, nil
+			})); err != nil {
+			return BatchResult{}, fmt.Errorf("copy participants: %w", err)
+		}
+		if _, err := tx.Exec(ctx, upsertParticipants); err != nil {
+			return BatchResult{}, fmt.Errorf("upsert participants: %w", err)
+		}
+	}
+	if len(b.Timelines) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_timelines"}, []string{"seq", "match_id",
+			"frame_interval_ms", "frame_count", "raw", "fetched_at"},
+			pgx.CopyFromSlice(len(b.Timelines), func(i int) ([]any, error) {
+				t := &b.Timelines[i]
+				return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.RawGzip, ts(t.FetchedAt)}, nil
+			})); err != nil {
+			return BatchResult{}, fmt.Errorf("copy timelines: %w", err)
+		}
+		if _, err := tx.Exec(ctx, upsertTimelines); err != nil {
+			return BatchResult{}, fmt.Errorf("upsert timelines: %w", err)
+		}
+	}
+	if len(b.Ledger) == 0 {
+		return BatchResult{}, nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_ledger"}, []string{"seq", "match_id", "kind", "status",
+		"attempt", "http_status", "error", "game_creation", "attempted_at"},
+		pgx.CopyFromSlice(len(b.Ledger), func(i int) ([]any, error) {
+			l := &b.Ledger[i]
+			return []any{i, l.MatchID, l.Kind, l.Status, l.Attempt, l.HTTPStatus, l.Error, ts(l.GameCreation),
+				ts(l.AttemptedAt)}, nil
+		})); err != nil {
+		return BatchResult{}, fmt.Errorf("copy ledger: %w", err)
+	}
+	if err := applyLedger(ctx, tx); err != nil {
+		return BatchResult{}, err
+	}
+	return syncProgress(ctx, tx, "SELECT DISTINCT match_id FROM stage_ledger")
+}
+
+// ts maps the zero time to NULL.
+func ts(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+const upsertMatches = `
+INSERT INTO matches AS t (match_id, platform, region, queue_id, game_mode, game_type, game_version, patch,
+    map_id, game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw, fetched_at)
+SELECT match_id, platform, region, queue_id, game_mode, game_type, game_version, patch, map_id,
+    game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw,
+    coalesce(fetched_at, now())
+FROM (SELECT DISTINCT ON (match_id) * FROM stage_matches ORDER BY match_id, seq DESC) s
+ORDER BY match_id
+ON CONFLICT (match_id) DO UPDATE SET
+    platform = EXCLUDED.platform, region = EXCLUDED.region, queue_id = EXCLUDED.queue_id,
+    game_mode = EXCLUDED.game_mode, game_type = EXCLUDED.game_type, game_version = EXCLUDED.game_version,
+    patch = EXCLUDED.patch, map_id = EXCLUDED.map_id, game_creation = EXCLUDED.game_creation,
+    game_start = EXCLUDED.game_start, game_end = EXCLUDED.game_end, duration_s = EXCLUDED.duration_s,
+    end_of_game_result = EXCLUDED.end_of_game_result, participant_count = EXCLUDED.participant_count,
+    raw = EXCLUDED.raw, fetched_at = EXCLUDED.fetched_at
+WHERE (t.platform, t.region, t.queue_id, t.game_mode, t.game_type, t.game_version, t.patch, t.map_id,
+       t.game_creation, t.game_start, t.game_end, t.duration_s, t.end_of_game_result, t.participant_count, t.raw)
+  IS DISTINCT FROM
+      (EXCLUDED.platform, EXCLUDED.region, EXCLUDED.queue_id, EXCLUDED.game_mode, EXCLUDED.game_type,
+       EXCLUDED.game_version, EXCLUDED.patch, EXCLUDED.map_id, EXCLUDED.game_creation, EXCLUDED.game_start,
+       EXCLUDED.game_end, EXCLUDED.duration_s, EXCLUDED.end_of_game_result, EXCLUDED.participant_count,
+       EXCLUDED.raw)`
+
+const upsertParticipants = `
+INSERT INTO match_participants AS t (match_id, participant_id, puuid, riot_id_game_name, riot_id_tagline,
+    team_id, champion_id, champion_name, champ_level, team_position, win, kills, deaths, assists, gold_earned,
+    cs, vision_score, damage_to_champions, time_played_s, placement)
+SELECT match_id, participant_id, puuid, riot_id_game_name, riot_id_tagline, team_id, champion_id,
+    champion_name, champ_level, team_position, win, kills, deaths, assists, gold_earned, cs, vision_score,
+    damage_to_champions, time_played_s, placement
+FROM (SELECT DISTINCT ON (match_id, participant_id) * FROM stage_participants
+      ORDER BY match_id, participant_id, seq DESC) s
+ORDER BY match_id, participant_id
+ON CONFLICT (match_id, participant_id) DO UPDATE SET
+    puuid = EXCLUDED.puuid, riot_id_game_name = EXCLUDED.riot_id_game_name,
+    riot_id_tagline = EXCLUDED.riot_id_tagline, team_id = EXCLUDED.team_id, champion_id = EXCLUDED.champion_id,
+    champion_name = EXCLUDED.champion_name, champ_level = EXCLUDED.champ_level,
+    team_position = EXCLUDED.team_position, win = EXCLUDED.win, kills = EXCLUDED.kills,
+    deaths = EXCLUDED.deaths, assists = EXCLUDED.assists, gold_earned = EXCLUDED.gold_earned, cs = EXCLUDED.cs,
+    vision_score = EXCLUDED.vision_score, damage_to_champions = EXCLUDED.damage_to_champions,
+    time_played_s = EXCLUDED.time_played_s, placement = EXCLUDED.placement
+WHERE (t.puuid, t.riot_id_game_name, t.riot_id_tagline, t.team_id, t.champion_id, t.champion_name,
+       t.champ_level, t.team_position, t.win, t.kills, t.deaths, t.assists, t.gold_earned, t.cs,
+       t.vision_score, t.damage_to_champions, t.time_played_s, t.placement)
+  IS DISTINCT FROM
+      (EXCLUDED.puuid, EXCLUDED.riot_id_game_name, EXCLUDED.riot_id_tagline, EXCLUDED.team_id,
+       EXCLUDED.champion_id, EXCLUDED.champion_name, EXCLUDED.champ_level, EXCLUDED.team_position, EXCLUDED.win,
+       EXCLUDED.kills, EXCLUDED.deaths, EXCLUDED.assists, EXCLUDED.gold_earned, EXCLUDED.cs,
+       EXCLUDED.vision_score, EXCLUDED.damage_to_champions, EXCLUDED.time_played_s, EXCLUDED.placement)`
+
+const upsertTimelines = `
+INSERT INTO match_timelines AS t (match_id, frame_interval_ms, frame_count, raw, fetched_at)
+SELECT match_id, frame_interval_ms, frame_count, raw, coalesce(fetched_at, now())
+FROM (SELECT DISTINCT ON (match_id) * FROM stage_timelines ORDER BY match_id, seq DESC) s
+ORDER BY match_id
+ON CONFLICT (match_id) DO UPDATE SET
+    frame_interval_ms = EXCLUDED.frame_interval_ms, frame_count = EXCLUDED.frame_count,
+    raw = EXCLUDED.raw, fetched_at = EXCLUDED.fetched_at
+WHERE (t.frame_interval_ms, t.frame_count, t.raw)
+  IS DISTINCT FROM (EXCLUDED.frame_interval_ms, EXCLUDED.frame_count, EXCLUDED.raw)`
+
+// ledgerCreate inserts absent ledger rows as unfetched placeholders; the
+// ledgerLock statement then locks every row the batch touches in key order
+// (deterministic order: concurrent persisters don't deadlock), and
+// ledgerApply applies the rules of LedgerUpdate.
+const ledgerCreate = `
+INSERT INTO match_fetches (match_id, kind)
+SELECT DISTINCT match_id, kind FROM stage_ledger ORDER BY match_id, kind
+ON CONFLICT (match_id, kind) DO NOTHING`
+
+const ledgerLock = `
+SELECT 1 FROM match_fetches
+WHERE (match_id, kind) IN (SELECT match_id, kind FROM stage_ledger)
+ORDER BY match_id, kind FOR UPDATE`
+
+const ledgerApply = `
+WITH agg AS (
+    SELECT match_id, kind,
+        coalesce(array_agg(DISTINCT attempt) FILTER (
+            WHERE status IN ('temporary_failure', 'permanently_unfetchable')), '{}') AS fails,
+        coalesce(array_agg(DISTINCT attempt) FILTER (
+            WHERE status IN ('temporary_failure', 'permanently_unfetchable') AND http_status = 404), '{}') AS nf
+    FROM stage_ledger GROUP BY match_id, kind
+), pick AS (
+    SELECT DISTINCT ON (match_id, kind) *
+    FROM stage_ledger
+    ORDER BY match_id, kind, (status = 'success') DESC, attempt DESC,
+        (status IN ('permanently_unfetchable', 'outside_retention_window')) DESC, seq DESC
+), u AS (
+    SELECT p.*, a.fails, a.nf FROM pick p JOIN agg a USING (match_id, kind)
+)
+UPDATE match_fetches f SET
+    status          = u.status,
+    attempt         = greatest(f.attempt, u.attempt),
+    retry_count     = f.retry_count + (SELECT count(*) FROM unnest(u.fails) x WHERE x > f.attempt),
+    not_found       = f.not_found + (SELECT count(*) FROM unnest(u.nf) x WHERE x > f.attempt),
+    game_creation   = coalesce(u.game_creation, f.game_creation),
+    fetched_at      = CASE WHEN u.status = 'success' THEN coalesce(u.attempted_at, now()) ELSE f.fetched_at END,
+    last_attempt_at = coalesce(u.attempted_at, now()),
+    last_error      = CASE WHEN u.status = 'success' THEN NULL ELSE nullif(u.error, '') END,
+    http_status     = nullif(u.http_status, 0),
+    updated_at      = now()
+FROM u
+WHERE f.match_id = u.match_id AND f.kind = u.kind
+  AND (   (u.status = 'success' AND f.status <> 'success')
+       OR (u.status IN ('temporary_failure', 'permanently_unfetchable', 'outside_retention_window')
+           AND (f.status = 'unfetched'
+                OR (u.attempt > f.attempt
+                    AND f.status NOT IN ('success', 'permanently_unfetchable', 'outside_retention_window')))))`
+
+func applyLedger(ctx context.Context, tx pgx.Tx) error {
+	for _, q := range []struct{ name, sql string }{
+		{"create", ledgerCreate}, {"lock", ledgerLock}, {"apply", ledgerApply},
+	} {
+		if _, err := tx.Exec(ctx, q.sql); err != nil {
+			return fmt.Errorf("ledger %s: %w", q.name, err)
+		}
+	}
+	return nil
+}
+
+// doneMatches selects, among the match ids produced by the subquery %s, those
+// that are done for a sync: the match row is final and, when it is success,
+// the timeline row is final too.
+const doneMatches = `
+SELECT c.match_id
+FROM (%s) c
+JOIN match_fetches m ON m.match_id = c.match_id AND m.kind = 'match'
+LEFT JOIN match_fetches t ON t.match_id = c.match_id AND t.kind = 'timeline'
+WHERE m.status IN ('success', 'permanently_unfetchable', 'outside_retention_window')
+  AND (m.status <> 'success' OR t.status IN ('success', 'permanently_unfetchable', 'outside_retention_window'))`
+
+// syncProgress marks sync_matches done for the matches listed by the query
+// candidates (one text column, match_id) and recounts the affected syncs.
+func syncProgress(ctx context.Context, tx pgx.Tx, candidates string) (BatchResult, error) {
+	rows, err := tx.Query(ctx, `
+UPDATE sync_matches s SET done = true
+FROM (`+fmt.Sprintf(doneMatches, candidates)+`) d
+WHERE s.match_id = d.match_id AND NOT s.done
+RETURNING s.request_id`)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("mark done: %w", err)
+	}
+	reqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("mark done: %w", err)
+	}
+	if len(reqs) == 0 {
+		return BatchResult{}, nil
+	}
+	sort.Strings(reqs)
+	reqs = compact(reqs)
+	progress, err := recount(ctx, tx, reqs)
+	return BatchResult{Progress: progress}, err
+}
+
+func compact(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// recount recomputes sync_progress for the syncs reqs, completing those that
+// reached their total. The accounts rows are locked first, in key order, so
+// that the count (a new statement, hence a new snapshot) sees every
+// concurrent writer that committed before us.
+func recount(ctx context.Context, tx pgx.Tx, reqs []string) ([]SyncProgress, error) {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM accounts WHERE sync_request_id = ANY($1)
+ORDER BY puuid FOR UPDATE`, reqs); err != nil {
+		return nil, fmt.Errorf("lock accounts: %w", err)
+	}
+	rows, err := tx.Query(ctx, `
+WITH c AS (
+    SELECT request_id, count(*) FILTER (WHERE done)::int AS n, count(*)::int AS total
+    FROM sync_matches WHERE request_id = ANY($1) GROUP BY request_id
+)
+UPDATE accounts a SET
+    sync_progress    = c.n,
+    sync_total       = greatest(a.sync_total, c.total),
+    last_progress_at = now(),
+    updated_at       = now(),
+    sync_status      = CASE WHEN c.n >= greatest(a.sync_total, c.total) THEN 'completed' ELSE a.sync_status END,
+    last_synced_at   = CASE WHEN c.n >= greatest(a.sync_total, c.total) THEN now() ELSE a.last_synced_at END
+FROM c
+WHERE a.sync_request_id = c.request_id AND a.sync_status = 'syncing' AND a.sync_total > 0
+  AND (a.sync_progress <> c.n OR c.n >= greatest(a.sync_total, c.total))
+RETURNING a.sync_request_id, a.puuid, a.sync_progress, a.sync_total, a.sync_status`, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("recount: %w", err)
+	}
+	progress, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SyncProgress, error) {
+		var p SyncProgress
+		err := r.Scan(&p.RequestID, &p.PUUID, &p.Progress, &p.Total, &p.Status)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recount: %w", err)
+	}
+	var completed []string
+	for _, p := range progress {
+		if p.Status == "completed" {
+			completed = append(completed, p.RequestID)
+		}
+	}
+	if len(completed) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET status = 'completed', finished_at = now(), error = NULL
+WHERE id = ANY($1) AND status IN ('pending', 'running')`, completed); err != nil {
+			return nil, fmt.Errorf("complete jobs: %w", err)
+		}
+	}
+	return progress, nil
+}

@@ -1,0 +1,146 @@
+// Package store is riftflow's Postgres layer: a pgx/v5 pool traced with
+// otelpgx, the schema migrations (module migrations, applied with tern), the
+// persister's idempotent bulk upsert (PersistBatch), the fetch ledger of seed
+// 000 (match_fetches), account sync state (seed 001), the job log (seed 002),
+// league snapshots and weekly reports.
+//
+// Every write is idempotent: replaying a batch or a claim changes nothing.
+// Ledger statuses and kinds are the strings of pkg/bus (Outcome, Kind).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/riftflow/riftflow/migrations"
+)
+
+// ErrNotFound is returned (wrapped) when the account, sync or job asked for
+// does not exist, or no longer matches the request (ResetSync).
+var ErrNotFound = errors.New("store: not found")
+
+// Ledger statuses (match_fetches.status); the same strings as bus.Outcome.
+const (
+	StatusUnfetched              = "unfetched"
+	StatusSuccess                = "success"
+	StatusTemporaryFailure       = "temporary_failure"
+	StatusPermanentlyUnfetchable = "permanently_unfetchable"
+	StatusOutsideRetentionWindow = "outside_retention_window"
+)
+
+// Ledger kinds (match_fetches.kind); the same strings as bus.Kind.
+const (
+	KindMatch    = "match"
+	KindTimeline = "timeline"
+)
+
+// Store is the Postgres store. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// stagingDDL creates the per-connection staging tables PersistBatch copies
+// into. ON COMMIT DELETE ROWS empties them at the end of every transaction
+// that touched them, so they never leak rows between batches, and creating
+// them once per connection avoids catalog churn per batch.
+const stagingDDL = `
+CREATE TEMP TABLE IF NOT EXISTS stage_matches (
+    seq int, match_id text, platform text, region text, queue_id int, game_mode text,
+    game_type text, game_version text, patch text, map_id int, game_creation timestamptz,
+    game_start timestamptz, game_end timestamptz, duration_s int, end_of_game_result text,
+    participant_count int, raw bytea, fetched_at timestamptz) ON COMMIT DELETE ROWS;
+ALTER TABLE stage_matches ALTER COLUMN raw SET STORAGE EXTERNAL;
+CREATE TEMP TABLE IF NOT EXISTS stage_participants (
+    seq int, match_id text, participant_id int, puuid text, riot_id_game_name text,
+    riot_id_tagline text, team_id int, champion_id int, champion_name text, champ_level int,
+    team_position text, win boolean, kills int, deaths int, assists int, gold_earned int,
+    cs int, vision_score int, damage_to_champions int, time_played_s int, placement int)
+    ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_timelines (
+    seq int, match_id text, frame_interval_ms int, frame_count int, raw bytea,
+    fetched_at timestamptz) ON COMMIT DELETE ROWS;
+ALTER TABLE stage_timelines ALTER COLUMN raw SET STORAGE EXTERNAL;
+CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
+    seq int, match_id text, kind text, status text, attempt int, http_status int,
+    error text, game_creation timestamptz, attempted_at timestamptz) ON COMMIT DELETE ROWS;
+`
+
+// Open connects a pool to url (a postgres:// URL or DSN; pool_* parameters
+// are honoured) with the otelpgx tracer (global OTel provider), and checks
+// the connection. It does not migrate: call Migrate first.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse url: %w", err)
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, stagingDDL)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: open pool: %w", err)
+	}
+	if err := otelpgx.RecordStats(pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: pool stats: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool, waiting for connections in use to be released.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that Postgres answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
+// Pool returns the underlying pool, for ad-hoc queries (admin commands,
+// tests). Writes to match data should go through the Store's methods.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Migrate applies the embedded migrations (module migrations) to the
+// database at url with tern, recording the version in public.schema_version.
+// tern holds a Postgres advisory lock while migrating, so concurrent callers
+// are safe; a migrated database is left unchanged.
+func Migrate(ctx context.Context, url string, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("store: migrate: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	m, err := migrate.NewMigrator(ctx, conn, "public.schema_version")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if err := m.LoadMigrations(migrations.FS); err != nil {
+		return fmt.Errorf("store: migrate: load: %w", err)
+	}
+	m.OnStart = func(seq int32, name, direction, _ string) {
+		logger.Info("migrating", "sequence", seq, "name", name, "direction", direction)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DueFetch is a ledger row due for another attempt.
+type DueFetch struct {
+	MatchID, Kind, Status string
+	Attempt               int // highest attempt applied so far (0: never tried)
+	RetryCount            int // failed attempts
+	NotFound              int // failed attempts answered 404
+	GameCreation          time.Time
+	ListedBy              string // request id that listed it, "" if unknown
+	// Since is the row's last attempt (or, never tried, its last update):
+	// with MatchID and Kind, the key DueRetriesAfter pages by.
+	Since time.Time
+}
+
+// DueRetries returns up to limit ledger rows in temporary_failure or
+// unfetched whose last attempt (or, never tried, last update) is before
+// olderThan, oldest first. It never returns a final row
+// (success, permanently_unfetchable, outside_retention_window).
+func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) ([]DueFetch, error) {
+	return s.DueRetriesAfter(ctx, olderThan, nil, limit)
+}
+
+// DueRetriesAfter is DueRetries resumed after the row after (nil: from the
+// start), in the order (Since, MatchID, Kind): a caller that does not change
+// the rows it is given (the retry-sweeper only re-publishes them) pages
+// through every due row, not the first page again and again.
+func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *DueFetch, limit int) ([]DueFetch, error) {
+	since, mid, kind := time.Time{}, "", ""
+	if after != nil {
+		since, mid, kind = after.Since, after.MatchID, after.Kind
+	}
+	// Besides failed and unfetched rows, a stored match whose timeline has
+	// no ledger row at all (the timeline fetch was never queued, e.g. the
+	// fetcher died between the two) is due as an unfetched timeline, or its
+	// sync would wait for ever.
+	rows, err := s.pool.Query(ctx, `
+WITH due AS (
+  SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation,
+         coalesce(listed_by_request, '') AS listed_by, coalesce(last_attempt_at, updated_at) AS since
+  FROM match_fetches
+  WHERE status IN ('temporary_failure', 'unfetched') AND coalesce(last_attempt_at, updated_at) < $1
+  UNION ALL
+  SELECT m.match_id, 'timeline', 'unfetched', 0, 0, 0, m.game_creation,
+         coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at)
+  FROM match_fetches m
+  WHERE m.kind = 'match' AND m.status = 'success' AND coalesce(m.fetched_at, m.updated_at) < $1
+    AND NOT EXISTS (SELECT 1 FROM match_fetches t WHERE t.match_id = m.match_id AND t.kind = 'timeline')
+)
+SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation, listed_by, since
+FROM due
+WHERE $3::timestamptz IS NULL OR (since, match_id, kind) > ($3, $4, $5)
+ORDER BY since, match_id, kind
+LIMIT $2`, olderThan, limit, ts(since), mid, kind)
+	if err != nil {
+		return nil, fmt.Errorf("store: due retries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DueFetch, error) {
+		var d DueFetch
+		var gc *time.Time
+		err := r.Scan(&d.MatchID, &d.Kind, &d.Status, &d.Attempt, &d.RetryCount, &d.NotFound, &gc, &d.ListedBy, &d.Since)
+		d.GameCreation = deref(gc)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: due retries: %w", err)
+	}
+	return out, nil
+}
+
+// MarkPermanent records attempt of (matchID, kind) as permanently
+// unfetchable with reason, under the rules of LedgerUpdate, and updates sync
+// progress like PersistBatch (the result lists syncs that moved, so the
+// caller can publish their progress).
+func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (BatchResult, error) {
+	return s.PersistBatch(ctx, Batch{Ledger: []LedgerUpdate{{
+		MatchID: matchID, Kind: kind, Status: StatusPermanentlyUnfetchable, Attempt: attempt, Error: reason,
+		AttemptedAt: time.Now(),
+	}}})
+}
+
+// StuckSyncs returns the accounts syncing without progress since
+// noProgressSince (last_progress_at, else sync_started_at).
+func (s *Store) StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]Account, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+accountCols+` FROM accounts
+WHERE sync_status = 'syncing' AND coalesce(last_progress_at, sync_started_at, updated_at) < $1
+ORDER BY last_progress_at`, noProgressSince)
+	if err != nil {
+		return nil, fmt.Errorf("store: stuck syncs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
+	if err != nil {
+		return nil, fmt.Errorf("store: stuck syncs: %w", err)
+	}
+	return out, nil
+}
+
+// ResetSync moves the account from syncing back to pending, only while it is
+// still syncing requestID; otherwise it returns ErrNotFound and changes
+// nothing.
+func (s *Store) ResetSync(ctx context.Context, puuid, requestID string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE accounts SET sync_status = 'pending', updated_at = now()
+WHERE puuid = $1 AND sync_request_id = $2 AND sync_status = 'syncing'`, puuid, requestID)
+	if err != nil {
+		return fmt.Errorf("store: reset sync %s: %w", requestID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("store: reset sync %s of %s: %w", requestID, puuid, ErrNotFound)
+	}
+	return nil
+}
+
+// Failure is a ledger row in a failure status (view match_fetch_failures).
+type Failure struct {
+	MatchID, Kind, Status         string
+	Attempt, RetryCount, NotFound int
+	HTTPStatus                    int // 0 when unknown
+	LastError                     string
+	LastAttemptAt, GameCreation   time.Time
+	ListedBy                      string
+}
+
+// Failures returns up to limit failed fetches, most recent attempt first.
+func (s *Store) Failures(ctx context.Context, limit int) ([]Failure, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT match_id, kind, status, attempt, retry_count, not_found, coalesce(http_status, 0),
+       coalesce(last_error, ''), last_attempt_at, game_creation, coalesce(listed_by_request, '')
+FROM match_fetch_failures ORDER BY last_attempt_at DESC NULLS LAST, match_id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: failures: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Failure, error) {
+		var f Failure
+		var la, gc *time.Time
+		err := r.Scan(&f.MatchID, &f.Kind, &f.Status, &f.Attempt, &f.RetryCount, &f.NotFound, &f.HTTPStatus,
+			&f.LastError, &la, &gc, &f.ListedBy)
+		f.LastAttemptAt, f.GameCreation = deref(la), deref(gc)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: failures: %w", err)
+	}
+	return out, nil
+}
+
+// LedgerCounts counts ledger rows by "kind/status" (e.g. "match/success").
+func (s *Store) LedgerCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT kind || '/' || status, count(*)::int FROM match_fetches GROUP BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("store: ledger counts: %w", err)
+	}
+	out := map[string]int{}
+	var k string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("store: ledger counts: %w", err)
+	}
+	return out, nil
+}

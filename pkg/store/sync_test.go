@@ -1,0 +1,227 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/store"
+)
+
+func begin(t *testing.T, s *store.Store, req, puuid string) {
+	t.Helper()
+	if err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
+		TagLine: "KR1", Platform: "KR", Region: "asia", Mode: "full", Trigger: "api", RequestedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClaimMatchesConcurrentRequestsPublishEachIDOnce(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		reqA, reqB := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)
+		begin(t, s, reqA, fmt.Sprintf("puuid-a%d", round))
+		begin(t, s, reqB, fmt.Sprintf("puuid-b%d", round))
+		var ids []string
+		for i := 0; i < 300; i++ {
+			ids = append(ids, fmt.Sprintf("KR_%d_%d", round, i))
+		}
+		// B lists them in reverse order: lock order must not matter.
+		rev := make([]string, len(ids))
+		for i, id := range ids {
+			rev[len(ids)-1-i] = id
+		}
+		var wg sync.WaitGroup
+		res := make([]store.ClaimResult, 2)
+		errs := make([]error, 2)
+		wg.Add(2)
+		go func() { defer wg.Done(); res[0], errs[0] = s.ClaimMatches(ctx, reqA, "puuid-a"+reqA[1:], ids) }()
+		go func() { defer wg.Done(); res[1], errs[1] = s.ClaimMatches(ctx, reqB, "puuid-b"+reqB[1:], rev) }()
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("claims: %v, %v", errs[0], errs[1])
+		}
+		seen := map[string]int{}
+		for _, r := range res {
+			for _, id := range r.Publish {
+				seen[id]++
+			}
+			if r.Total != len(ids) || r.Done != 0 || r.Completed {
+				t.Errorf("claim result total %d done %d completed %v; want %d, 0, false", r.Total, r.Done, r.Completed, len(ids))
+			}
+		}
+		for _, id := range ids {
+			if seen[id] != 1 {
+				t.Fatalf("round %d: %s published %d times, want exactly 1 (A %d ids, B %d ids)",
+					round, id, seen[id], len(res[0].Publish), len(res[1].Publish))
+			}
+		}
+		// A redelivered claim re-publishes exactly its own still-unfetched ids.
+		again, err := s.ClaimMatches(ctx, reqA, "puuid-a"+reqA[1:], ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(again.Publish) != fmt.Sprint(res[0].Publish) {
+			t.Errorf("redelivered claim published %d ids, first claim %d", len(again.Publish), len(res[0].Publish))
+		}
+	}
+}
+
+func TestSyncCompletes(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	// m1 was fully fetched by an earlier sync; m2, m3 are new.
+	if _, err := s.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+		lu("EUW1_1", "success", 1, 200), {MatchID: "EUW1_1", Kind: "timeline", Status: "success", Attempt: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, s, "req", "me")
+	begin(t, s, "req", "me") // idempotent
+	claim, err := s.ClaimMatches(ctx, "req", "me", []string{"EUW1_3", "EUW1_2", "EUW1_1", "EUW1_2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(claim.Publish) != "[EUW1_2 EUW1_3]" || claim.Total != 3 || claim.Done != 1 || claim.Completed {
+		t.Fatalf("claim = %+v, want publish [EUW1_2 EUW1_3], total 3, done 1", claim)
+	}
+	st, err := s.AccountStatus(ctx, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SyncStatus != "syncing" || st.SyncProgress != 1 || st.SyncTotal != 3 || st.SyncRequestID != "req" {
+		t.Fatalf("account = %+v", st.Account)
+	}
+
+	step := func(ups []store.LedgerUpdate, want []store.SyncProgress) {
+		t.Helper()
+		res, err := s.PersistBatch(ctx, store.Batch{Ledger: ups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(res.Progress) != fmt.Sprint(want) {
+			t.Fatalf("progress = %+v, want %+v", res.Progress, want)
+		}
+	}
+	// m2's match succeeded but its timeline is pending: not done yet.
+	step([]store.LedgerUpdate{lu("EUW1_2", "success", 1, 200)}, nil)
+	step([]store.LedgerUpdate{{MatchID: "EUW1_2", Kind: "timeline", Status: "success", Attempt: 1}},
+		[]store.SyncProgress{{RequestID: "req", PUUID: "me", Progress: 2, Total: 3, Status: "syncing"}})
+	// A temporary failure is not done; a permanent one is.
+	step([]store.LedgerUpdate{lu("EUW1_3", "temporary_failure", 1, 503)}, nil)
+	step([]store.LedgerUpdate{lu("EUW1_3", "permanently_unfetchable", 2, 404)},
+		[]store.SyncProgress{{RequestID: "req", PUUID: "me", Progress: 3, Total: 3, Status: "completed"}})
+	step([]store.LedgerUpdate{lu("EUW1_3", "permanently_unfetchable", 2, 404)}, nil) // replay
+
+	st, err = s.AccountByRiotID(ctx, "faker", "kr1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SyncStatus != "completed" || st.SyncProgress != 3 || st.LastSyncedAt.IsZero() {
+		t.Errorf("account after sync = %+v", st.Account)
+	}
+	if st.Ledger["match/success"] != 2 || st.Ledger["match/permanently_unfetchable"] != 1 || st.Ledger["timeline/success"] != 2 {
+		t.Errorf("ledger counts = %v", st.Ledger)
+	}
+	jobs, err := s.Jobs(ctx, store.JobFilter{PUUID: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != "req" || jobs[0].Status != "completed" || jobs[0].FinishedAt.IsZero() {
+		t.Errorf("jobs = %+v, want req completed", jobs)
+	}
+
+	// A sync whose matches are all done already completes in ClaimMatches.
+	begin(t, s, "req2", "me")
+	claim, err = s.ClaimMatches(ctx, "req2", "me", []string{"EUW1_1", "EUW1_3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !claim.Completed || len(claim.Publish) != 0 || claim.Done != 2 {
+		t.Errorf("claim of done matches = %+v, want completed", claim)
+	}
+	if st, _ := s.AccountStatus(ctx, "me"); st.SyncStatus != "completed" || st.SyncRequestID != "req2" {
+		t.Errorf("account = %+v", st.Account)
+	}
+	// Claims for a sync that was never begun are refused.
+	if _, err := s.ClaimMatches(ctx, "nope", "me", []string{"EUW1_9"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("claim without BeginSync: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestSweeperQueries(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	begin(t, s, "req", "me")
+	if _, err := s.ClaimMatches(ctx, "req", "me", []string{"NA1_1", "NA1_2", "NA1_3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+		lu("NA1_1", "temporary_failure", 1, 503), lu("NA1_2", "success", 1, 200)}}); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.DueRetries(ctx, time.Now().Add(time.Hour), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range due {
+		got[d.MatchID+"/"+d.Kind] = d.Status
+	}
+	// NA1_2 is stored but its timeline was never queued: due as an
+	// unfetched timeline, so its sync cannot wait for ever.
+	if len(due) != 3 || got["NA1_1/match"] != "temporary_failure" || got["NA1_3/match"] != "unfetched" ||
+		got["NA1_2/timeline"] != "unfetched" {
+		t.Errorf("due = %+v", due)
+	}
+	if due, _ := s.DueRetries(ctx, t0, 10); len(due) != 0 {
+		t.Errorf("nothing is older than t0, got %+v", due)
+	}
+
+	stuck, err := s.StuckSyncs(ctx, time.Now().Add(time.Hour))
+	if err != nil || len(stuck) != 1 || stuck[0].PUUID != "me" {
+		t.Fatalf("stuck = %+v, %v", stuck, err)
+	}
+	if err := s.ResetSync(ctx, "me", "other"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("reset of another request: %v, want ErrNotFound", err)
+	}
+
+	res, err := s.MarkPermanent(ctx, "NA1_1", "match", "gave up", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Progress) != 1 || res.Progress[0].Progress != 1 {
+		t.Errorf("mark permanent progress = %+v", res.Progress)
+	}
+	fails, err := s.Failures(ctx, 10)
+	if err != nil || len(fails) != 1 || fails[0].Status != "permanently_unfetchable" || fails[0].LastError != "gave up" ||
+		fails[0].RetryCount != 2 {
+		t.Errorf("failures = %+v, %v", fails, err)
+	}
+	counts, err := s.LedgerCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["match/permanently_unfetchable"] != 1 || counts["match/success"] != 1 || counts["match/unfetched"] != 1 {
+		t.Errorf("counts = %v", counts)
+	}
+	if err := s.ResetSync(ctx, "me", "req"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.AccountStatus(ctx, "me"); st.SyncStatus != "pending" {
+		t.Errorf("after reset status = %s", st.SyncStatus)
+	}
+	known, err := s.KnownMatchIDs(ctx, []string{"NA1_1", "NA1_9"})
+	if err != nil || !known["NA1_1"] || known["NA1_9"] {
+		t.Errorf("known = %v, %v", known, err)
+	}
+	if err := s.FailSync(ctx, "req", "me", "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.AccountStatus(ctx, "me"); st.SyncStatus != "failed" || st.SyncError != "boom" {
+		t.Errorf("after fail: %+v", st.Account)
+	}
+}

@@ -1,0 +1,89 @@
+// Package synclock is the per-account sync lock protocol shared by the
+// matchid-lister (claims), the persister (renews on progress, releases on
+// completion) and the retry-sweeper (treats an expired lock as a dead
+// sync). The lock is a key per PUUID in the sync-locks KV bucket (History 1,
+// per-key TTL); its value names the request that holds it.
+package synclock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/natsx"
+)
+
+// Value is what the sync-locks bucket holds for a PUUID.
+type Value struct {
+	RequestID string    `json:"request_id"`
+	Since     time.Time `json:"since"`
+}
+
+// Claim takes puuid's lock for requestID for ttl. If the lock is held by
+// the same request (a redelivered sync command) it succeeds; if another
+// request holds it, the error wraps natsx.ErrLocked and holder names it.
+func Claim(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl time.Duration, now time.Time) (holder string, err error) {
+	b, _ := json.Marshal(Value{RequestID: requestID, Since: now})
+	_, err = l.Claim(ctx, puuid, string(b), ttl)
+	if err == nil {
+		return requestID, nil
+	}
+	if !errors.Is(err, natsx.ErrLocked) {
+		return "", err
+	}
+	v, gerr := Get(ctx, l, puuid)
+	if gerr != nil {
+		// Expired between the two calls: let the caller retry.
+		return "", err
+	}
+	if v.RequestID == requestID {
+		return requestID, nil
+	}
+	return v.RequestID, err
+}
+
+// Get reads puuid's lock.
+func Get(ctx context.Context, l natsx.Lock, puuid string) (Value, error) {
+	e, err := l.Get(ctx, puuid)
+	if err != nil {
+		return Value{}, err
+	}
+	var v Value
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return Value{}, err
+	}
+	return v, nil
+}
+
+// Renew extends puuid's lock to ttl from now if requestID still holds it.
+// It reports whether the lock was renewed.
+func Renew(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl time.Duration) bool {
+	e, err := l.Get(ctx, puuid)
+	if err != nil {
+		return false
+	}
+	var v Value
+	if json.Unmarshal(e.Value(), &v) != nil || v.RequestID != requestID {
+		return false
+	}
+	_, err = l.Renew(ctx, puuid, e.Revision(), e.Value(), ttl)
+	return err == nil
+}
+
+// Release deletes puuid's lock if requestID holds it. A failure is logged:
+// the lock then expires with its TTL.
+func Release(ctx context.Context, l natsx.Lock, puuid, requestID string, log *slog.Logger) {
+	e, err := l.Get(ctx, puuid)
+	if err != nil {
+		return
+	}
+	var v Value
+	if json.Unmarshal(e.Value(), &v) != nil || v.RequestID != requestID {
+		return
+	}
+	if err := l.Release(ctx, puuid, e.Revision()); err != nil {
+		log.WarnContext(ctx, "sync lock release failed; it will expire", "puuid", puuid, "err", err)
+	}
+}

@@ -1,0 +1,346 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/pkg/telemetry/telemetrytest"
+)
+
+const testKey = "RGAPI-01234567-89ab-cdef-0123-456789abcdef"
+
+func TestLoggerAddsTraceIDs(t *testing.T) {
+	rec := telemetrytest.NewRecorder()
+	ctx, span := rec.Provider.Tracer("test").Start(context.Background(), "op")
+	defer span.End()
+	sc := span.SpanContext()
+
+	var buf bytes.Buffer
+	log := telemetry.NewLogger(&buf, slog.LevelInfo, "json")
+	log.InfoContext(ctx, "inside span", "match_id", "NA1_1")
+	log.Info("no context")
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d log lines, want 2:\n%s", len(lines), buf.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["trace_id"] != sc.TraceID().String() || got["span_id"] != sc.SpanID().String() {
+		t.Errorf("trace_id, span_id = %v, %v; want %s, %s", got["trace_id"], got["span_id"], sc.TraceID(), sc.SpanID())
+	}
+	if strings.Contains(lines[1], "trace_id") {
+		t.Errorf("record without span context got a trace_id: %s", lines[1])
+	}
+}
+
+func TestLoggerMasksRiotKey(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		t.Run(format, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := telemetry.NewLogger(&buf, slog.LevelDebug, format).With("preset", "key="+testKey)
+			log.Error("calling with "+testKey,
+				"header", testKey,
+				"err", errors.New("GET failed: X-Riot-Token: "+testKey),
+				slog.Group("req", "token", testKey))
+			out := buf.String()
+			if strings.Contains(out, "0123-456789abcdef") {
+				t.Errorf("key leaked into log output:\n%s", out)
+			}
+			if n := strings.Count(out, telemetry.MaskedRiotKey); n != 5 {
+				t.Errorf("got %d masked keys, want 5:\n%s", n, out)
+			}
+		})
+	}
+}
+
+func TestMaskSecretsLeavesOtherText(t *testing.T) {
+	for _, in := range []string{"RGAPI-not-a-key", "puuid abc-123", ""} {
+		if got := telemetry.MaskSecrets(in); got != in {
+			t.Errorf("MaskSecrets(%q) = %q, want it unchanged", in, got)
+		}
+	}
+}
+
+func TestLevelFromString(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    slog.Level
+		wantErr bool
+	}{
+		{"", slog.LevelInfo, false},
+		{"debug", slog.LevelDebug, false},
+		{"INFO", slog.LevelInfo, false},
+		{"warning", slog.LevelWarn, false},
+		{"warn", slog.LevelWarn, false},
+		{"error", slog.LevelError, false},
+		{"info+2", slog.LevelInfo + 2, false},
+		{"loud", slog.LevelInfo, true},
+	}
+	for _, tt := range tests {
+		got, err := telemetry.LevelFromString(tt.in)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("LevelFromString(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, path, nil))
+	return rr.Code, rr.Body.String()
+}
+
+func TestReadyz(t *testing.T) {
+	ops := telemetry.NewOps(nil)
+	if code, _ := get(t, ops.Handler(), "/readyz"); code != http.StatusOK {
+		t.Fatalf("readyz with no checks = %d, want 200", code)
+	}
+	ops.AddCheck("nats", func(context.Context) error { return nil })
+	ops.AddCheck("postgres", func(context.Context) error { return errors.New("connection refused") })
+	ops.AddCheck("streams", func(context.Context) error { return errors.New("stream FETCH not found") })
+
+	code, body := get(t, ops.Handler(), "/readyz")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz = %d, want 503; body %s", code, body)
+	}
+	var st telemetry.ReadyStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(st.Failing, ","); got != "postgres,streams" {
+		t.Errorf("failing = %q, want postgres,streams", got)
+	}
+	if st.Errors["postgres"] != "connection refused" {
+		t.Errorf("errors[postgres] = %q", st.Errors["postgres"])
+	}
+
+	ops.AddCheck("postgres", func(context.Context) error { return nil })
+	ops.AddCheck("streams", func(context.Context) error { return nil })
+	if code, body := get(t, ops.Handler(), "/readyz"); code != http.StatusOK {
+		t.Errorf("readyz after recovery = %d, want 200; body %s", code, body)
+	}
+	if code, _ := get(t, ops.Handler(), "/healthz"); code != http.StatusOK {
+		t.Errorf("healthz = %d, want 200", code)
+	}
+}
+
+func TestOpsMountsExtraHandlers(t *testing.T) {
+	ops := telemetry.NewOps(nil)
+	ops.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "api "+r.URL.Path)
+	}))
+	if code, body := get(t, ops.Handler(), "/v1/sync"); code != http.StatusOK || body != "api /v1/sync" {
+		t.Errorf("GET /v1/sync = %d %q", code, body)
+	}
+}
+
+func TestServeStopsWithContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := telemetry.NewOps(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ops.ServeListener(ctx, ln) }()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz = %d", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeListener after cancel = %v, want nil", err)
+	}
+}
+
+func TestMetricsThroughGlobalMeter(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "persister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+
+	c, err := otel.Meter("riftflow/test").Int64Counter("riftflow_test_matches_stored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(ctx, 3)
+
+	code, body := get(t, tel.NewOps().Handler(), "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	var found bool
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "riftflow_test_matches_stored_total{") && strings.HasSuffix(line, " 3") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("counter riftflow_test_matches_stored_total 3 missing from /metrics:\n%s", body)
+	}
+	if !strings.Contains(body, "go_goroutines ") || !strings.Contains(body, "process_") {
+		t.Errorf("/metrics lacks the Go runtime or process collectors")
+	}
+}
+
+func TestNoEndpointStillGivesTraceIDs(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "resolver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	_, span := otel.Tracer("test").Start(ctx, "op")
+	defer span.End()
+	if !span.SpanContext().IsValid() {
+		t.Error("span from the global provider has no valid IDs without an exporter")
+	}
+}
+
+func TestExportDisabledByEnv(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	if telemetry.ExportEnabled() {
+		t.Error("ExportEnabled() = true with OTEL_TRACES_EXPORTER=none")
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	if !telemetry.ExportEnabled() {
+		t.Error("ExportEnabled() = false with an endpoint set")
+	}
+}
+
+// TestOTLPExportPerService runs the real OTLP/HTTP exporter against the
+// in-process receiver: a trace crossing two in-process services arrives
+// complete, with each span under its own service.name and the propagated
+// parent links intact.
+func TestOTLPExportPerService(t *testing.T) {
+	recv := telemetrytest.NewReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL())
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "riftflow", ServiceVersion: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, root := otel.Tracer("cli").Start(ctx, "ingest")
+	rctx, resolve := tel.TracerProvider("resolver").Tracer("resolver").Start(ctx, "process lol.ingest.request",
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	// Hand the context across a message boundary as the services do.
+	carrier := http.Header{}
+	otel.GetTextMapPropagator().Inject(rctx, propagation.HeaderCarrier(carrier))
+	lctx := otel.GetTextMapPropagator().Extract(context.Background(), propagation.HeaderCarrier(carrier))
+	_, list := tel.TracerProvider("matchid-lister").Tracer("matchid-lister").Start(lctx, "process lol.sync.na1",
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	list.End()
+	resolve.End()
+	root.End()
+
+	if tel.TracerProvider("resolver") != tel.TracerProvider("resolver") {
+		t.Error("TracerProvider returned different providers for one name")
+	}
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+
+	want := "riftflow: ingest\n" +
+		"  resolver: process lol.ingest.request\n" +
+		"    matchid-lister: process lol.sync.na1\n"
+	if got := recv.Tree(root.SpanContext().TraceID().String()); got != want {
+		t.Errorf("trace tree:\n%s\nwant:\n%s", got, want)
+	}
+	for _, s := range recv.Spans() {
+		if s.Name == "process lol.sync.na1" && s.Kind != "SPAN_KIND_CONSUMER" {
+			t.Errorf("span %q kind = %s, want SPAN_KIND_CONSUMER", s.Name, s.Kind)
+		}
+	}
+}
+
+// TestLibrarySpansInheritServiceProvider checks that a span started through
+// the global provider (as natsx, the Riot client and otelpgx do) under a
+// span of a per-service provider is exported under that service's name,
+// that one started without a parent stays with the process's name, and
+// that ForceFlush exports ended spans without shutting anything down.
+func TestLibrarySpansInheritServiceProvider(t *testing.T) {
+	recv := telemetrytest.NewReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL())
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "riftflow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+
+	pctx, persist := tel.TracerProvider("persister").Tracer("riftflow/persister").Start(ctx, "process batch persister")
+	_, query := otel.Tracer("otelpgx").Start(pctx, "query INSERT")
+	query.End()
+	persist.End()
+	_, lone := otel.Tracer("otelpgx").Start(ctx, "query SELECT 1")
+	lone.End()
+	// A remote parent (extracted from NATS headers) carries no provider:
+	// the span goes to the process's provider, in the remote trace.
+	carrier := http.Header{}
+	otel.GetTextMapPropagator().Inject(pctx, propagation.HeaderCarrier(carrier))
+	rctx := otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(carrier))
+	_, remote := otel.Tracer("natsx").Start(rctx, "send lol.progress.x")
+	remote.End()
+
+	if err := tel.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := "persister: process batch persister\n" +
+		"  persister: query INSERT\n" +
+		"  riftflow: send lol.progress.x\n"
+	if got := recv.Tree(persist.SpanContext().TraceID().String()); got != want {
+		t.Errorf("trace tree:\n%s\nwant:\n%s", got, want)
+	}
+	if got := recv.Tree(lone.SpanContext().TraceID().String()); got != "riftflow: query SELECT 1\n" {
+		t.Errorf("parentless span: %q", got)
+	}
+	for _, s := range recv.Spans() {
+		if s.Start.IsZero() || s.End.Before(s.Start) {
+			t.Errorf("span %q: start %v end %v", s.Name, s.Start, s.End)
+		}
+	}
+	// Still usable after ForceFlush.
+	_, after := otel.Tracer("x").Start(ctx, "after flush")
+	after.End()
+	if err := tel.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(recv.Spans()); n != 5 {
+		t.Errorf("received %d spans, want 5", n)
+	}
+}

@@ -1,0 +1,414 @@
+// Package lister is riftflow's matchid-lister. For each SyncCommand on
+// lol.sync.<platform> it:
+//
+//  1. claims the account's lock in the sync-locks KV bucket (atomic create
+//     with a TTL; a second request for a syncing account is rejected with
+//     409 unless it repeats the same request id);
+//  2. reads the account's cursor from the cursors bucket;
+//  3. pages match-v5 GET /lol/match/v5/matches/by-puuid/{puuid}/ids
+//     (startTime/endTime in epoch SECONDS, count ≤ 100, queue and type
+//     filters passed through) until it has the run's count of matches not
+//     yet in a final state, or Riot's list ends: a short page, or Riot's
+//     ~1000-match cap, where the listing stops cleanly without asking for
+//     the empty page past it;
+//  4. claims those matches in the ledger (adopting unfetched ones an
+//     abandoned sync listed but never published) and publishes one
+//     FetchCommand per match on lol.match.fetch.<region> with Nats-Msg-Id =
+//     match ID;
+//  5. advances the cursor only when every listed match was published.
+//
+// A request refused with 409 gets a jobs row (status rejected) unless its
+// id already has one.
+//
+// The lock is released by the persister when the sync completes, or
+// expires; the retry-sweeper recovers syncs whose lock died.
+package lister
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+)
+
+// MatchLister is the part of the Riot client the lister uses.
+type MatchLister interface {
+	MatchIDsByPUUID(ctx context.Context, region riot.Region, puuid string, q riot.MatchIDsQuery) ([]string, error)
+}
+
+// Store is the part of pkg/store the lister uses.
+type Store interface {
+	BeginSync(ctx context.Context, s store.SyncStart) error
+	ClaimMatches(ctx context.Context, requestID, puuid string, ids []string) (store.ClaimResult, error)
+	FailSync(ctx context.Context, requestID, puuid, reason string) error
+	// MatchStatuses gives the match ledger status of the ids that have a row.
+	MatchStatuses(ctx context.Context, ids []string) (map[string]string, error)
+	AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error)
+	RecordJobOnce(ctx context.Context, j store.Job) (bool, error)
+}
+
+// Riot's match list holds about the last 1000 matches of a player
+// (developer-relations #517, #957); paging past it returns [].
+const riotListCap = 1000
+
+// Cursor is the value in the cursors KV bucket, per PUUID.
+type Cursor struct {
+	// ListedUntilS is the endTime (epoch SECONDS) of the last listing whose
+	// every match was published. The next latest sync starts there, less
+	// Overlap, so games still running at that time are not missed.
+	ListedUntilS int64 `json:"listed_until_s"`
+	// LastFullBackfill is when the last full sync finished listing.
+	LastFullBackfill time.Time `json:"last_full_backfill,omitzero"`
+}
+
+// Config tunes the lister.
+type Config struct {
+	// LockTTL is the sync lock's lifetime; the persister renews it on progress.
+	LockTTL time.Duration
+	// Overlap is subtracted from the cursor so a game that was in progress
+	// at the last listing (and so not listed yet) is listed next time.
+	// Re-listed matches are skipped as known.
+	Overlap time.Duration
+	// RetryDelay is the delay before a retryable Riot failure (5xx, timeout,
+	// 429) is retried, doubled per delivery of the same SyncCommand (5 s,
+	// 10 s, 20 s, … capped at 5 min), or Retry-After when that is later.
+	RetryDelay  time.Duration
+	Concurrency int
+}
+
+// Deps are the lister's collaborators.
+type Deps struct {
+	JS       jetstream.JetStream
+	Consumer jetstream.Consumer // "matchid-lister" on SYNC
+	Locks    natsx.Lock         // sync-locks bucket
+	Cursors  jetstream.KeyValue // cursors bucket
+	Riot     MatchLister
+	Store    Store
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
+}
+
+// Service is a running lister.
+type Service struct {
+	cfg Config
+	d   Deps
+}
+
+// New checks deps and fills defaults.
+func New(cfg Config, d Deps) (*Service, error) {
+	if d.JS == nil || d.Consumer == nil || d.Locks.KV == nil || d.Cursors == nil || d.Riot == nil || d.Store == nil {
+		return nil, errors.New("lister: JS, Consumer, Locks, Cursors, Riot and Store are required")
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 5 * time.Minute
+	}
+	if cfg.Overlap <= 0 {
+		cfg.Overlap = 2 * time.Hour
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 5 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	app.FillDefaults("matchid-lister", &d.Logger, &d.Tracer, &d.Now)
+	return &Service{cfg: cfg, d: d}, nil
+}
+
+// Run consumes until ctx ends, then drains.
+func (s *Service) Run(ctx context.Context) error {
+	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
+		Name: "matchid-lister", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
+	})
+}
+
+// Handle processes one SyncCommand.
+func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+	var cmd bus.SyncCommand
+	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
+		if err == nil {
+			err = errors.New("missing puuid or request_id")
+		}
+		return s.reject(ctx, "", 400, fmt.Errorf("invalid sync command: %w", err), m)
+	}
+	platform, err := riot.ParsePlatform(cmd.Platform)
+	if err != nil {
+		return s.reject(ctx, cmd.RequestID, 400, err, m)
+	}
+	region := platform.Region()
+	log := s.d.Logger.With("request_id", cmd.RequestID, "puuid", cmd.PUUID)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("riot.puuid", cmd.PUUID),
+		attribute.String("riftflow.request_id", cmd.RequestID), attribute.String("riot.region", string(region)))
+
+	// 1. The per-account lock.
+	if holder, err := synclock.Claim(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL, s.d.Now()); err != nil {
+		if !errors.Is(err, natsx.ErrLocked) {
+			log.WarnContext(ctx, "lock claim failed, will retry", "err", err)
+			return natsx.NakDelay(time.Second)
+		}
+		reason := fmt.Errorf("account %s is already syncing (request %s)", cmd.PUUID, holder)
+		s.recordRejected(ctx, cmd, reason)
+		return s.reject(ctx, cmd.RequestID, 409, reason, m)
+	}
+
+	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
+		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
+		Platform: string(platform), Region: string(region), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
+		RequestedAt: cmd.Requested,
+	}); err != nil {
+		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
+		return natsx.NakDelay(time.Second)
+	}
+	if cmd.Trigger == "recovery" {
+		s.closeAbandoned(ctx, cmd)
+	}
+
+	// 2. Cursor and window.
+	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
+	if err != nil {
+		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
+		return natsx.NakDelay(time.Second)
+	}
+	now := s.d.Now()
+	endS := now.Unix()
+	startS := now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	if cmd.Mode == bus.ModeLatest && cur.ListedUntilS > 0 {
+		if c := cur.ListedUntilS - int64(s.cfg.Overlap/time.Second); c > startS {
+			startS = c
+		}
+	}
+
+	// 3. Page through the match IDs, newest first.
+	ctxRiot := ctx
+	if cmd.Priority == bus.Background {
+		ctxRiot = riot.WithBackground(ctx)
+	}
+	var fresh []string
+	listed, complete, capped := 0, false, false
+pages:
+	for start := 0; ; {
+		if start >= riotListCap {
+			// Riot serves no more than ~1000 IDs: everything it will
+			// show was seen; the listing is complete as far as it can be.
+			complete, capped = true, true
+			break
+		}
+		want := 100
+		q := riot.MatchIDsQuery{Start: start, Count: want, StartTime: startS, EndTime: endS, Queue: cmd.Queue, Type: cmd.Type}
+		ids, err := s.d.Riot.MatchIDsByPUUID(ctxRiot, region, cmd.PUUID, q)
+		if err != nil {
+			return s.riotFailure(ctx, cmd, err, m)
+		}
+		listed += len(ids)
+		known, err := s.d.Store.MatchStatuses(ctx, ids)
+		if err != nil {
+			log.WarnContext(ctx, "ledger lookup failed, will retry", "err", err)
+			return natsx.NakDelay(time.Second)
+		}
+		for _, id := range ids {
+			if _, _, err := riot.ParseMatchID(id); err != nil {
+				log.WarnContext(ctx, "Riot listed a malformed match ID; skipped", "match_id", id, "err", err)
+				continue
+			}
+			if st, ok := known[id]; ok && bus.Outcome(st).Final() {
+				continue // stored, or settled for good, by an earlier sync
+			}
+			// New, or listed earlier but not final yet (in flight for
+			// another sync, or orphaned by a dead one): this sync covers it.
+			if len(fresh) >= cmd.Count {
+				// More matches than this run may take: the cursor stays.
+				break pages
+			}
+			fresh = append(fresh, id)
+		}
+		if len(ids) < want {
+			complete = true
+			break
+		}
+		start += len(ids)
+	}
+	// 4. Claim in the ledger and publish.
+	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
+		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
+		return natsx.NakDelay(time.Second)
+	} else if len(adopted) > 0 {
+		log.InfoContext(ctx, "adopted matches an abandoned sync never published", "count", len(adopted))
+	}
+	res, err := s.d.Store.ClaimMatches(ctx, cmd.RequestID, cmd.PUUID, fresh)
+	if err != nil {
+		log.WarnContext(ctx, "claim matches failed, will retry", "err", err)
+		return natsx.NakDelay(time.Second)
+	}
+	for _, id := range res.Publish {
+		_, r, _ := riot.ParseMatchID(id)
+		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
+			ListedAfterS: startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id)); err != nil {
+			// The ledger rows stay unfetched and listed by this request: a
+			// redelivery re-publishes them; the sweeper is the safety net.
+			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
+			return natsx.NakDelay(time.Second)
+		}
+	}
+
+	// 5. The cursor moves only past a window whose every match was published.
+	if complete {
+		next := cur
+		next.ListedUntilS = endS
+		if cmd.Mode == bus.ModeFull {
+			next.LastFullBackfill = now
+		}
+		if err := s.saveCursor(ctx, cmd.PUUID, next, curRev); err != nil {
+			log.WarnContext(ctx, "cursor not advanced", "err", err)
+		}
+	}
+	log.InfoContext(ctx, "matches listed", "listed", listed, "new", len(fresh), "published", len(res.Publish),
+		"total", res.Total, "done", res.Done, "window_start_s", startS, "window_end_s", endS, "complete", complete,
+		"riot_cap_reached", capped)
+
+	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "syncing", Progress: res.Done, Total: res.Total, At: s.d.Now()}
+	if res.Completed {
+		ev.Status = "completed"
+		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+	}
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev); err != nil {
+		log.WarnContext(ctx, "publish progress failed", "err", err)
+	}
+	return natsx.Ack()
+}
+
+func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
+	var re *riot.Error
+	if errors.As(err, &re) && re.Retryable() {
+		delay := re.RetryDelay(s.d.Now(), retryBackoff(s.cfg.RetryDelay, m))
+		s.d.Logger.WarnContext(ctx, "match list failed, will retry", "request_id", cmd.RequestID, "err", err, "delay", delay)
+		return natsx.NakDelay(delay)
+	}
+	if errors.As(err, &re) && re.Kind == riot.KindKeyRejected {
+		s.d.Logger.ErrorContext(ctx, "Riot API key rejected; sync parked", "request_id", cmd.RequestID)
+		return natsx.NakDelay(time.Minute)
+	}
+	if ctx.Err() != nil {
+		return natsx.NakDelay(time.Second)
+	}
+	reason := fmt.Sprintf("match list: %v", err)
+	if ferr := s.d.Store.FailSync(ctx, cmd.RequestID, cmd.PUUID, reason); ferr != nil {
+		return natsx.NakDelay(time.Second)
+	}
+	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "failed", Error: reason, At: s.d.Now()}
+	natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev)
+	return s.reject(ctx, cmd.RequestID, 502, errors.New(reason), m)
+}
+
+// closeAbandoned marks, in the job log, the sync a recovery command
+// replaces as failed (the retry-sweeper names recovery requests
+// "recover-<old id>", or "<old id>r" when the old one was a recovery too).
+// The account itself already belongs to the new request.
+func (s *Service) closeAbandoned(ctx context.Context, cmd bus.SyncCommand) {
+	olds := []string{strings.TrimPrefix(cmd.RequestID, "recover-")}
+	if strings.HasPrefix(cmd.RequestID, "recover-recover-") {
+		olds = append(olds, strings.TrimSuffix(cmd.RequestID, "r"))
+	}
+	for _, old := range olds {
+		if old == cmd.RequestID || old == "" {
+			continue
+		}
+		reason := fmt.Sprintf("abandoned: no live lock and no progress; resumed by %s", cmd.RequestID)
+		if err := s.d.Store.FailSync(ctx, old, cmd.PUUID, reason); err != nil {
+			s.d.Logger.WarnContext(ctx, "job log: abandoned sync not closed", "request_id", old, "err", err)
+		}
+	}
+}
+
+// recordRejected logs a refused request in the job log (type sync, status
+// rejected) unless its id already has a jobs row.
+func (s *Service) recordRejected(ctx context.Context, cmd bus.SyncCommand, reason error) {
+	detail, _ := json.Marshal(map[string]string{"mode": string(cmd.Mode), "trigger": cmd.Trigger})
+	now := s.d.Now()
+	requested := cmd.Requested
+	if requested.IsZero() {
+		requested = now
+	}
+	if _, err := s.d.Store.RecordJobOnce(ctx, store.Job{ID: cmd.RequestID, Type: "sync", PUUID: cmd.PUUID,
+		Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
+		s.d.Logger.WarnContext(ctx, "job log: rejected request not recorded", "request_id", cmd.RequestID, "err", err)
+	}
+}
+
+// releaseLock deletes the account's lock if requestID still holds it.
+func (s *Service) releaseLock(ctx context.Context, puuid, requestID string) {
+	synclock.Release(ctx, s.d.Locks, puuid, requestID, s.d.Logger)
+}
+
+func (s *Service) cursor(ctx context.Context, puuid string) (Cursor, uint64, error) {
+	e, err := s.d.Cursors.Get(ctx, puuid)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Cursor{}, 0, nil
+	}
+	if err != nil {
+		return Cursor{}, 0, err
+	}
+	var c Cursor
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		s.d.Logger.WarnContext(ctx, "unreadable cursor ignored", "puuid", puuid, "err", err)
+		return Cursor{}, e.Revision(), nil
+	}
+	return c, e.Revision(), nil
+}
+
+func (s *Service) saveCursor(ctx context.Context, puuid string, c Cursor, rev uint64) error {
+	b, _ := json.Marshal(c)
+	var err error
+	if rev == 0 {
+		_, err = s.d.Cursors.Create(ctx, puuid, b)
+	} else {
+		_, err = s.d.Cursors.Update(ctx, puuid, b, rev)
+	}
+	return err
+}
+
+func (s *Service) reject(ctx context.Context, requestID string, code int, reason error, m jetstream.Msg) natsx.Result {
+	rej := bus.NewRejection(requestID, m.Subject(), code, reason, m.Data(), s.d.Now())
+	s.d.Logger.WarnContext(ctx, "sync rejected", "request_id", requestID, "code", code, "reason", rej.Reason)
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej); err != nil {
+		s.d.Logger.ErrorContext(ctx, "publish rejection failed", "err", err)
+	}
+	return natsx.Term(rej.Reason)
+}
+
+// maxListRetryDelay caps retryBackoff.
+const maxListRetryDelay = 5 * time.Minute
+
+// retryBackoff is base·2^(n−1) for the n-th delivery of m, capped at
+// maxListRetryDelay: a Riot outage is retried less and less often instead
+// of spending the consumer's MaxDeliver in a few seconds.
+func retryBackoff(base time.Duration, m jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if m != nil {
+		if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
+			n = md.NumDelivered
+		}
+	}
+	d := base
+	for i := uint64(1); i < n && d < maxListRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxListRetryDelay)
+}

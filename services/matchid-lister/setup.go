@@ -1,0 +1,43 @@
+package lister
+
+import (
+	"context"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Env is the lister's own configuration.
+type Env struct {
+	// LockTTL is SYNC_LOCK_TTL, the sync lock's lifetime between renewals.
+	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// Overlap is CURSOR_OVERLAP, how far before the cursor a latest sync
+	// starts listing, to catch games that were in progress.
+	Overlap     time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
+	Concurrency int           `env:"LISTER_CONCURRENCY" envDefault:"4"`
+}
+
+// FromInfra builds a lister bound to the "matchid-lister" consumer on SYNC.
+func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
+	var e Env
+	if err := config.Parse(&e); err != nil {
+		return nil, err
+	}
+	cons, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDLister)
+	if err != nil {
+		return nil, err
+	}
+	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		return nil, err
+	}
+	cursors, err := inf.KV(ctx, streams.BucketCursors)
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency},
+		Deps{JS: inf.JS, Consumer: cons, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store,
+			Subjects: inf.Subjects, Logger: inf.Logger("matchid-lister"), Tracer: inf.Tracer("matchid-lister"), Now: inf.Now})
+}

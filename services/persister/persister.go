@@ -1,0 +1,386 @@
+// Package persister is riftflow's only writer of match data. It consumes
+// FetchResults from lol.match.fetched.> and lol.match.failed.> in batches,
+// turns them into rows (matches, match_participants, match_timelines) and
+// fetch-ledger updates (match_fetches), writes each batch in one Postgres
+// transaction (binary COPY into staging + INSERT … ON CONFLICT), and acks
+// the batch's messages only after the commit. Replaying any message changes
+// nothing.
+//
+// After a commit it publishes progress on lol.progress.<puuid>, renews the
+// account's sync lock while the sync makes progress, and releases it when
+// the sync completes.
+package persister
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+)
+
+// Store is the part of pkg/store the persister uses.
+type Store interface {
+	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
+}
+
+// Config tunes the persister.
+type Config struct {
+	MaxBatch int           // messages per transaction (default 200)
+	MaxWait  time.Duration // longest wait to fill a batch (default 200ms)
+	// LockTTL is what a renewed sync lock lives for.
+	LockTTL time.Duration
+	// MaxPayloadBytes caps a decompressed payload; larger ones are recorded
+	// as permanently unfetchable (default 32 MiB).
+	MaxPayloadBytes int64
+}
+
+// Deps are the persister's collaborators.
+type Deps struct {
+	JS       jetstream.JetStream
+	Consumer jetstream.Consumer // "persister" on FETCHED
+	Store    Store
+	Locks    natsx.Lock // sync-locks
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
+}
+
+// Service is a running persister.
+type Service struct {
+	cfg Config
+	d   Deps
+
+	batchDuration metric.Float64Histogram // riftflow.persist.batch.duration
+	batchSize     metric.Int64Histogram   // riftflow.persist.batch.size
+	syncDuration  metric.Float64Histogram // riftflow.sync.duration
+}
+
+// New checks deps and fills defaults.
+func New(cfg Config, d Deps) (*Service, error) {
+	if d.JS == nil || d.Consumer == nil || d.Store == nil || d.Locks.KV == nil {
+		return nil, errors.New("persister: JS, Consumer, Store and Locks are required")
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 200
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 200 * time.Millisecond
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 5 * time.Minute
+	}
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = 32 << 20
+	}
+	app.FillDefaults("persister", &d.Logger, &d.Tracer, &d.Now)
+	s := &Service{cfg: cfg, d: d}
+	m := otel.Meter("riftflow/persister")
+	s.batchDuration, _ = m.Float64Histogram("riftflow.persist.batch.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time of one batch transaction (PersistBatch), by result (ok, error)."))
+	s.batchSize, _ = m.Int64Histogram("riftflow.persist.batch.size", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages per persisted batch."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500))
+	s.syncDuration, _ = m.Float64Histogram("riftflow.sync.duration", metric.WithUnit("s"),
+		metric.WithDescription("Account sync time from the lister's lock claim to the last stored match, by status (completed, failed)."),
+		metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
+	return s, nil
+}
+
+// Run consumes until ctx ends, then drains.
+func (s *Service) Run(ctx context.Context) error {
+	return natsx.ConsumeBatch(ctx, s.d.Consumer, s.HandleBatch, natsx.BatchOptions{
+		Name: "persister", MaxBatch: s.cfg.MaxBatch, MaxWait: s.cfg.MaxWait, Logger: s.d.Logger, Tracer: s.d.Tracer,
+	})
+}
+
+// item is one decoded message's contribution to a batch.
+type item struct {
+	batch store.Batch
+	bad   error // the message can never be stored: terminate it
+}
+
+// HandleBatch persists msgs in one transaction and settles each message.
+func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
+	items := make([]item, len(msgs))
+	var all store.Batch
+	for i, m := range msgs {
+		items[i] = s.decode(m.Data())
+		if items[i].bad == nil {
+			all = appendBatch(all, items[i].batch)
+		}
+	}
+	results := make([]natsx.Result, len(msgs))
+	start := time.Now()
+	res, err := s.d.Store.PersistBatch(ctx, all)
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	s.batchDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("result", outcome)))
+	s.batchSize.Record(ctx, int64(len(msgs)))
+	if err != nil {
+		if ctx.Err() != nil || len(msgs) == 1 || isConnErr(err) {
+			s.d.Logger.WarnContext(ctx, "persist batch failed, will retry", "messages", len(msgs), "err", err)
+			for i := range results {
+				if items[i].bad != nil {
+					results[i] = natsx.Term(items[i].bad.Error())
+				} else if len(msgs) == 1 && !isConnErr(err) && ctx.Err() == nil {
+					results[i] = s.poison(ctx, msgs[i], err)
+				} else {
+					results[i] = natsx.NakDelay(2 * time.Second)
+				}
+			}
+			return results
+		}
+		// Isolate the message that breaks the batch: store one by one.
+		s.d.Logger.WarnContext(ctx, "persist batch failed; retrying messages one by one", "messages", len(msgs), "err", err)
+		var progress []store.SyncProgress
+		for i, m := range msgs {
+			if items[i].bad != nil {
+				results[i] = natsx.Term(items[i].bad.Error())
+				continue
+			}
+			r, err := s.d.Store.PersistBatch(ctx, items[i].batch)
+			switch {
+			case err == nil:
+				results[i] = natsx.Ack()
+				progress = append(progress, r.Progress...)
+			case isConnErr(err) || ctx.Err() != nil:
+				results[i] = natsx.NakDelay(2 * time.Second)
+			default:
+				results[i] = s.poison(ctx, m, err)
+			}
+		}
+		s.afterCommit(ctx, progress)
+		return results
+	}
+	for i := range results {
+		if items[i].bad != nil {
+			results[i] = s.poison(ctx, msgs[i], items[i].bad)
+		} else {
+			results[i] = natsx.Ack()
+		}
+	}
+	s.afterCommit(ctx, res.Progress)
+	return results
+}
+
+// poison records a message that can never be stored in the ledger (when it
+// names a match) and terminates it with the reason.
+func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) natsx.Result {
+	var r bus.FetchResult
+	if json.Unmarshal(m.Data(), &r) == nil && r.MatchID != "" && (r.Kind == bus.KindMatch || r.Kind == bus.KindTimeline) {
+		lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(bus.PermanentlyUnfetchable),
+			Attempt: max(r.Attempt, 1), HTTPStatus: r.Status, Error: truncate("unstorable payload: "+cause.Error(), 500),
+			AttemptedAt: s.d.Now()}
+		if _, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}}); err != nil {
+			s.d.Logger.ErrorContext(ctx, "could not record an unstorable payload; will retry", "match_id", r.MatchID, "err", err)
+			return natsx.NakDelay(5 * time.Second)
+		}
+	}
+	s.d.Logger.ErrorContext(ctx, "unstorable message terminated", "subject", m.Subject(), "match_id", r.MatchID, "err", cause)
+	return natsx.Term(truncate(cause.Error(), 200))
+}
+
+// afterCommit publishes progress, renews locks of progressing syncs and
+// releases those of completed ones.
+func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
+	for _, p := range progress {
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
+			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
+		}
+		if p.Status == "completed" || p.Status == "failed" {
+			if v, err := synclock.Get(ctx, s.d.Locks, p.PUUID); err == nil && v.RequestID == p.RequestID && !v.Since.IsZero() {
+				s.syncDuration.Record(ctx, s.d.Now().Sub(v.Since).Seconds(), metric.WithAttributes(attribute.String("status", p.Status)))
+			}
+			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
+			s.d.Logger.InfoContext(ctx, "sync finished", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
+			continue
+		}
+		synclock.Renew(ctx, s.d.Locks, p.PUUID, p.RequestID, s.cfg.LockTTL)
+	}
+}
+
+// decode turns one FetchResult message into rows and one ledger update.
+func (s *Service) decode(data []byte) item {
+	var r bus.FetchResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
+	}
+	if r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
+		return item{bad: fmt.Errorf("fetch result without match_id or kind")}
+	}
+	platform, region, err := riot.ParseMatchID(r.MatchID)
+	if err != nil && r.Outcome == bus.Success {
+		return item{bad: err}
+	}
+	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(r.Outcome), Attempt: r.Attempt,
+		HTTPStatus: r.Status, Error: truncate(r.Error, 1000), AttemptedAt: r.AttemptedAt}
+	if r.GameCreationMs > 0 {
+		lu.GameCreation = time.UnixMilli(r.GameCreationMs).UTC()
+	}
+	if lu.AttemptedAt.IsZero() {
+		lu.AttemptedAt = s.d.Now()
+	}
+	b := store.Batch{}
+	if r.Outcome != bus.Success {
+		switch r.Outcome {
+		case bus.TemporaryFailure, bus.PermanentlyUnfetchable, bus.OutsideRetentionWindow:
+		default:
+			return item{bad: fmt.Errorf("unknown outcome %q", r.Outcome)}
+		}
+		b.Ledger = []store.LedgerUpdate{lu}
+		return item{batch: b}
+	}
+	raw, err := gunzip(r.Payload, s.cfg.MaxPayloadBytes)
+	if err != nil {
+		return s.unstorable(lu, fmt.Errorf("payload: %w", err))
+	}
+	fetched := lu.AttemptedAt
+	switch r.Kind {
+	case bus.KindMatch:
+		m, err := riot.DecodeMatch(raw)
+		if err != nil {
+			return s.unstorable(lu, fmt.Errorf("MatchDto: %w", err))
+		}
+		if m.Metadata.MatchID != "" && m.Metadata.MatchID != r.MatchID {
+			return s.unstorable(lu, fmt.Errorf("payload is match %q, not %q", m.Metadata.MatchID, r.MatchID))
+		}
+		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, r.Payload, fetched)
+		b.Matches, b.Participants = []store.MatchRow{mr}, parts
+		if !mr.GameCreation.IsZero() {
+			lu.GameCreation = mr.GameCreation
+		}
+	case bus.KindTimeline:
+		t, err := riot.DecodeTimeline(raw)
+		if err != nil {
+			return s.unstorable(lu, fmt.Errorf("TimelineDto: %w", err))
+		}
+		b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(t.Info.FrameInterval),
+			FrameCount: len(t.Info.Frames), RawGzip: r.Payload, FetchedAt: fetched}}
+	}
+	b.Ledger = []store.LedgerUpdate{lu}
+	return item{batch: b}
+}
+
+// unstorable records a success whose payload cannot be stored as
+// permanently_unfetchable with the reason (a poison payload from Riot).
+func (s *Service) unstorable(lu store.LedgerUpdate, err error) item {
+	lu.Status = string(bus.PermanentlyUnfetchable)
+	lu.Error = truncate("invalid payload from Riot: "+err.Error(), 1000)
+	return item{batch: store.Batch{Ledger: []store.LedgerUpdate{lu}}}
+}
+
+// MatchRows maps a MatchDto to its matches row and participant rows.
+// Timestamps come from epoch milliseconds; duration follows Riot's 11.20
+// rule (riot.Match.DurationSeconds).
+func MatchRows(matchID, platform, region string, m *riot.Match, gz []byte, fetched time.Time) (store.MatchRow, []store.ParticipantRow) {
+	in := m.Info
+	mr := store.MatchRow{
+		MatchID: matchID, Platform: platform, Region: region, QueueID: int(in.QueueID), GameMode: in.GameMode,
+		GameType: in.GameType, GameVersion: in.GameVersion, Patch: in.Patch(), MapID: int(in.MapID),
+		GameCreation: msTime(int64(in.GameCreation)), GameStart: msTime(int64(in.GameStartTimestamp)),
+		GameEnd: msTime(int64(in.GameEndTimestamp)), DurationS: int(in.DurationSeconds()),
+		EndOfGameResult: in.EndOfGameResult, ParticipantCount: len(in.Participants), RawGzip: gz, FetchedAt: fetched,
+	}
+	parts := make([]store.ParticipantRow, 0, len(in.Participants))
+	for i, p := range in.Participants {
+		id := int(p.ParticipantID)
+		if id == 0 {
+			id = i + 1
+		}
+		parts = append(parts, store.ParticipantRow{
+			MatchID: matchID, ParticipantID: id, PUUID: p.PUUID, RiotIDGameName: p.RiotIDGameName,
+			RiotIDTagline: p.RiotIDTagline, TeamID: int(p.TeamID), ChampionID: int(p.ChampionID),
+			ChampionName: p.ChampionName, ChampLevel: int(p.ChampLevel), TeamPosition: p.TeamPosition, Win: p.Win,
+			Kills: int(p.Kills), Deaths: int(p.Deaths), Assists: int(p.Assists), GoldEarned: int(p.GoldEarned),
+			CS: int(p.TotalMinionsKilled + p.NeutralMinionsKilled), VisionScore: int(p.VisionScore),
+			DamageToChampions: int(p.TotalDamageDealtToChampions), TimePlayedS: int(p.TimePlayed), Placement: int(p.Placement),
+		})
+	}
+	return mr, parts
+}
+
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func appendBatch(a, b store.Batch) store.Batch {
+	a.Matches = append(a.Matches, b.Matches...)
+	a.Participants = append(a.Participants, b.Participants...)
+	a.Timelines = append(a.Timelines, b.Timelines...)
+	a.Ledger = append(a.Ledger, b.Ledger...)
+	return a
+}
+
+func gunzip(b []byte, limit int64) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, errors.New("empty payload")
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(out)) > limit {
+		return nil, fmt.Errorf("decompressed payload over %d bytes", limit)
+	}
+	return out, nil
+}
+
+// isConnErr reports errors that say nothing about the data: the database is
+// unreachable or restarting, so the batch is retried as a whole.
+func isConnErr(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "57P"),         // admin/crash shutdown, cannot connect now
+			pgErr.Code == "40001", pgErr.Code == "40P01", // serialization failure, deadlock
+			pgErr.Code == "53300": // too many connections
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		strings.Contains(err.Error(), "closed pool") || strings.Contains(err.Error(), "conn closed")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

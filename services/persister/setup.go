@@ -1,0 +1,36 @@
+package persister
+
+import (
+	"context"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Env is the persister's own configuration.
+type Env struct {
+	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`
+	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"`
+	LockTTL  time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+}
+
+// FromInfra builds a persister bound to the "persister" consumer on FETCHED.
+func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
+	var e Env
+	if err := config.Parse(&e); err != nil {
+		return nil, err
+	}
+	cons, err := inf.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersister)
+	if err != nil {
+		return nil, err
+	}
+	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
+		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Subjects: inf.Subjects,
+			Logger: inf.Logger("persister"), Tracer: inf.Tracer("persister"), Now: inf.Now})
+}

@@ -1,0 +1,197 @@
+// Package resolver is riftflow's first stage. It consumes IngestRequests
+// from lol.ingest.request, validates them, resolves a Riot ID to a PUUID
+// through account-v1 (cached in the riot-ids KV bucket for a day), and
+// publishes one SyncCommand on lol.sync.<platform>.
+//
+// A request that can never succeed (bad JSON, unknown platform, a Riot ID
+// without '#', an unknown player) is terminated with a reason published on
+// lol.ingest.rejected; nothing else waits for it.
+package resolver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// Accounts is the part of the Riot client the resolver uses
+// (account-v1 GET /riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}).
+type Accounts interface {
+	AccountByRiotID(ctx context.Context, region riot.Region, id riot.RiotID) (riot.Account, error)
+}
+
+// Config tunes the resolver.
+type Config struct {
+	// MaxMatchesPerRun and LookbackDays fill requests that leave count and
+	// lookback_days at 0 (INGESTION_MAX_MATCHES_PER_RUN, INGESTION_LOOKBACK_DAYS).
+	MaxMatchesPerRun int
+	LookbackDays     int
+	// RetryDelay is the delay before a retryable Riot failure is retried
+	// (the message is nak'ed; JetStream redelivers it).
+	RetryDelay time.Duration
+	// Concurrency is the number of requests handled at once.
+	Concurrency int
+}
+
+// Deps are the resolver's collaborators.
+type Deps struct {
+	JS       jetstream.JetStream
+	Consumer jetstream.Consumer // the durable "resolver" consumer on INGEST
+	RiotIDs  jetstream.KeyValue // the riot-ids bucket (TTL 1 day)
+	Riot     Accounts
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
+}
+
+// Service is a running resolver.
+type Service struct {
+	cfg Config
+	d   Deps
+}
+
+// New checks deps and fills defaults.
+func New(cfg Config, d Deps) (*Service, error) {
+	if d.JS == nil || d.Consumer == nil || d.RiotIDs == nil || d.Riot == nil {
+		return nil, errors.New("resolver: JS, Consumer, RiotIDs and Riot are required")
+	}
+	if cfg.MaxMatchesPerRun <= 0 {
+		cfg.MaxMatchesPerRun = 20
+	}
+	if cfg.LookbackDays <= 0 {
+		cfg.LookbackDays = 30
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 5 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	app.FillDefaults("resolver", &d.Logger, &d.Tracer, &d.Now)
+	return &Service{cfg: cfg, d: d}, nil
+}
+
+// Run consumes until ctx ends, then drains in-flight requests.
+func (s *Service) Run(ctx context.Context) error {
+	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
+		Name: "resolver", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
+	})
+}
+
+// Handle processes one lol.ingest.request message and says how to settle it.
+func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+	log := s.d.Logger
+	req, err := bus.DecodeIngestRequest(m.Data())
+	if err != nil {
+		return s.reject(ctx, m, "", 400, err)
+	}
+	if req.RequestID == "" {
+		// Deterministic across redeliveries: the stream sequence.
+		if md, err := m.Metadata(); err == nil {
+			req.RequestID = fmt.Sprintf("req-%d-%d", md.Timestamp.UnixMilli(), md.Sequence.Stream)
+		}
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("riftflow.request_id", req.RequestID))
+
+	platform, _ := riot.ParsePlatform(req.Platform) // validated by Decode
+	cmd := bus.SyncCommand{
+		RequestID: req.RequestID, PUUID: req.PUUID, Platform: string(platform),
+		Region: string(platform.Region()), Mode: req.Mode, Count: req.Count, Lookback: req.LookbackDays,
+		Queue: req.Queue, Type: req.Type, Priority: req.Priority, Trigger: req.Trigger,
+		Requested: req.RequestedAt,
+	}
+	if cmd.Count == 0 {
+		cmd.Count = s.cfg.MaxMatchesPerRun
+	}
+	if cmd.Lookback == 0 {
+		cmd.Lookback = s.cfg.LookbackDays
+	}
+	if cmd.Requested.IsZero() {
+		cmd.Requested = s.d.Now()
+	}
+	if req.RiotID != "" {
+		id, _ := riot.ParseRiotID(req.RiotID)
+		cmd.GameName, cmd.TagLine = id.GameName, id.TagLine
+		puuid, err := s.resolve(ctx, platform, id)
+		if err != nil {
+			var re *riot.Error
+			switch {
+			case errors.As(err, &re) && re.Kind == riot.KindNotFound:
+				return s.reject(ctx, m, req.RequestID, 404, fmt.Errorf("no Riot account %q", id.String()))
+			case errors.As(err, &re) && re.Retryable():
+				delay := re.RetryDelay(s.d.Now(), s.cfg.RetryDelay)
+				log.WarnContext(ctx, "account lookup failed, will retry", "request_id", req.RequestID, "err", err, "delay", delay)
+				return natsx.NakDelay(delay)
+			case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
+				// The key is unusable: keep the request, don't hammer Riot.
+				log.ErrorContext(ctx, "Riot API key rejected; request parked", "request_id", req.RequestID)
+				return natsx.NakDelay(time.Minute)
+			case ctx.Err() != nil:
+				return natsx.NakDelay(time.Second)
+			default:
+				return s.reject(ctx, m, req.RequestID, 502, fmt.Errorf("account lookup: %w", err))
+			}
+		}
+		cmd.PUUID = puuid
+	}
+	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
+		return natsx.NakDelay(time.Second)
+	}
+	log.InfoContext(ctx, "sync requested", "request_id", cmd.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform, "mode", cmd.Mode, "count", cmd.Count)
+	return natsx.Ack()
+}
+
+// resolve returns the PUUID for id, from the riot-ids cache or account-v1.
+func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) (string, error) {
+	key := CacheKey(id)
+	if e, err := s.d.RiotIDs.Get(ctx, key); err == nil && len(e.Value()) > 0 {
+		return string(e.Value()), nil
+	}
+	acc, err := s.d.Riot.AccountByRiotID(ctx, p.AccountRegion(), id)
+	if err != nil {
+		return "", err
+	}
+	if acc.PUUID == "" {
+		return "", &riot.Error{Kind: riot.KindDecode, Op: "account-v1.getByRiotId", Msg: "account without puuid"}
+	}
+	if _, err := s.d.RiotIDs.Put(ctx, key, []byte(acc.PUUID)); err != nil {
+		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
+	}
+	return acc.PUUID, nil
+}
+
+// CacheKey is the riot-ids KV key for a Riot ID: Riot IDs hold spaces and
+// unicode, which KV keys cannot, so the normalised ID is hashed (SHA-256,
+// base64url). Riot IDs are case-insensitive; so is the key.
+func CacheKey(id riot.RiotID) string {
+	sum := sha256.Sum256([]byte(id.Key()))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// reject publishes a Rejection on lol.ingest.rejected, logs it, and
+// terminates the message.
+func (s *Service) reject(ctx context.Context, m jetstream.Msg, requestID string, code int, reason error) natsx.Result {
+	rej := bus.NewRejection(requestID, m.Subject(), code, reason, m.Data(), s.d.Now())
+	s.d.Logger.WarnContext(ctx, "ingest request rejected", "request_id", requestID, "code", code, "reason", rej.Reason)
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej); err != nil {
+		s.d.Logger.ErrorContext(ctx, "publish rejection failed", "err", err)
+	}
+	return natsx.Term(rej.Reason)
+}

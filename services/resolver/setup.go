@@ -1,0 +1,35 @@
+package resolver
+
+import (
+	"context"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Env is the resolver's own configuration.
+type Env struct {
+	// Concurrency is RESOLVER_CONCURRENCY: requests handled at once.
+	Concurrency int `env:"RESOLVER_CONCURRENCY" envDefault:"8"`
+}
+
+// FromInfra builds a resolver bound to the "resolver" consumer on INGEST.
+func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
+	var e Env
+	if err := config.Parse(&e); err != nil {
+		return nil, err
+	}
+	cons, err := inf.Consumer(ctx, streams.StreamIngest, streams.ConsumerResolver)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := inf.KV(ctx, streams.BucketRiotIDs)
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{MaxMatchesPerRun: inf.Env.Ingestion.MaxMatchesPerRun, LookbackDays: inf.Env.Ingestion.LookbackDays,
+		Concurrency: e.Concurrency},
+		Deps{JS: inf.JS, Consumer: cons, RiotIDs: ids, Riot: inf.Riot, Subjects: inf.Subjects,
+			Logger: inf.Logger("resolver"), Tracer: inf.Tracer("resolver"), Now: inf.Now})
+}

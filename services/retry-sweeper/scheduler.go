@@ -1,0 +1,478 @@
+package sweeper
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Scheduled job types (jobs.type) and cron-locks key prefixes.
+const (
+	JobLatestAll    = "latest_all"
+	JobRankDaily    = "rank_daily"
+	JobWeeklyReport = "weekly_report"
+	JobRecovery     = "recovery"
+)
+
+// ScheduleConfig is seed 002's scheduler: standard 5-field cron expressions
+// (minute hour day-of-month month day-of-week, evaluated in the clock's
+// location, UTC in riftflow) for the three scheduled jobs.
+type ScheduleConfig struct {
+	// Enable is SCHEDULE_ENABLE; false runs no scheduled job (start-up
+	// recovery still runs).
+	Enable bool
+	// LatestEvery (CRON_LATEST_EVERY, "0 */1 * * *"): a latest sync for
+	// every active account.
+	LatestEvery string
+	// RankDaily (CRON_RANK_DAILY, "0 3 * * *"): league-v4 snapshots.
+	RankDaily string
+	// WeeklyReport (CRON_WEEKLY_REPORT, "0 4 * * 1"): weekly reports.
+	WeeklyReport string
+	// Poll is how often Run reads the clock (default 15 s); a run is late by
+	// at most Poll.
+	Poll time.Duration
+	// LockTTL is how long a run's cron-locks key is kept (default 8 days,
+	// longer than the longest period, so no replica re-runs a time).
+	LockTTL time.Duration
+}
+
+// SchedulerStore is the part of pkg/store the scheduler uses.
+type SchedulerStore interface {
+	ActiveAccounts(ctx context.Context) ([]store.Account, error)
+	UpsertLeagueEntries(ctx context.Context, entries []store.LeagueEntry) error
+	WeeklyStats(ctx context.Context, puuid string, from, to time.Time) (store.WeeklyStats, error)
+	LPChange(ctx context.Context, puuid, queueType string, from, to time.Time) (*int, error)
+	SaveWeeklyReport(ctx context.Context, r store.WeeklyReport) error
+	RecordJob(ctx context.Context, j store.Job) error
+}
+
+// Leagues is the part of the Riot client the rank job uses (league-v4 GET
+// /lol/league/v4/entries/by-puuid/{puuid} on the account's platform).
+type Leagues interface {
+	LeagueEntriesByPUUID(ctx context.Context, platform riot.Platform, puuid string) ([]riot.LeagueEntry, error)
+}
+
+// SchedulerDeps are the scheduler's collaborators.
+type SchedulerDeps struct {
+	JS        jetstream.JetStream
+	Store     SchedulerStore
+	Riot      Leagues            // nil: the rank job fails with a reason
+	CronLocks jetstream.KeyValue // cron-locks: one key per job and scheduled time
+	Subjects  bus.Subjects
+	Logger    *slog.Logger
+	Tracer    trace.Tracer
+	// Now is the clock the cron expressions are evaluated against (tests
+	// inject one).
+	Now func() time.Time
+}
+
+// Scheduler runs seed 002's scheduled jobs. Several replicas may run one:
+// each scheduled time of each job runs on exactly one, the replica that
+// creates the cron-locks key "<job>.<unix seconds>" first.
+type Scheduler struct {
+	cfg  ScheduleConfig
+	d    SchedulerDeps
+	jobs []scheduledJob
+}
+
+type scheduledJob struct {
+	name  string
+	expr  string
+	sched cron.Schedule
+}
+
+// WeeklyNotice is published on lol.report.weekly for every stored report.
+type WeeklyNotice struct {
+	PUUID        string               `json:"puuid"`
+	WeekStart    string               `json:"week_start"` // YYYY-MM-DD (UTC), the report covers 7 days from it
+	Games        int                  `json:"games"`
+	Wins         int                  `json:"wins"`
+	Kills        int                  `json:"kills"`
+	Deaths       int                  `json:"deaths"`
+	Assists      int                  `json:"assists"`
+	KDA          float64              `json:"kda"` // (kills+assists)/max(deaths,1)
+	TopChampions []store.ChampionStat `json:"top_champions"`
+	LPChange     *int                 `json:"lp_change,omitempty"` // solo queue, else flex; absent when unknown
+	At           time.Time            `json:"at"`
+}
+
+// NewScheduler parses the cron expressions (cron.ParseStandard) and checks
+// deps. Empty expressions take seed 002's defaults.
+func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
+	if d.JS == nil || d.Store == nil || d.CronLocks == nil {
+		return nil, errors.New("scheduler: JS, Store and CronLocks are required")
+	}
+	if cfg.LatestEvery == "" {
+		cfg.LatestEvery = "0 */1 * * *"
+	}
+	if cfg.RankDaily == "" {
+		cfg.RankDaily = "0 3 * * *"
+	}
+	if cfg.WeeklyReport == "" {
+		cfg.WeeklyReport = "0 4 * * 1"
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 15 * time.Second
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 8 * 24 * time.Hour
+	}
+	app.FillDefaults("scheduler", &d.Logger, &d.Tracer, &d.Now)
+	s := &Scheduler{cfg: cfg, d: d}
+	for _, j := range []struct{ name, expr, env string }{
+		{JobLatestAll, cfg.LatestEvery, "CRON_LATEST_EVERY"},
+		{JobRankDaily, cfg.RankDaily, "CRON_RANK_DAILY"},
+		{JobWeeklyReport, cfg.WeeklyReport, "CRON_WEEKLY_REPORT"},
+	} {
+		sc, err := cron.ParseStandard(j.expr)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: %s %q: %w", j.env, j.expr, err)
+		}
+		s.jobs = append(s.jobs, scheduledJob{name: j.name, expr: j.expr, sched: sc})
+	}
+	return s, nil
+}
+
+// Next returns each job's first scheduled time after t.
+func (s *Scheduler) Next(t time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, j := range s.jobs {
+		out[j.name] = j.sched.Next(t)
+	}
+	return out
+}
+
+// Run fires every job at its scheduled times, reading the clock every
+// Poll, until ctx ends. Times before Run started are not caught up. With
+// Enable false it returns at once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if !s.cfg.Enable {
+		s.d.Logger.InfoContext(ctx, "schedules disabled (SCHEDULE_ENABLE=false)")
+		return nil
+	}
+	next := s.Next(s.d.Now())
+	for _, j := range s.jobs {
+		s.d.Logger.InfoContext(ctx, "schedule", "job", j.name, "cron", j.expr, "next", next[j.name])
+	}
+	t := time.NewTicker(s.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now := s.d.Now()
+		for _, j := range s.jobs {
+			at := next[j.name]
+			if now.Before(at) {
+				continue
+			}
+			if _, err := s.RunJob(ctx, j.name, at); err != nil && ctx.Err() == nil {
+				s.d.Logger.WarnContext(ctx, "scheduled job failed", "job", j.name, "scheduled_at", at, "err", err)
+			}
+			next[j.name] = j.sched.Next(now)
+		}
+	}
+}
+
+// JobID is the jobs-row id of job's run scheduled at at: "<job>-<unix s>".
+func JobID(job string, at time.Time) string { return fmt.Sprintf("%s-%d", job, at.Unix()) }
+
+// RunJob runs job (JobLatestAll, JobRankDaily or JobWeeklyReport) for its
+// scheduled time at, if this replica wins at's cron-locks key; ran is false
+// when another replica (or an earlier call) owns it. The run is logged in
+// the jobs table with id JobID(job, at): running, then completed or failed
+// with the reason (failed when any account failed; the others are done).
+func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran bool, err error) {
+	var run func(context.Context, time.Time) (map[string]any, error)
+	switch job {
+	case JobLatestAll:
+		run = s.latestAll
+	case JobRankDaily:
+		run = s.rankDaily
+	case JobWeeklyReport:
+		run = s.weeklyReport
+	default:
+		return false, fmt.Errorf("scheduler: unknown job %q", job)
+	}
+	key := fmt.Sprintf("%s.%d", job, at.Unix())
+	if _, err := s.d.CronLocks.Create(ctx, key, []byte(s.d.Now().UTC().Format(time.RFC3339)), jetstream.KeyTTL(s.cfg.LockTTL)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			s.d.Logger.DebugContext(ctx, "scheduled run owned by another replica", "job", job, "scheduled_at", at)
+			return false, nil
+		}
+		return false, fmt.Errorf("scheduler: cron lock %s: %w", key, err)
+	}
+	ctx, span := s.d.Tracer.Start(ctx, "scheduler "+job)
+	defer span.End()
+	id := JobID(job, at)
+	if err := s.d.Store.RecordJob(ctx, store.Job{ID: id, Type: job, Status: "running", RequestedAt: at, StartedAt: s.d.Now()}); err != nil {
+		return true, err
+	}
+	detail, runErr := run(ctx, at)
+	fin := store.Job{ID: id, Type: job, Status: "completed", RequestedAt: at, FinishedAt: s.d.Now()}
+	if runErr != nil {
+		fin.Status, fin.Error = "failed", runErr.Error()
+	}
+	if detail != nil {
+		fin.Detail, _ = json.Marshal(detail)
+	}
+	if err := s.d.Store.RecordJob(ctx, fin); err != nil {
+		return true, err
+	}
+	s.d.Logger.InfoContext(ctx, "scheduled job ran", "job", job, "scheduled_at", at, "detail", detail, "err", runErr)
+	return true, runErr
+}
+
+// shortHash is 16 hex digits of SHA-256(s), for ids that must stay short.
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:8])
+}
+
+// ScheduledRequestID is the request id of the hourly latest sync of puuid
+// scheduled at at (≤ 64 bytes): the same on every replica and retry.
+func ScheduledRequestID(puuid string, at time.Time) string {
+	return fmt.Sprintf("sched-%d-%s", at.Unix(), shortHash(puuid))
+}
+
+// latestAll publishes a latest IngestRequest (priority background, trigger
+// schedule) for every active account not syncing now.
+func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any, error) {
+	accts, err := s.d.Store.ActiveAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	published, skipped := 0, 0
+	var errs []error
+	for _, a := range accts {
+		if a.SyncStatus == "syncing" {
+			skipped++ // its sync is running; stuck ones are the sweeper's
+			continue
+		}
+		req := bus.IngestRequest{RequestID: ScheduledRequestID(a.PUUID, at), PUUID: a.PUUID, Platform: a.Platform,
+			Mode: bus.ModeLatest, Priority: bus.Background, Trigger: "schedule", RequestedBy: "system", RequestedAt: at}
+		if err := req.Normalize(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRequest(), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
+		published++
+	}
+	return map[string]any{"accounts": len(accts), "published": published, "skipped_syncing": skipped, "failed": len(errs)},
+		summarize(errs, len(accts))
+}
+
+// rankDaily stores today's league-v4 entries of every active account as
+// league_entries snapshots dated at's UTC day.
+func (s *Scheduler) rankDaily(ctx context.Context, at time.Time) (map[string]any, error) {
+	if s.d.Riot == nil {
+		return nil, errors.New("no Riot client")
+	}
+	accts, err := s.d.Store.ActiveAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stored := 0
+	var errs []error
+	for _, a := range accts {
+		p, err := riot.ParsePlatform(a.Platform)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
+		entries, err := s.d.Riot.LeagueEntriesByPUUID(riot.WithBackground(ctx), p, a.PUUID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
+		rows := make([]store.LeagueEntry, 0, len(entries))
+		for _, e := range entries {
+			rows = append(rows, store.LeagueEntry{PUUID: a.PUUID, QueueType: e.QueueType, SnapshotDate: at.UTC(),
+				Platform: string(p), LeagueID: e.LeagueID, Tier: e.Tier, Rank: e.Rank, LeaguePoints: int(e.LeaguePoints),
+				Wins: int(e.Wins), Losses: int(e.Losses), HotStreak: e.HotStreak, Veteran: e.Veteran,
+				FreshBlood: e.FreshBlood, Inactive: e.Inactive, FetchedAt: s.d.Now()})
+		}
+		if err := s.d.Store.UpsertLeagueEntries(ctx, rows); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
+		stored += len(rows)
+	}
+	return map[string]any{"accounts": len(accts), "entries": stored, "failed": len(errs)}, summarize(errs, len(accts))
+}
+
+// WeekOf is the report period of a weekly run at at: the 7 UTC days before
+// at's day.
+func WeekOf(at time.Time) (from, to time.Time) {
+	u := at.UTC()
+	to = time.Date(u.Year(), u.Month(), u.Day(), 0, 0, 0, 0, time.UTC)
+	return to.AddDate(0, 0, -7), to
+}
+
+// weeklyReport stores and announces every active account's report for the
+// week before at: games started in [from, to), and the LP change between
+// the first and last daily snapshots from `from` through at's day (the
+// 03:00 snapshot of the report day closes the week).
+func (s *Scheduler) weeklyReport(ctx context.Context, at time.Time) (map[string]any, error) {
+	accts, err := s.d.Store.ActiveAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	from, to := WeekOf(at)
+	saved := 0
+	var errs []error
+	for _, a := range accts {
+		w, err := s.d.Store.WeeklyStats(ctx, a.PUUID, from, to)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var lp *int
+		for _, q := range []string{"RANKED_SOLO_5x5", "RANKED_FLEX_SR"} {
+			if lp, err = s.d.Store.LPChange(ctx, a.PUUID, q, from, to.AddDate(0, 0, 1)); err != nil || lp != nil {
+				break
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r := store.WeeklyReport{PUUID: a.PUUID, WeekStart: from, WeeklyStats: w, LPChange: lp}
+		if err := s.d.Store.SaveWeeklyReport(ctx, r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n := WeeklyNotice{PUUID: a.PUUID, WeekStart: from.Format(time.DateOnly), Games: w.Games, Wins: w.Wins,
+			Kills: w.Kills, Deaths: w.Deaths, Assists: w.Assists, KDA: w.KDA, TopChampions: w.TopChampions,
+			LPChange: lp, At: s.d.Now()}
+		if n.TopChampions == nil {
+			n.TopChampions = []store.ChampionStat{}
+		}
+		msgID := "weekly:" + shortHash(a.PUUID) + ":" + n.WeekStart
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.WeeklyReport(), n, jetstream.WithMsgID(msgID)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: announce: %w", a.PUUID, err))
+			continue
+		}
+		saved++
+	}
+	return map[string]any{"accounts": len(accts), "reports": saved, "week_start": from.Format(time.DateOnly),
+		"failed": len(errs)}, summarize(errs, len(accts))
+}
+
+func summarize(errs []error, of int) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d accounts failed; first: %w", len(errs), of, errs[0])
+}
+
+// Process is the retry-sweeper process: the sweeper and, beside it, the
+// scheduler. Run first makes a crash-recovery pass (seed 001: syncs left in
+// syncing with no live lock and no progress for StuckAfter are reset and
+// queued again), whatever the sweeper's hourly tick lock says, then runs
+// both until ctx ends.
+type Process struct {
+	*Service
+	Scheduler *Scheduler
+}
+
+// RecoverNow resets and re-queues stuck syncs once, logging the pass in the
+// jobs table (type recovery) when it recovered any. It returns how many.
+func (p *Process) RecoverNow(ctx context.Context) (int, error) {
+	now := p.d.Now()
+	n, err := p.recover(ctx, now)
+	if n > 0 || err != nil {
+		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), shortHash(fmt.Sprint(now.UnixNano(), n))),
+			Type: JobRecovery, Status: "completed", RequestedAt: now, StartedAt: now, FinishedAt: p.d.Now()}
+		j.Detail, _ = json.Marshal(map[string]any{"recovered": n, "trigger": "startup"})
+		if err != nil {
+			j.Status, j.Error = "failed", err.Error()
+		}
+		if p.Scheduler != nil {
+			if jerr := p.Scheduler.d.Store.RecordJob(ctx, j); jerr != nil {
+				p.d.Logger.WarnContext(ctx, "job log: recovery not recorded", "err", jerr)
+			}
+		}
+	}
+	return n, err
+}
+
+// Run makes the start-up recovery pass, then runs the sweeper and the
+// scheduler until ctx ends.
+func (p *Process) Run(ctx context.Context) error {
+	if n, err := p.RecoverNow(ctx); err != nil && ctx.Err() == nil {
+		p.d.Logger.WarnContext(ctx, "start-up recovery failed", "err", err)
+	} else if n > 0 {
+		p.d.Logger.InfoContext(ctx, "start-up recovery re-queued stuck syncs", "count", n)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.Service.Run(ctx) })
+	if p.Scheduler != nil {
+		g.Go(func() error { return p.Scheduler.Run(ctx) })
+	}
+	return g.Wait()
+}
+
+// ScheduleEnv is the scheduler's configuration (seed 002).
+type ScheduleEnv struct {
+	Enable       bool          `env:"SCHEDULE_ENABLE" envDefault:"true"`
+	LatestEvery  string        `env:"CRON_LATEST_EVERY" envDefault:"0 */1 * * *"`
+	RankDaily    string        `env:"CRON_RANK_DAILY" envDefault:"0 3 * * *"`
+	WeeklyReport string        `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
+	Poll         time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
+}
+
+// SchedulerFromInfra builds a scheduler from ScheduleEnv and the infra
+// (the cron-locks bucket, the store, the Riot client when there is one).
+func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error) {
+	var e ScheduleEnv
+	if err := config.Parse(&e); err != nil {
+		return nil, err
+	}
+	kv, err := inf.KV(ctx, streams.BucketCronLocks)
+	if err != nil {
+		return nil, err
+	}
+	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: kv, Subjects: inf.Subjects,
+		Logger: inf.Logger("scheduler"), Tracer: inf.Tracer("scheduler"), Now: inf.Now}
+	if inf.Riot != nil {
+		d.Riot = inf.Riot
+	}
+	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
+		WeeklyReport: e.WeeklyReport, Poll: e.Poll}, d)
+}
+
+// withScheduler pairs the sweeper with a scheduler built from inf.
+func withScheduler(ctx context.Context, inf *app.Infra, svc *Service, err error) (*Process, error) {
+	if err != nil {
+		return nil, err
+	}
+	sc, err := SchedulerFromInfra(ctx, inf)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{Service: svc, Scheduler: sc}, nil
+}

@@ -1,0 +1,49 @@
+package sweeper
+
+import (
+	"context"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Env is the sweeper's own configuration.
+type Env struct {
+	Interval    time.Duration `env:"SWEEP_INTERVAL" envDefault:"1h"`
+	StaleAfter  time.Duration `env:"SWEEP_STALE_AFTER" envDefault:"10m"`
+	QueueSlack  time.Duration `env:"SWEEP_QUEUE_SLACK" envDefault:"10m"`
+	StuckAfter  time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
+	BatchSize   int           `env:"SWEEP_BATCH" envDefault:"100"`
+	MaxAttempts int           `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+}
+
+// FromInfra builds the retry-sweeper process: a sweeper bound to the
+// "retry-sweeper" consumer on ADVISORIES, and the scheduler (scheduler.go).
+func FromInfra(ctx context.Context, inf *app.Infra) (*Process, error) {
+	svc, err := sweeperFromInfra(ctx, inf)
+	return withScheduler(ctx, inf, svc, err)
+}
+
+func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
+	var e Env
+	if err := config.Parse(&e); err != nil {
+		return nil, err
+	}
+	adv, err := inf.Consumer(ctx, streams.StreamAdvisories, streams.ConsumerRetrySweeper)
+	if err != nil {
+		return nil, err
+	}
+	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		return nil, err
+	}
+	cron, err := inf.KV(ctx, streams.BucketCronLocks)
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{Interval: e.Interval, StaleAfter: e.StaleAfter, QueueSlack: e.QueueSlack, StuckAfter: e.StuckAfter, BatchSize: e.BatchSize, MaxAttempts: e.MaxAttempts},
+		Deps{JS: inf.JS, Advisories: adv, Store: inf.Store, Locks: locks, CronLocks: cron, Subjects: inf.Subjects,
+			Logger: inf.Logger("retry-sweeper"), Tracer: inf.Tracer("retry-sweeper"), Now: inf.Now})
+}

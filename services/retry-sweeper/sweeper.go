@@ -1,0 +1,437 @@
+// Package sweeper is riftflow's retry-sweeper: the safety net, not the main
+// retry path (the match-fetcher schedules its own retries). Every Interval
+// (hourly by default, seed 000's RetryFailedMatchesJob) one replica:
+//
+//   - re-publishes fetches in temporary_failure, or still unfetched, whose
+//     last attempt is older than StaleAfter (10 min), in batches of 100,
+//     with Nats-Msg-Id "<match>/<kind>/sweep/a<N>" so replicas and repeats
+//     dedupe; but not while their command may still be queued: a row is
+//     only re-published when the region's queue in the FETCH work-queue
+//     stream holds no message published before the row's last attempt +
+//     QueueSlack (a long backlog is not fetched twice);
+//   - resets accounts stuck in syncing with no live lock and no progress
+//     for StuckAfter (10 min) to pending, and queues their sync again.
+//
+// It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
+// and MSG_TERMINATED advisories for fetch messages into ledger entries, so
+// nothing ends silently. A tick runs on exactly one replica: the replicas
+// race to create the tick's key in the cron-locks KV bucket.
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// Store is the part of pkg/store the sweeper uses.
+type Store interface {
+	DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
+	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
+	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
+	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
+	ResetSync(ctx context.Context, puuid, requestID string) error
+}
+
+// Config tunes the sweeper.
+type Config struct {
+	Interval   time.Duration // default 1h
+	StaleAfter time.Duration // default 10m
+	// QueueSlack bounds how long after a row's last attempt its command
+	// (or scheduled retry) can have been published: keep it above the
+	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
+	QueueSlack time.Duration
+	StuckAfter time.Duration // default 10m
+	BatchSize  int           // default 100
+	// MaxAttempts mirrors the fetcher's: a due row already at it becomes
+	// permanently_unfetchable instead of being re-published.
+	MaxAttempts int
+}
+
+// Deps are the sweeper's collaborators.
+type Deps struct {
+	JS         jetstream.JetStream
+	Advisories jetstream.Consumer // "retry-sweeper" on ADVISORIES; nil to skip
+	Store      Store
+	Locks      natsx.Lock         // sync-locks
+	CronLocks  jetstream.KeyValue // cron-locks
+	Subjects   bus.Subjects
+	Logger     *slog.Logger
+	Tracer     trace.Tracer
+	Now        func() time.Time
+}
+
+// Service is a running sweeper.
+type Service struct {
+	cfg Config
+	d   Deps
+}
+
+// New checks deps and fills defaults.
+func New(cfg Config, d Deps) (*Service, error) {
+	if d.JS == nil || d.Store == nil || d.Locks.KV == nil || d.CronLocks == nil {
+		return nil, errors.New("sweeper: JS, Store, Locks and CronLocks are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Hour
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 10 * time.Minute
+	}
+	if cfg.QueueSlack <= 0 {
+		cfg.QueueSlack = 10 * time.Minute
+	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = 10 * time.Minute
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 100
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
+	}
+	app.FillDefaults("retry-sweeper", &d.Logger, &d.Tracer, &d.Now)
+	return &Service{cfg: cfg, d: d}, nil
+}
+
+// Run sweeps once at start (crash recovery), then every Interval, and
+// consumes advisories, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if s.d.Advisories != nil {
+		g.Go(func() error {
+			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
+				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer})
+		})
+	}
+	g.Go(func() error {
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			if _, err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+				s.d.Logger.WarnContext(ctx, "sweep failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// Report says what one sweep did.
+type Report struct {
+	Ran         bool // false when another replica owned this tick
+	Batches     int  // pages of due rows read (at most BatchSize each)
+	Republished int
+	// StillQueued counts stale rows left alone because the region's queue
+	// still holds commands published before them.
+	StillQueued int
+	Permanent   int
+	Recovered   int
+}
+
+// Tick runs one sweep if this replica wins the tick's cron lock.
+func (s *Service) Tick(ctx context.Context) (Report, error) {
+	now := s.d.Now()
+	tick := now.Truncate(s.cfg.Interval).Unix()
+	// The key outlives its tick (then the bucket forgets it): a replica
+	// whose clock lags cannot run the same tick again.
+	if _, err := s.d.CronLocks.Create(ctx, fmt.Sprintf("retry-sweeper.%d", tick), []byte(now.UTC().Format(time.RFC3339)),
+		jetstream.KeyTTL(max(2*s.cfg.Interval, time.Minute))); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Report{}, nil
+		}
+		return Report{}, err
+	}
+	return s.Sweep(ctx)
+}
+
+// Sweep re-publishes stale fetches and recovers stuck syncs, once.
+func (s *Service) Sweep(ctx context.Context) (Report, error) {
+	ctx, span := s.d.Tracer.Start(ctx, "retry-sweeper sweep")
+	defer span.End()
+	rep := Report{Ran: true}
+	now := s.d.Now()
+	cutoff := now.Add(-s.cfg.StaleAfter)
+	var after *store.DueFetch
+	floors := map[riot.Region]queueFloor{}
+	for {
+		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
+		if err != nil {
+			return rep, err
+		}
+		if len(due) == 0 {
+			break
+		}
+		rep.Batches++
+		after = &due[len(due)-1]
+		for _, f := range due {
+			if f.Status == string(bus.TemporaryFailure) && f.RetryCount >= s.cfg.MaxAttempts {
+				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts (sweeper)", f.RetryCount), f.Attempt+1)
+				if err != nil {
+					return rep, err
+				}
+				s.afterCommit(ctx, res.Progress)
+				rep.Permanent++
+				continue
+			}
+			_, region, err := riot.ParseMatchID(f.MatchID)
+			if err != nil {
+				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, err.Error(), f.Attempt+1)
+				if err != nil {
+					return rep, err
+				}
+				s.afterCommit(ctx, res.Progress)
+				rep.Permanent++
+				continue
+			}
+			fl, ok := floors[region]
+			if !ok {
+				if fl, err = s.queueFloor(ctx, string(region)); err != nil {
+					return rep, err
+				}
+				floors[region] = fl
+			}
+			if fl.queued && !f.Since.Add(s.cfg.QueueSlack).Before(fl.oldest) {
+				// Its command may still be waiting in the queue: fetching
+				// it twice would spend the rate budget twice.
+				rep.StillQueued++
+				continue
+			}
+			attempt := f.Attempt + 1
+			if f.Status == string(bus.Unfetched) {
+				attempt = max(f.Attempt, 1)
+			}
+			cmd := bus.FetchCommand{MatchID: f.MatchID, Kind: bus.Kind(f.Kind), Region: string(region), Attempt: attempt,
+				NotFound: f.NotFound, Priority: bus.Background, RequestID: f.ListedBy}
+			if !f.GameCreation.IsZero() {
+				cmd.GameCreationMs = f.GameCreation.UnixMilli()
+			}
+			id := fmt.Sprintf("%s/%s/sweep/a%d", f.MatchID, f.Kind, attempt)
+			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
+				return rep, err
+			}
+			rep.Republished++
+		}
+		if len(due) < s.cfg.BatchSize {
+			break
+		}
+	}
+	n, err := s.recover(ctx, now)
+	rep.Recovered = n
+	if err != nil {
+		return rep, err
+	}
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued > 0 {
+		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
+			"permanent", rep.Permanent, "recovered_syncs", rep.Recovered)
+	}
+	return rep, nil
+}
+
+// queueFloor is what a region's fetch queue still holds.
+type queueFloor struct {
+	queued bool      // some command for the region is still in the stream
+	oldest time.Time // the publish time of the oldest one
+}
+
+// queueFloor reads the oldest message still in the FETCH stream on
+// region's background and interactive fetch subjects. FETCH is a work
+// queue: acked and terminated messages are gone, and the sweeper deletes
+// the ones that exhaust MaxDeliver, so what remains is waiting or in
+// flight.
+func (s *Service) queueFloor(ctx context.Context, region string) (queueFloor, error) {
+	st, err := s.d.JS.Stream(ctx, streams.StreamFetch)
+	if err != nil {
+		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
+	}
+	var fl queueFloor
+	for _, subj := range []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)} {
+		m, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return queueFloor{}, fmt.Errorf("sweeper: oldest message on %s: %w", subj, err)
+		}
+		if !fl.queued || m.Time.Before(fl.oldest) {
+			fl = queueFloor{queued: true, oldest: m.Time}
+		}
+	}
+	return fl, nil
+}
+
+// afterCommit publishes the progress of syncs a ledger write moved and
+// releases the sync lock of those it finished, as the persister does after
+// its commits: a sync completed by the sweeper does not wait for the lock's
+// TTL before the account can sync again.
+func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
+	for _, p := range progress {
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
+			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
+		}
+		if p.Status == "completed" || p.Status == "failed" {
+			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
+			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
+		}
+	}
+}
+
+// recover resets syncs stuck in syncing with no live lock and no progress
+// for StuckAfter, and queues them again (seed 001 crash recovery).
+func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
+	stuck, err := s.d.Store.StuckSyncs(ctx, now.Add(-s.cfg.StuckAfter))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range stuck {
+		if _, err := s.d.Locks.Get(ctx, a.PUUID); err == nil {
+			continue // a live lock: the sync is running
+		}
+		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
+			continue // another replica (or the sync itself) got there first
+		} else if err != nil {
+			return n, err
+		}
+		p, err := riot.ParsePlatform(a.Platform)
+		if err != nil {
+			continue
+		}
+		cmd := bus.SyncCommand{RequestID: "recover-" + a.SyncRequestID, PUUID: a.PUUID, GameName: a.GameName, TagLine: a.TagLine,
+			Platform: string(p), Region: string(p.Region()), Mode: bus.ModeLatest, Count: 1000, Lookback: 730,
+			Priority: bus.Background, Trigger: "recovery", Requested: now}
+		if strings.HasPrefix(a.SyncRequestID, "recover-") {
+			cmd.RequestID = a.SyncRequestID + "r"
+		}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+			return n, err
+		}
+		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)
+		n++
+	}
+	return n, nil
+}
+
+// advisory is the part of JetStream's max_deliver and terminated advisories
+// the sweeper reads (nats-server jetstream_events.go).
+type advisory struct {
+	Type       string `json:"type"`
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+	Reason     string `json:"reason"`
+}
+
+// HandleAdvisory turns a JetStream MAX_DELIVERIES or MSG_TERMINATED
+// advisory about a fetch message into a ledger entry, so nothing ends
+// silently:
+//   - a FetchCommand (FETCH stream) that exhausted its deliveries becomes a
+//     failed attempt: temporary_failure (the sweeper retries it later), or
+//     permanently_unfetchable once it reaches MaxAttempts;
+//   - a FetchResult (FETCHED stream) the persister could not write is
+//     recorded with its own outcome, except that a success whose rows were
+//     never stored becomes temporary_failure, so it is fetched again.
+//
+// The ledger rules make the entry idempotent (a replayed advisory, or an
+// outcome the persister already recorded before terminating, changes
+// nothing). An exhausted message is then deleted from its work-queue
+// stream. A terminated message is usually gone already (work-queue
+// streams drop it on the terminating ack): then only the log remains, and
+// riftflow's services record the outcome themselves before terminating.
+func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Result {
+	var a advisory
+	if err := json.Unmarshal(m.Data(), &a); err != nil {
+		return natsx.Term("invalid advisory")
+	}
+	log := s.d.Logger.With("stream", a.Stream, "consumer", a.Consumer, "stream_seq", a.StreamSeq, "type", a.Type)
+	exhausted := strings.HasSuffix(a.Type, "max_deliver")
+	if !exhausted {
+		log.InfoContext(ctx, "message terminated", "reason", a.Reason, "deliveries", a.Deliveries)
+	}
+	st, err := s.d.JS.Stream(ctx, a.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return natsx.Ack()
+	}
+	if err != nil {
+		return natsx.NakDelay(5 * time.Second)
+	}
+	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return natsx.Ack()
+	}
+	if err != nil {
+		return natsx.NakDelay(5 * time.Second)
+	}
+	how := "exhausted its deliveries"
+	if !exhausted {
+		how = "was terminated (" + a.Reason + ")"
+	}
+	if lu, ok := s.ledgerEntry(raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
+		res, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}})
+		if err != nil {
+			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
+			return natsx.NakDelay(5 * time.Second)
+		}
+		s.afterCommit(ctx, res.Progress)
+		log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
+	} else {
+		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
+	}
+	if exhausted {
+		if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			log.WarnContext(ctx, "could not delete the exhausted message", "err", err)
+		}
+	}
+	return natsx.Ack()
+}
+
+// ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult
+// to its ledger update; ok is false for anything else.
+func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, bool) {
+	var r bus.FetchResult // a FetchCommand decodes into it too: match_id, kind, attempt, game_creation_ms
+	if json.Unmarshal(data, &r) != nil || r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
+		return store.LedgerUpdate{}, false
+	}
+	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Attempt: max(r.Attempt, 1), HTTPStatus: r.Status,
+		Error: reason, AttemptedAt: s.d.Now()}
+	if r.GameCreationMs > 0 {
+		lu.GameCreation = time.UnixMilli(r.GameCreationMs).UTC()
+	}
+	switch r.Outcome {
+	case bus.PermanentlyUnfetchable, bus.OutsideRetentionWindow:
+		lu.Status = string(r.Outcome)
+		if r.Error != "" {
+			lu.Error = r.Error + " (" + reason + ")"
+		}
+	case bus.TemporaryFailure, bus.Success, "": // "" is a FetchCommand
+		lu.Status = string(bus.TemporaryFailure)
+		if r.Outcome == "" && lu.Attempt >= s.cfg.MaxAttempts {
+			lu.Status = string(bus.PermanentlyUnfetchable)
+		}
+	default:
+		return store.LedgerUpdate{}, false
+	}
+	return lu, true
+}

@@ -1,0 +1,916 @@
+package riftflow
+
+// The chaos environment: the five services as separate OS processes built
+// from their cmd mains, an embedded NATS server (or a 3-node cluster) on
+// loopback TCP, a Postgres database, and the simulator on loopback. Faults
+// are injected from the test: SIGKILL, NATS restart, node loss, pg_ctl
+// stop/start, simulator faults.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/pgtest"
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// chaosServices are the five binaries, in pipeline order.
+var chaosServices = []string{"resolver", "matchid-lister", "match-fetcher", "persister", "retry-sweeper"}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// chaosBinaries builds the five services once per test binary into
+// $TMPDIR/riftflow-chaos-bin/<pid> and removes the directories of test
+// binaries that are no longer running.
+func chaosBinaries(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		root := filepath.Join(os.TempDir(), "riftflow-chaos-bin")
+		if ents, err := os.ReadDir(root); err == nil {
+			for _, e := range ents {
+				if pid, err := strconv.Atoi(e.Name()); err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+					os.RemoveAll(filepath.Join(root, e.Name()))
+				}
+			}
+		}
+		binDir = filepath.Join(root, strconv.Itoa(os.Getpid()))
+		if binErr = os.MkdirAll(binDir, 0o755); binErr != nil {
+			return
+		}
+		args := []string{"build", "-o", binDir + string(filepath.Separator)}
+		for _, s := range chaosServices {
+			args = append(args, "github.com/riftflow/riftflow/services/"+s+"/cmd/"+s)
+		}
+		cmd := exec.Command("go", args...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binDir
+}
+
+// chaosProc is one service process. Its stderr goes to a log file that survives
+// restarts (appended).
+type chaosProc struct {
+	name    string
+	bin     string
+	env     []string
+	logPath string
+	ops     string // HTTP_ADDR, host:port
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	// exits records every exit: "killed" for our SIGKILLs, else the error.
+	exits []string
+}
+
+func (p *chaosProc) start(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p.bin)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		if err != nil {
+			p.exits = append(p.exits, err.Error())
+		} else {
+			p.exits = append(p.exits, "exit 0")
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+// kill sends SIGKILL (kill -9) and waits for the process to be gone.
+func (p *chaosProc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// stop sends SIGTERM and waits up to d, then SIGKILLs.
+func (p *chaosProc) stop(d time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(d):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+func (p *chaosProc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// chaosOptions configures a chaos environment.
+type chaosOptions struct {
+	players, perPlayer int
+	// nodes is 1 (single server with a TCP port) or 3 (R3 cluster).
+	nodes int
+	// ownPostgres starts a private Postgres cluster the test can stop and
+	// start (pg_ctl); otherwise a database of the shared test server.
+	ownPostgres bool
+	faults      sim.Faults
+	fixtures    string            // sim FixturesDir; default sim.FindFixtures()
+	env         map[string]string // extra service environment
+	apiKey      string            // default a random RGAPI-chaos-… key
+	// simHandler wraps the simulator's handler (request capture).
+	simHandler func(http.Handler) http.Handler
+	// otlp is an OTLP/HTTP endpoint the services export spans to.
+	otlp string
+	// dbPassword is added to DATABASE_URL (trust auth ignores it): the
+	// secrets test checks it never leaks either.
+	dbPassword string
+}
+
+// chaosEnv is a running environment.
+type chaosEnv struct {
+	t    testing.TB
+	o    chaosOptions
+	ctx  context.Context
+	dir  string
+	log  *slog.Logger
+	sim  *sim.Sim
+	base string
+	key  string
+
+	// NATS: one server, or a cluster.
+	natsOpts natsx.EmbeddedOptions
+	natsSrv  *server.Server
+	cluster  *natsx.Cluster
+	natsURL  string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subj     bus.Subjects
+
+	dbURL  string
+	pgDir  string
+	pgPort int
+	pool   *pgxpool.Pool
+
+	procs map[string]*chaosProc
+	// figures for the report
+	kills, natsRestarts, nodeLosses, pgRestarts int
+}
+
+// chaosFastEnv compresses retry schedules, as fastEnv does for the harness,
+// and makes recovery paths (sweeper, lock TTL) run within a test.
+var chaosFastEnv = map[string]string{
+	"FETCH_BACKOFF":           "1s,2s,2s,2s",
+	"SWEEP_INTERVAL":          "5s",
+	"SWEEP_STALE_AFTER":       "20s",
+	"SWEEP_QUEUE_SLACK":       "10s", // > the longest FETCH_BACKOFF step
+	"SYNC_STUCK_AFTER":        "60s",
+	"SYNC_LOCK_TTL":           "60s",
+	"PERSIST_MAX_WAIT":        "50ms",
+	"SHUTDOWN_TIMEOUT":        "10s",
+	"LOG_LEVEL":               "info",
+	"RIOT_RATELIMIT_MAX_WAIT": "10s",
+	"RIOT_HTTP_TIMEOUT_MS":    "3000",
+	// Riot's 1 s / 60 s service-429 backoff and 30 s breaker are kept in
+	// shape but compressed, as the retry schedule is.
+	"RIOT_BACKOFF_START":   "250ms",
+	"RIOT_BACKOFF_MAX":     "5s",
+	"RIOT_BREAKER_TIMEOUT": "3s",
+}
+
+// chaosAckWait replaces the consumers' AckWait (30–60 s in production) so a
+// SIGKILLed process's in-flight messages come back within a test.
+const chaosAckWait = 10 * time.Second
+
+func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
+	t.Helper()
+	bins := chaosBinaries(t)
+	if o.nodes == 0 {
+		o.nodes = 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e := &chaosEnv{t: t, o: o, ctx: ctx, dir: t.TempDir(), procs: map[string]*chaosProc{}, subj: bus.Subjects{Prefix: "lol"}}
+	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	// Simulator.
+	e.key = o.apiKey
+	if e.key == "" {
+		e.key = "RGAPI-chaos-" + randHex(12)
+	}
+	fix := o.fixtures
+	if fix == "" {
+		fix = sim.FindFixtures()
+	}
+	s, err := sim.New(sim.Options{APIKey: e.key, FixturesDir: fix, Logger: e.log,
+		Limits:    sim.RateLimits{App: "1000:10,60000:600"},
+		Synthetic: sim.Synthetic{Players: o.players, MatchesPerPlayer: o.perPlayer, Platform: "na1"},
+		Faults:    o.faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sim = s
+	if o.simHandler != nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: o.simHandler(s.Handler())}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		e.base = "http://" + ln.Addr().String() + "/{route}"
+	} else {
+		if e.base, err = s.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+	}
+
+	// NATS.
+	if o.nodes == 3 {
+		c, err := natsx.StartCluster(3, filepath.Join(e.dir, "nats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.cluster = c
+		t.Cleanup(c.Shutdown)
+		e.natsURL = strings.Join(c.URLs(), ",")
+	} else {
+		e.natsOpts = natsx.EmbeddedOptions{Name: "chaos", StoreDir: filepath.Join(e.dir, "nats"), Port: 0, NoLog: true}
+		srv, err := natsx.StartServer(e.natsOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.natsSrv = srv
+		e.natsURL = srv.ClientURL()
+		port, _ := strconv.Atoi(e.natsURL[strings.LastIndex(e.natsURL, ":")+1:])
+		e.natsOpts.Port = port // a restart comes back on the same port
+		t.Cleanup(func() {
+			if e.natsSrv != nil {
+				e.natsSrv.Shutdown()
+				e.natsSrv.WaitForShutdown()
+			}
+		})
+	}
+	nc, err := nats.Connect(e.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond), nats.Name("chaos-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	e.nc = nc
+	if e.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	set, err := streams.Load(streams.Options{Replicas: o.nodes, AckWait: chaosAckWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = streams.Apply(actx, e.js, set, e.log)
+	acancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Postgres.
+	if o.ownPostgres {
+		e.startOwnPostgres()
+	} else {
+		e.dbURL = pgtest.NewDatabase(t)
+	}
+	if err := store.Migrate(ctx, e.dbURL, e.log); err != nil {
+		t.Fatal(err)
+	}
+	if e.pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.pool.Close)
+
+	// Services.
+	svcDB := e.dbURL
+	if o.dbPassword != "" {
+		svcDB = strings.Replace(svcDB, "postgres://postgres@", "postgres://postgres:"+o.dbPassword+"@", 1)
+	}
+	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"NATS_URL=" + e.natsURL, "DATABASE_URL=" + svcDB, "RIOT_API_KEY=" + e.key, "RIOT_API_BASE_URL=" + e.base,
+		"STREAM_REPLICAS=" + strconv.Itoa(o.nodes), "LOG_FORMAT=text"}
+	vars := map[string]string{}
+	for k, v := range chaosFastEnv {
+		vars[k] = v
+	}
+	for k, v := range o.env {
+		vars[k] = v
+	}
+	for k, v := range vars {
+		base = append(base, k+"="+v)
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range chaosServices {
+		ops := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+		p := &chaosProc{name: name, bin: filepath.Join(bins, name), logPath: filepath.Join(e.dir, "logs", name+".log"), ops: ops,
+			env: append(append([]string(nil), base...), "HTTP_ADDR="+ops, "OTEL_SERVICE_NAME="+name)}
+		if o.otlp != "" {
+			p.env = append(p.env, "OTEL_EXPORTER_OTLP_ENDPOINT="+o.otlp, "OTEL_TRACES_SAMPLER=always_on")
+		}
+		e.procs[name] = p
+	}
+	t.Cleanup(e.stopAll)
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.dumpLogs(60)
+		}
+	})
+	for _, name := range chaosServices {
+		e.procs[name].start(t)
+	}
+	return e
+}
+
+func (e *chaosEnv) stopAll() {
+	var wg sync.WaitGroup
+	for _, p := range e.procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop(20 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// dumpLogs prints the last n lines of every service log.
+func (e *chaosEnv) dumpLogs(n int) {
+	for _, name := range chaosServices {
+		b, _ := os.ReadFile(e.procs[name].logPath)
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		e.t.Logf("---- %s (last %d lines)\n%s", name, len(lines), strings.Join(lines, "\n"))
+	}
+}
+
+// allLogs returns every service's stderr.
+func (e *chaosEnv) allLogs() []byte {
+	var all []byte
+	for _, name := range chaosServices {
+		b, _ := os.ReadFile(e.procs[name].logPath)
+		all = append(all, b...)
+	}
+	return all
+}
+
+// killRestart SIGKILLs a service, waits pause and starts it again.
+func (e *chaosEnv) killRestart(name string, pause time.Duration) {
+	e.t.Helper()
+	p := e.procs[name]
+	p.kill()
+	e.kills++
+	e.t.Logf("kill -9 %s (stored %d)", name, e.stored())
+	time.Sleep(pause)
+	p.start(e.t)
+}
+
+// restartNATS shuts the single server down, waits pause and starts it
+// again on the same port and store directory.
+func (e *chaosEnv) restartNATS(pause time.Duration) {
+	e.t.Helper()
+	e.natsSrv.Shutdown()
+	e.natsSrv.WaitForShutdown()
+	e.natsSrv = nil
+	e.natsRestarts++
+	e.t.Logf("NATS server down (stored %d)", e.stored())
+	time.Sleep(pause)
+	srv, err := natsx.StartServer(e.natsOpts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.natsSrv = srv
+	e.t.Log("NATS server back on", srv.ClientURL())
+}
+
+// startOwnPostgres starts a private cluster in a directory the postgres OS
+// user can reach (pgtest.Ensure initdb's it and starts it on a free port).
+func (e *chaosEnv) startOwnPostgres() {
+	t := e.t
+	dir, err := os.MkdirTemp("", "rfchaospg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pgDir = dir
+	t.Setenv("DATABASE_URL", "") // Ensure must start our own cluster
+	url, stop, err := pgtest.Ensure(e.ctx, pgtest.Options{DataDir: dir, Logger: e.log})
+	if err != nil {
+		os.RemoveAll(dir)
+		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "no PostgreSQL") {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	e.dbURL = url
+	u := url[strings.Index(url, "@127.0.0.1:")+len("@127.0.0.1:"):]
+	e.pgPort, _ = strconv.Atoi(u[:strings.Index(u, "/")])
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			// the cluster may be down if the test failed mid-restart
+			e.pgctl("stop", "-w", "-m", "immediate", "-D", dir)
+		}
+		os.RemoveAll(dir)
+	})
+}
+
+// pgctl runs pg_ctl as the postgres OS user when we are root, as pgtest does.
+func (e *chaosEnv) pgctl(args ...string) error {
+	bin, err := exec.LookPath("pg_ctl")
+	if err != nil {
+		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+		if len(matches) == 0 {
+			return err
+		}
+		bin = matches[len(matches)-1]
+	}
+	cmd := exec.Command(bin, args...)
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("postgres"); err == nil {
+			cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", bin}, args...)...)
+		}
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// restartPostgres stops the private cluster (pg_ctl stop -m fast: every
+// session is terminated), waits pause, and starts it on the same port.
+func (e *chaosEnv) restartPostgres(pause time.Duration) {
+	e.t.Helper()
+	if err := e.pgctl("stop", "-w", "-m", "fast", "-D", e.pgDir); err != nil {
+		e.t.Fatal(err)
+	}
+	e.pgRestarts++
+	e.t.Logf("Postgres stopped (pg_ctl stop -m fast)")
+	time.Sleep(pause)
+	o := fmt.Sprintf("-p %d -c unix_socket_directories=''", e.pgPort)
+	if err := e.pgctl("start", "-w", "-t", "60", "-D", e.pgDir, "-l", filepath.Join(e.pgDir, "server.log"), "-o", o); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Logf("Postgres started again on port %d (stored %d)", e.pgPort, e.stored())
+}
+
+// ---- driving and observing -------------------------------------------------
+
+// ingestAll publishes one full ingest request per synthetic player.
+func (e *chaosEnv) ingestAll(from, to int) {
+	e.t.Helper()
+	for i := from; i <= to; i++ {
+		rid := sim.SyntheticRiotID(i)
+		req := bus.IngestRequest{RequestID: fmt.Sprintf("chaos-%04d", i), RiotID: rid.GameName + "#" + rid.TagLine,
+			Platform: "na1", Mode: bus.ModeFull, LookbackDays: 60, Count: e.o.perPlayer, Trigger: "test"}
+		for {
+			ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+			err := publishRequest(ctx, e.nc, e.subj, req)
+			cancel()
+			if err == nil {
+				break
+			}
+			if e.ctx.Err() != nil {
+				e.t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// query runs a one-value query; errors (Postgres down) give -1.
+func (e *chaosEnv) query(sql string, args ...any) int {
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	var n int
+	if err := e.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// stored is the number of matches stored so far.
+func (e *chaosEnv) stored() int { return e.query(`SELECT count(*) FROM matches`) }
+
+// waitStored polls until at least n matches are stored.
+func (e *chaosEnv) waitStored(n int, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.stored() < n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("only %d matches stored after %s, want ≥ %d", e.stored(), timeout, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitSettled polls until every synthetic player's account has left
+// pending/syncing and every ledger row is final, then until every consumer
+// is drained. The timeout bounds liveness only; the checks come after.
+func (e *chaosEnv) waitSettled(timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	want := e.o.players
+	for {
+		done := e.query(`SELECT count(*) FROM accounts WHERE puuid LIKE 'synth-%' AND sync_status IN ('completed','failed')`)
+		open := e.query(`SELECT count(*) FROM match_fetches WHERE status IN ('unfetched','temporary_failure')`)
+		if done == want && open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("not settled after %s: %d/%d accounts done, %d ledger rows open, %d stored", timeout, done, want, open, e.stored())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for {
+		busy, err := e.consumersBusy()
+		if err == nil && busy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("consumers not drained after %s: %s %v", timeout, busy, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (e *chaosEnv) consumersBusy() (string, error) {
+	for _, c := range []struct{ stream, name string }{
+		{streams.StreamIngest, streams.ConsumerResolver}, {streams.StreamSync, streams.ConsumerMatchIDLister},
+		{streams.StreamFetched, streams.ConsumerPersister},
+		{streams.StreamFetch, streams.FetcherConsumer("americas")},
+	} {
+		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+		cons, err := e.js.Consumer(ctx, c.stream, c.name)
+		if err != nil {
+			cancel()
+			return "", err
+		}
+		info, err := cons.Info(ctx)
+		cancel()
+		if err != nil {
+			return "", err
+		}
+		if info.NumPending > 0 || info.NumAckPending > 0 {
+			return fmt.Sprintf("%s pending %d ack-pending %d", c.name, info.NumPending, info.NumAckPending), nil
+		}
+	}
+	return "", nil
+}
+
+// ---- the end-state check ----------------------------------------------------
+
+// chaosResult are the figures of one run, checked against the sim's truth.
+type chaosResult struct {
+	Case          string           `json:"case"`
+	Listed        int              `json:"matches_checked"`
+	Stored        int              `json:"stored"`
+	FinalFailed   int              `json:"final_with_reason"`
+	Timelines     int              `json:"timelines_stored"`
+	Participants  int              `json:"participant_rows"`
+	Losses        int              `json:"losses"`
+	Duplicates    int              `json:"duplicates"`
+	Syncing       int              `json:"accounts_left_syncing"`
+	Requests      int64            `json:"riot_requests"`
+	MatchFetches  int64            `json:"getmatch_200"`
+	Faults        map[string]int64 `json:"sim_faults,omitempty"`
+	Injected      []string         `json:"injected"`
+	Violations    int64            `json:"rate_limit_violations"`
+	BucketsOver   int              `json:"buckets_over_limit"`
+	Reasons       map[string]int   `json:"final_reasons,omitempty"`
+	ServiceExits  int              `json:"unexpected_exits"`
+	ElapsedSecond float64          `json:"elapsed_s"`
+}
+
+// ledgerRow is one match_fetches row.
+type ledgerRow struct {
+	status, reason string
+}
+
+// checkEndState is the Jepsen-style check: it reads the whole end state
+// and compares it with the simulator's truth for the synthetic players.
+func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim, players int) chaosResult {
+	t.Helper()
+	truth := s.Truth()
+	listed := map[string]sim.MatchTruth{}
+	for i := 1; i <= players; i++ {
+		p, ok := truth.Players[sim.SyntheticPUUID("na1", i)]
+		if !ok {
+			t.Fatalf("synthetic player %d missing from truth", i)
+		}
+		for _, m := range p.Matches {
+			listed[m.ID] = m
+		}
+	}
+	r := chaosResult{Listed: len(listed), Reasons: map[string]int{}}
+
+	ledger := map[string]ledgerRow{}
+	rows, err := pool.Query(ctx, `SELECT match_id || '/' || kind, status, coalesce(last_error, '') FROM match_fetches`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var l ledgerRow
+		if err := rows.Scan(&k, &l.status, &l.reason); err != nil {
+			t.Fatal(err)
+		}
+		ledger[k] = l
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	stored := map[string]int{} // match_id → participant_count column
+	rows, err = pool.Query(ctx, `SELECT match_id, participant_count FROM matches`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		stored[id] = n
+	}
+	parts := map[string]int{}
+	rows, err = pool.Query(ctx, `SELECT match_id, count(*), count(DISTINCT puuid) FROM match_participants GROUP BY match_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var n, d int
+		if err := rows.Scan(&id, &n, &d); err != nil {
+			t.Fatal(err)
+		}
+		parts[id] = n
+		r.Participants += n
+		if d != n {
+			r.Duplicates++
+			t.Errorf("%s: %d participant rows but %d distinct players", id, n, d)
+		}
+	}
+	timelines := map[string]bool{}
+	rows, err = pool.Query(ctx, `SELECT match_id FROM match_timelines`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		timelines[id] = true
+	}
+
+	final := func(l ledgerRow) bool {
+		switch l.status {
+		case "success":
+			return true
+		case "permanently_unfetchable", "outside_retention_window":
+			return strings.TrimSpace(l.reason) != ""
+		}
+		return false
+	}
+	for id, m := range listed {
+		l, ok := ledger[id+"/match"]
+		switch {
+		case !ok:
+			r.Losses++
+			t.Errorf("LOST %s: listed by the sim, no ledger row", id)
+			continue
+		case !final(l):
+			r.Losses++
+			t.Errorf("LOST %s: ledger %q (%s) is not final", id, l.status, l.reason)
+			continue
+		}
+		if l.status != "success" {
+			r.FinalFailed++
+			r.Reasons[reasonClass(l.reason)]++
+			if _, ok := stored[id]; ok {
+				t.Errorf("%s: ledger %s but a matches row exists", id, l.status)
+			}
+			continue
+		}
+		r.Stored++
+		if _, ok := stored[id]; !ok {
+			r.Losses++
+			t.Errorf("LOST %s: ledger success but no matches row", id)
+			continue
+		}
+		switch n := parts[id]; {
+		case n > m.Participants:
+			r.Duplicates++
+			t.Errorf("DUPLICATE %s: %d participant rows, truth has %d", id, n, m.Participants)
+		case n < m.Participants:
+			r.Losses++
+			t.Errorf("LOST %s: %d participant rows, truth has %d", id, n, m.Participants)
+		}
+		if stored[id] != m.Participants {
+			t.Errorf("%s: participant_count %d, truth %d", id, stored[id], m.Participants)
+		}
+		// The timeline: stored, or final with a reason.
+		tl, ok := ledger[id+"/timeline"]
+		switch {
+		case !ok:
+			r.Losses++
+			t.Errorf("LOST %s timeline: no ledger row", id)
+		case !final(tl):
+			r.Losses++
+			t.Errorf("LOST %s timeline: ledger %q (%s) not final", id, tl.status, tl.reason)
+		case tl.status == "success":
+			r.Timelines++
+			if !timelines[id] {
+				r.Losses++
+				t.Errorf("LOST %s timeline: ledger success, no row", id)
+			}
+			if !m.TimelineOK {
+				t.Errorf("%s timeline stored but the sim has none", id)
+			}
+		default:
+			r.Reasons["timeline: "+reasonClass(tl.reason)]++
+		}
+	}
+	for id := range stored {
+		if _, ok := listed[id]; !ok {
+			r.Duplicates++
+			t.Errorf("UNEXPECTED %s stored but never listed by the sim", id)
+		}
+	}
+	r.Syncing = countQ(t, ctx, pool, `SELECT count(*) FROM accounts WHERE sync_status IN ('syncing','pending')`)
+	if r.Syncing != 0 {
+		t.Errorf("%d accounts left syncing", r.Syncing)
+	}
+	if n := countQ(t, ctx, pool, `SELECT count(*) FROM accounts WHERE puuid LIKE 'synth-%' AND sync_status = 'completed'`); n != players {
+		t.Errorf("%d of %d synthetic accounts completed", n, players)
+	}
+
+	st := s.Stats()
+	r.Requests, r.MatchFetches, r.Violations, r.Faults = st.Total, st.MethodCount(sim.MethodMatch, 200), st.Violations, st.Faults
+	if st.Violations != 0 {
+		t.Errorf("%d rate-limit violations (application/method 429s)", st.Violations)
+	}
+	for _, b := range st.Buckets {
+		if b.MaxCount > b.Limit {
+			r.BucketsOver++
+			t.Errorf("bucket %s %s %ds: max %d > limit %d", b.Route, b.Method, b.WindowSeconds, b.MaxCount, b.Limit)
+		}
+	}
+	if r.Listed == 0 {
+		t.Fatal("the sim listed nothing: test premise broken")
+	}
+	return r
+}
+
+// reasonClass shortens a ledger reason for the report.
+func reasonClass(s string) string {
+	if i := strings.IndexAny(s, ":("); i > 0 && i < 40 {
+		return strings.TrimSpace(s[:i])
+	}
+	if len(s) > 60 {
+		return s[:60]
+	}
+	return s
+}
+
+func countQ(t testing.TB, ctx context.Context, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// check runs checkEnd on the environment and records the figures.
+func (e *chaosEnv) check(name string, started time.Time, injected ...string) chaosResult {
+	e.t.Helper()
+	r := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
+	r.Case, r.Injected, r.ElapsedSecond = name, injected, time.Since(started).Round(time.Second).Seconds()
+	for _, p := range e.procs {
+		p.mu.Lock()
+		for _, x := range p.exits {
+			if x != "signal: killed" {
+				r.ServiceExits++
+				e.t.Errorf("%s exited on its own: %s", p.name, x)
+			}
+		}
+		p.mu.Unlock()
+	}
+	for _, p := range e.procs {
+		if !p.running() {
+			e.t.Errorf("%s is not running at the end", p.name)
+		}
+	}
+	recordResult(e.t, r)
+	return r
+}
+
+// recordResult logs the figures and appends them to CHAOS_REPORT (a JSON
+// lines file) when set, for docs/chaos.md.
+func recordResult(t testing.TB, r chaosResult) {
+	b, _ := json.Marshal(r)
+	t.Logf("CHAOS RESULT %s", b)
+	if path := os.Getenv("CHAOS_REPORT"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.Write(append(b, '\n'))
+			f.Close()
+		}
+	}
+}
+
+func freeTCPPort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// chaosScrape GETs url and returns the body ("" on error).
+func chaosScrape(url string) string {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	io.Copy(&buf, resp.Body)
+	return buf.String()
+}

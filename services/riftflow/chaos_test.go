@@ -1,0 +1,246 @@
+package riftflow
+
+// The chaos suite (issue 7): the whole pipeline on the simulator with a
+// synthetic backlog, one fault per case injected mid-run, then a
+// Jepsen-style check of the END STATE against the simulator's truth
+// (checkEnd): every listed match stored exactly once with Truth's
+// participant count, or final in the ledger with a reason; no account left
+// syncing; Riot limits never exceeded.
+//
+// `make chaos` (RIFTFLOW_CHAOS=full) runs every case on 20 players × 100
+// matches = 2,000 matches. Without it (make test, CI) the short cases
+// (kill -9 of each service, NATS restart) run on a 120-match backlog and
+// the long ones are skipped with a note.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/streams"
+)
+
+func chaosFull() bool { return os.Getenv("RIFTFLOW_CHAOS") == "full" }
+
+// chaosSize is the backlog: 2,000 matches in the full suite, 200 otherwise.
+func chaosSize() (players, perPlayer int) {
+	if chaosFull() {
+		return 20, 100
+	}
+	return 3, 40
+}
+
+// settleTimeout bounds liveness (the checks come after it).
+func settleTimeout() time.Duration {
+	if chaosFull() {
+		return 15 * time.Minute
+	}
+	return 5 * time.Minute
+}
+
+// longCase skips a case outside the full suite.
+func longCase(t *testing.T) {
+	if !chaosFull() {
+		t.Skip("long chaos case: run with RIFTFLOW_CHAOS=full (make chaos)")
+	}
+}
+
+// fraction returns ceil(total × f).
+func fraction(total int, f float64) int { return int(float64(total)*f + 0.999) }
+
+// TestChaosKillEachService SIGKILLs each of the five service processes in
+// turn while the backlog is being worked, and starts it again.
+func TestChaosKillEachService(t *testing.T) {
+	players, per := chaosSize()
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per})
+	total := players * per
+	start := time.Now()
+
+	// Resolver: killed with requests still queued; the rest are published
+	// while it is down.
+	half := max(1, players/2)
+	e.ingestAll(1, half)
+	waitQ(t, e, `SELECT count(*) FROM accounts`, 1, time.Minute)
+	e.procs["resolver"].kill()
+	e.kills++
+	t.Logf("kill -9 resolver (%d accounts known)", e.query(`SELECT count(*) FROM accounts`))
+	e.ingestAll(half+1, players)
+	time.Sleep(500 * time.Millisecond)
+	e.procs["resolver"].start(t)
+
+	// Lister: as soon as matches are being claimed.
+	waitQ(t, e, `SELECT count(*) FROM match_fetches`, 1, time.Minute)
+	e.killRestart("matchid-lister", 500*time.Millisecond)
+	// Fetcher, persister, sweeper: at 20%, 45%, 65% stored.
+	e.waitStored(fraction(total, 0.20), settleTimeout())
+	e.killRestart("match-fetcher", 500*time.Millisecond)
+	e.waitStored(fraction(total, 0.45), settleTimeout())
+	e.killRestart("persister", 500*time.Millisecond)
+	e.waitStored(fraction(total, 0.65), settleTimeout())
+	e.killRestart("retry-sweeper", 500*time.Millisecond)
+
+	e.waitSettled(settleTimeout())
+	e.check("kill -9 each service", start, fmt.Sprintf("%d SIGKILLs (resolver, matchid-lister, match-fetcher, persister, retry-sweeper) + restarts", e.kills))
+}
+
+// TestChaosRiotFaults: the simulator answers 20% 5xx, 5% service 429s and
+// 2% slow responses past the client timeout, on every endpoint, for the
+// whole run.
+func TestChaosRiotFaults(t *testing.T) {
+	longCase(t) // the short run of it took 2.5 min on 60 matches: too slow for make test
+	players, per := chaosSize()
+	f := sim.Faults{Seed: 7, Error5xx: 0.20, Service429: 0.05, Slow: 0.02, SlowDelay: 2 * time.Second}
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per, faults: f,
+		env: map[string]string{"RIOT_HTTP_TIMEOUT_MS": "500"}})
+	start := time.Now()
+	e.ingestAll(1, players)
+	e.waitSettled(settleTimeout())
+	r := e.check("Riot 20% 5xx, 5% service 429, 2% slow > timeout", start, "sim faults for the whole run")
+	if inj := r.Faults["500"] + r.Faults["502"] + r.Faults["503"] + r.Faults["504"] + r.Faults["5xx"]; inj == 0 && len(r.Faults) == 0 {
+		t.Errorf("no fault was injected: %+v", r.Faults)
+	}
+	t.Logf("faults injected by the sim: %v", r.Faults)
+}
+
+// TestChaosNATSRestart stops the (single) NATS server twice mid-run and
+// starts it again on the same port and store: every process reconnects.
+func TestChaosNATSRestart(t *testing.T) {
+	players, per := chaosSize()
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per})
+	total := players * per
+	start := time.Now()
+	e.ingestAll(1, players)
+	e.waitStored(fraction(total, 0.25), settleTimeout())
+	e.restartNATS(3 * time.Second)
+	e.waitStored(fraction(total, 0.60), settleTimeout())
+	e.restartNATS(3 * time.Second)
+	e.waitSettled(settleTimeout())
+	e.check("NATS disconnect and reconnect", start, fmt.Sprintf("%d NATS server restarts (3 s down each)", e.natsRestarts))
+}
+
+// TestChaosClusterNodeLoss runs on a 3-node JetStream cluster with R3
+// streams; the node leading the FETCH stream is shut down mid-run and
+// brought back, then the node leading FETCHED.
+func TestChaosClusterNodeLoss(t *testing.T) {
+	longCase(t)
+	players, per := chaosSize()
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per, nodes: 3})
+	total := players * per
+	start := time.Now()
+	e.ingestAll(1, players)
+	for i, step := range []struct {
+		at     float64
+		stream string
+	}{{0.25, streams.StreamFetch}, {0.60, streams.StreamFetched}} {
+		e.waitStored(fraction(total, step.at), settleTimeout())
+		n := e.streamLeader(step.stream)
+		e.cluster.Kill(n)
+		e.nodeLosses++
+		t.Logf("loss %d: node n%d (leader of %s) shut down, stored %d", i+1, n, step.stream, e.stored())
+		time.Sleep(5 * time.Second)
+		if err := e.cluster.Restart(n); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+		if err := e.cluster.WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		t.Logf("node n%d back", n)
+	}
+	e.waitSettled(settleTimeout())
+	e.check("lose 1 of 3 JetStream nodes (R3)", start, fmt.Sprintf("%d node losses (stream leader, 5 s down each)", e.nodeLosses))
+}
+
+// streamLeader returns the index of the node leading stream.
+func (e *chaosEnv) streamLeader(stream string) int {
+	e.t.Helper()
+	for try := 0; try < 50; try++ {
+		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+		st, err := e.js.Stream(ctx, stream)
+		if err == nil {
+			info, err := st.Info(ctx)
+			if err == nil && info.Cluster != nil {
+				for i := range 3 {
+					if s := e.cluster.Server(i); s != nil && s.Name() == info.Cluster.Leader {
+						cancel()
+						return i
+					}
+				}
+			}
+		}
+		cancel()
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("no leader for %s", stream)
+	return 0
+}
+
+// TestChaosPostgresRestart stops Postgres (pg_ctl stop -m fast) twice while
+// the persister is writing, and starts it again on the same port.
+func TestChaosPostgresRestart(t *testing.T) {
+	longCase(t)
+	players, per := chaosSize()
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true})
+	total := players * per
+	start := time.Now()
+	e.ingestAll(1, players)
+	e.waitStored(fraction(total, 0.25), settleTimeout())
+	e.restartPostgres(3 * time.Second)
+	e.waitStored(fraction(total, 0.60), settleTimeout())
+	e.restartPostgres(3 * time.Second)
+	e.waitSettled(settleTimeout())
+	e.check("Postgres restart during persist", start, fmt.Sprintf("%d Postgres restarts (3 s down each)", e.pgRestarts))
+}
+
+// jumpClock is a clock that can jump forward.
+type jumpClock struct{ off atomic.Int64 }
+
+func (c *jumpClock) Now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *jumpClock) Jump(d time.Duration) { c.off.Add(int64(d)) }
+
+// TestChaosClockJump runs the in-process pipeline on a clock shared by the
+// simulator and every service, and jumps it 2 hours forward mid-run
+// (rate-limit windows, retry schedules computed from Now, retention and
+// lookback all see the jump); then once more by 2 hours.
+func TestChaosClockJump(t *testing.T) {
+	longCase(t)
+	players, per := chaosSize()
+	clk := &jumpClock{}
+	h := startHarness(t, harnessOptions{now: clk.Now,
+		sim: sim.Options{Now: clk.Now, Limits: sim.RateLimits{App: "1000:10,60000:600"},
+			Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per, Platform: "na1"}},
+		env: map[string]string{"SWEEP_INTERVAL": "2s", "SWEEP_STALE_AFTER": "5s", "SYNC_LOCK_TTL": "60s", "LOG_LEVEL": "info"}})
+	e := &chaosEnv{t: t, ctx: h.ctx, pool: h.st.Infra.Store.Pool(), js: h.st.Infra.JS, nc: h.st.Infra.NC,
+		subj: h.st.Infra.Subjects, o: chaosOptions{players: players, perPlayer: per}}
+	total := players * per
+	start := time.Now()
+	e.ingestAll(1, players)
+	e.waitStored(fraction(total, 0.30), settleTimeout())
+	clk.Jump(2 * time.Hour)
+	t.Logf("clock jumped +2h at %d stored", e.stored())
+	e.waitStored(fraction(total, 0.70), settleTimeout())
+	clk.Jump(2 * time.Hour)
+	t.Logf("clock jumped +2h again at %d stored", e.stored())
+	e.waitSettled(settleTimeout())
+	r := checkEnd(t, h.ctx, e.pool, h.st.Sim, players)
+	r.Case, r.Injected, r.ElapsedSecond = "clock jump", []string{"2 forward jumps of 2 h (sim and services)"}, time.Since(start).Round(time.Second).Seconds()
+	recordResult(t, r)
+}
+
+// waitQ polls a count query until it reaches n.
+func waitQ(t *testing.T, e *chaosEnv, sql string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.query(sql) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s < %d after %s", strings.TrimSpace(sql), n, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

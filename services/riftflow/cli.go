@@ -1,0 +1,599 @@
+package riftflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/streams"
+)
+
+const usage = `riftflow keeps a Postgres database filled with League of Legends data from the Riot API.
+
+Usage:
+  riftflow up [--demo]          run the whole pipeline in one process (until Ctrl-C;
+                                --demo ingests the recorded demo player, prints a summary, exits)
+  riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
+                  [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--wait]
+  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
+  riftflow status --failures                         fetch failures by status, with reasons
+  riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
+  riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
+  riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
+  riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
+
+Configuration comes from the environment; see README.md. Without NATS_URL,
+DATABASE_URL or RIOT_API_KEY, 'up' starts its own embedded NATS, throwaway
+Postgres and simulator; the other commands find them through .data/.
+`
+
+// Main runs the CLI with args (without the program name) and returns the
+// process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "up":
+		err = cmdUp(ctx, args[1:], stdout, stderr)
+	case "ingest":
+		err = cmdIngest(ctx, args[1:], stdout)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout)
+	case "migrate":
+		err = cmdMigrate(ctx, stderr)
+	case "streams":
+		if len(args) < 2 || args[1] != "apply" {
+			err = errors.New("usage: riftflow streams apply")
+		} else {
+			err = cmdStreamsApply(ctx, stderr)
+		}
+	case "sim":
+		err = cmdSim(ctx, args[1:], stdout, stderr)
+	default:
+		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "riftflow %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func dataDir() string {
+	if d := os.Getenv("RIFTFLOW_DATA_DIR"); d != "" {
+		return d
+	}
+	return ".data"
+}
+
+func newLogger(w io.Writer, env app.Env) *slog.Logger {
+	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
+	if err != nil {
+		level = slog.LevelInfo
+	}
+	return telemetry.NewLogger(w, level, env.Ops.LogFormat)
+}
+
+func secret(s string) config.Secret { return config.Secret(s) }
+
+// natsURL is NATS_URL, or the URL a local `riftflow up` wrote.
+func natsURL(env app.Env) (string, error) {
+	if env.NATS.URL != "" {
+		return env.NATS.URL, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir(), "nats.url"))
+	if err != nil {
+		return "", errors.New("NATS_URL is not set and no local `riftflow up` was found (.data/nats.url)")
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
+func dbURL(env app.Env) (string, error) {
+	if env.Postgres.URL != "" {
+		return env.Postgres.URL.Reveal(), nil
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir(), "database.url"))
+	if err != nil {
+		return "", errors.New("DATABASE_URL is not set and no local `riftflow up` was found (.data/database.url)")
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// ---- up -------------------------------------------------------------------
+
+func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, env)
+	if *demo && env.Ops.LogLevel == "info" {
+		// Keep the demo's output readable: progress goes to stdout.
+		log = telemetry.NewLogger(stderr, slog.LevelWarn, env.Ops.LogFormat)
+	}
+	config.Log(log, "riftflow", env)
+	started := time.Now()
+	if *demo && env.Riot.APIKey == "" && os.Getenv("FETCH_BACKOFF") == "" {
+		// Most recorded matches have no recorded timeline, so the simulator
+		// answers 404 for them and each ends permanently_unfetchable after
+		// five attempts. Compress the retry schedule (30s…300s) so the demo
+		// shows that path in seconds.
+		os.Setenv("FETCH_BACKOFF", "1s,1s,1s,1s")
+		fmt.Fprintln(stdout, "demo: FETCH_BACKOFF=1s,1s,1s,1s (the default is 30s,60s,120s,300s)")
+	}
+	st, err := StartStack(ctx, StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, AnchorDemo: *demo})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	api := NewAPI(st.Infra)
+	api.Mount(st.Infra.Ops)
+	opsCtx, opsStop := context.WithCancel(context.Background())
+	defer opsStop()
+	addr := env.Ops.HTTPAddr
+	if _, port, _ := strings.Cut(addr, ":"); port != "" && port != "0" && !portFree("", atoiOr(port, 0)) {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := listen(addr)
+	if err != nil {
+		return err
+	}
+	go st.Infra.Ops.ServeListener(opsCtx, ln)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- st.Run(runCtx) }()
+
+	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", orInProcess(st.NATSURL), "http://"+ln.Addr().String())
+	if st.WebSocketURL != "" {
+		fmt.Fprintf(stdout, "progress for browsers: NATS over WebSocket at %s (subscribe to %s)\n", st.WebSocketURL, st.Infra.Subjects.ProgressAll())
+	}
+	if st.Sim != nil {
+		fmt.Fprintf(stdout, "Riot API: built-in simulator (RIOT_API_KEY unset), %d recorded players\n", len(st.Sim.Players()))
+	}
+	if !*demo {
+		fmt.Fprintln(stdout, "Ctrl-C to stop. Try: riftflow ingest --riot-id 'LugnutsK#000' --platform na1 --mode full --wait")
+		<-ctx.Done()
+		fmt.Fprintln(stdout, "stopping: draining consumers…")
+		cancel()
+		return drainWait(done, env.Ops.ShutdownTimeout)
+	}
+
+	err = runDemo(ctx, st, stdout, *timeout, started)
+	cancel()
+	if derr := drainWait(done, env.Ops.ShutdownTimeout); err == nil {
+		err = derr
+	}
+	return err
+}
+
+func drainWait(done <-chan error, d time.Duration) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return errors.New("services did not drain within SHUTDOWN_TIMEOUT")
+	}
+}
+
+func orInProcess(s string) string {
+	if s == "" {
+		return "(in-process)"
+	}
+	return s
+}
+
+// runDemo ingests the demo player and prints progress and a summary.
+func runDemo(ctx context.Context, st *Stack, out io.Writer, timeout time.Duration, started time.Time) error {
+	req := bus.IngestRequest{Mode: bus.ModeFull, LookbackDays: 730, Count: 1000, Trigger: "cli", RequestedBy: "make run"}
+	if st.Sim != nil {
+		p, ok := st.Sim.DemoPlayer()
+		if !ok {
+			return errors.New("the simulator has no demo player")
+		}
+		req.RiotID, req.Platform = p.GameName+"#"+p.TagLine, p.Platform
+		fmt.Fprintf(out, "ingesting %s on %s (%d recorded matches), mode full, lookback 730 days\n", req.RiotID, req.Platform, p.Matches)
+	} else {
+		id := os.Getenv("RIFTFLOW_DEMO_RIOT_ID")
+		if id == "" {
+			return errors.New("with a real RIOT_API_KEY, set RIFTFLOW_DEMO_RIOT_ID='Name#TAG' and RIFTFLOW_DEMO_PLATFORM for --demo")
+		}
+		req.RiotID, req.Platform = id, os.Getenv("RIFTFLOW_DEMO_PLATFORM")
+	}
+	req.RequestID = "demo-" + randHex(6)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	final, err := publishAndWait(ctx, st.Infra.NC, st.Infra.Subjects, req, out)
+	if err != nil {
+		return err
+	}
+	if final.Status != "completed" {
+		return fmt.Errorf("sync %s: %s", final.Status, final.Error)
+	}
+	s, err := st.Infra.Store.AccountStatus(ctx, final.PUUID)
+	if err != nil {
+		return err
+	}
+	rs := st.Infra.RiotStats
+	fmt.Fprintf(out, "\nsummary for %s#%s (%s)\n", s.GameName, s.TagLine, final.PUUID[:12]+"…")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  matches stored\t%d\n  participants stored\t%d\n  timelines stored\t%d\n", s.Matches, s.Participants, s.Timelines)
+	fmt.Fprintf(tw, "  fetch ledger\t%s\n", ledgerLine(s.Ledger))
+	fmt.Fprintf(tw, "  Riot requests\t%d\n  429 responses\t%d\n  5xx responses\t%d\n", rs.Requests.Load(), rs.RateLimited.Load(), rs.ServerErrors.Load())
+	fmt.Fprintf(tw, "  elapsed\t%s\n", time.Since(started).Round(10*time.Millisecond))
+	return tw.Flush()
+}
+
+func ledgerLine(m map[string]int) string {
+	if len(m) == 0 {
+		return "(nothing new)"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
+}
+
+// publishAndWait publishes req on lol.ingest.request and follows its
+// progress events and rejections until the sync completes or fails.
+func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest, out io.Writer) (bus.ProgressEvent, error) {
+	events := make(chan *nats.Msg, 256)
+	sub1, err := nc.ChanSubscribe(subj.ProgressAll(), events)
+	if err != nil {
+		return bus.ProgressEvent{}, err
+	}
+	defer sub1.Unsubscribe()
+	sub2, err := nc.ChanSubscribe(subj.IngestRejected(), events)
+	if err != nil {
+		return bus.ProgressEvent{}, err
+	}
+	defer sub2.Unsubscribe()
+	if err := publishRequest(ctx, nc, subj, req); err != nil {
+		return bus.ProgressEvent{}, err
+	}
+	fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestRequest())
+	last := -1
+	for {
+		select {
+		case <-ctx.Done():
+			return bus.ProgressEvent{}, fmt.Errorf("waiting for request %s: %w", req.RequestID, ctx.Err())
+		case m := <-events:
+			if m.Subject == subj.IngestRejected() {
+				var r bus.Rejection
+				if json.Unmarshal(m.Data, &r) == nil && r.RequestID == req.RequestID {
+					return bus.ProgressEvent{}, fmt.Errorf("rejected (%d): %s", r.Code, r.Reason)
+				}
+				continue
+			}
+			var ev bus.ProgressEvent
+			if json.Unmarshal(m.Data, &ev) != nil || ev.RequestID != req.RequestID {
+				continue
+			}
+			if ev.Progress != last || ev.Status != "syncing" {
+				fmt.Fprintf(out, "  %-9s %d/%d matches\n", ev.Status, ev.Progress, ev.Total)
+				last = ev.Progress
+			}
+			if ev.Status == "completed" || ev.Status == "failed" {
+				return ev, nil
+			}
+		}
+	}
+}
+
+func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(subj.IngestRequest())
+	m.Data = data
+	m.Header.Set(nats.MsgIdHdr, "ingest:"+req.RequestID)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	// A producer span, whose context travels in the headers: the root of
+	// the request's trace.
+	_, err = natsx.PublishMsg(ctx, js, m)
+	return err
+}
+
+// ---- ingest ---------------------------------------------------------------
+
+func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+	var req bus.IngestRequest
+	var queue int
+	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")
+	fs.StringVar(&req.PUUID, "puuid", "", "PUUID (instead of --riot-id)")
+	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ...")
+	mode := fs.String("mode", "latest", "latest (from the cursor) or full (backfill --lookback-days)")
+	fs.IntVar(&req.Count, "count", 0, "max matches this run (default INGESTION_MAX_MATCHES_PER_RUN)")
+	fs.IntVar(&req.LookbackDays, "lookback-days", 0, "full backfill depth (default INGESTION_LOOKBACK_DAYS)")
+	fs.IntVar(&queue, "queue", -1, "only this queueId")
+	fs.StringVar(&req.Type, "type", "", "only ranked, normal, tourney or tutorial")
+	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: generated)")
+	background := fs.Bool("background", false, "background priority (behind interactive requests)")
+	wait := fs.Bool("wait", false, "show progress and wait for the sync to finish")
+	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	req.Mode, req.Trigger = bus.Mode(*mode), "cli"
+	if queue >= 0 {
+		req.Queue = &queue
+	}
+	if *background {
+		req.Priority = bus.Background
+	}
+	if req.RequestID == "" {
+		req.RequestID = "cli-" + randHex(8)
+	}
+	req.RequestedAt = time.Now().UTC()
+	if err := req.Normalize(); err != nil {
+		return err
+	}
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	url, err := natsURL(env)
+	if err != nil {
+		return err
+	}
+	env.NATS.URL = url
+	if telemetry.ExportEnabled() {
+		// OTEL_EXPORTER_OTLP_ENDPOINT is set: export the publish span, so
+		// the trace in Jaeger starts at this command.
+		tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "riftflow-cli", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		defer tel.Shutdown(context.WithoutCancel(ctx))
+	}
+	nc, _, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-cli", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	subj := bus.Subjects{Prefix: env.NATS.SubjectPrefix}
+	if !*wait {
+		if err := publishRequest(ctx, nc, subj, req); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestRequest())
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	ev, err := publishAndWait(ctx, nc, subj, req, out)
+	if err != nil {
+		return err
+	}
+	if ev.Status != "completed" {
+		return fmt.Errorf("sync failed: %s", ev.Error)
+	}
+	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
+	return nil
+}
+
+// ---- status ---------------------------------------------------------------
+
+func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	riotID := fs.String("riot-id", "", "Riot ID, gameName#tagLine")
+	puuid := fs.String("puuid", "", "PUUID")
+	failures := fs.Bool("failures", false, "list fetch failures and ledger counts")
+	jobs := fs.Bool("jobs", false, "list the job log (syncs and scheduled jobs), newest first; with --puuid, that account's")
+	jobType := fs.String("job-type", "", "with --jobs: only this type (sync, latest_all, rank_daily, weekly_report, recovery)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rateLimit := fs.Bool("ratelimit", false, "shared Riot rate-limit state: budgets used, 429s by type, waits, key rejected (from NATS KV)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	if *rateLimit {
+		return cmdStatusRateLimit(ctx, env, out, *asJSON)
+	}
+	url, err := dbURL(env)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if *failures {
+		return printFailures(ctx, st, out, *asJSON)
+	}
+	if *jobs {
+		return printJobs(ctx, st, out, store.JobFilter{PUUID: *puuid, Type: *jobType, Limit: 50}, *asJSON)
+	}
+	var s store.AccountStatus
+	switch {
+	case *puuid != "":
+		s, err = st.AccountStatus(ctx, *puuid)
+	case *riotID != "":
+		id, perr := riot.ParseRiotID(*riotID)
+		if perr != nil {
+			return perr
+		}
+		s, err = st.AccountByRiotID(ctx, id.GameName, id.TagLine)
+	default:
+		return errors.New("give --riot-id, --puuid, --failures or --jobs")
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errors.New("no such account: it has never been synced")
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(out).Encode(s)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	a := s.Account
+	fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
+	fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
+	if a.SyncError != "" {
+		fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
+	}
+	fmt.Fprintf(tw, "last synced\t%s\n", fmtTime(a.LastSyncedAt))
+	fmt.Fprintf(tw, "stored\t%d matches, %d participants, %d timelines\n", s.Matches, s.Participants, s.Timelines)
+	fmt.Fprintf(tw, "fetch ledger\t%s\n", ledgerLine(s.Ledger))
+	return tw.Flush()
+}
+
+func printFailures(ctx context.Context, st *store.Store, out io.Writer, asJSON bool) error {
+	counts, err := st.LedgerCounts(ctx)
+	if err != nil {
+		return err
+	}
+	fs, err := st.Failures(ctx, 100)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(map[string]any{"counts": counts, "failures": fs})
+	}
+	fmt.Fprintf(out, "fetch ledger: %s\n\n", ledgerLine(counts))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MATCH\tKIND\tSTATUS\tRETRIES\tLAST ATTEMPT\tREASON")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.MatchID, f.Kind, f.Status, f.RetryCount, fmtTime(f.LastAttemptAt), f.LastError)
+	}
+	return tw.Flush()
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Local().Format(time.DateTime)
+}
+
+// ---- migrate / streams apply / sim ----------------------------------------
+
+func cmdMigrate(ctx context.Context, stderr io.Writer) error {
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	url, err := dbURL(env)
+	if err != nil {
+		return err
+	}
+	if err := store.Migrate(ctx, url, newLogger(stderr, env)); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "migrations applied")
+	return nil
+}
+
+func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	url, err := natsURL(env)
+	if err != nil {
+		return err
+	}
+	env.NATS.URL = url
+	log := newLogger(stderr, env)
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	set, err := streams.Load(streams.Options{Prefix: env.NATS.SubjectPrefix, Replicas: env.NATS.StreamReplicas})
+	if err != nil {
+		return err
+	}
+	if err := streams.Apply(ctx, js, set, log); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "applied %d streams, %d consumers, %d KV buckets\n", len(set.Streams), len(set.Consumers), len(set.Buckets))
+	return nil
+}
+
+func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
+	key := fs.String("key", "", "API key clients must send (default: generated and printed)")
+	fixtures := fs.String("fixtures", sim.FindFixtures(), "extra fixtures folder laid out like shared/riot-fixtures")
+	app := fs.String("app-limit", sim.DefaultAppLimit, "application rate limit, Riot's header format")
+	synthetic := fs.Int("synthetic-players", 0, "add synthetic players (clones of recorded matches)")
+	perPlayer := fs.Int("synthetic-matches", 500, "matches per synthetic player")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *key == "" {
+		*key = "RGAPI-sim-" + randHex(8)
+	}
+	s, err := sim.New(sim.Options{APIKey: *key, FixturesDir: *fixtures, Limits: sim.RateLimits{App: *app},
+		Synthetic: sim.Synthetic{Players: *synthetic, MatchesPerPlayer: *perPlayer},
+		Logger:    telemetry.NewLogger(stderr, slog.LevelInfo, "text")})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	base, err := s.Start(*addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Riot API simulator on %s\nexport RIOT_API_BASE_URL='%s' RIOT_API_KEY='%s'\n", strings.TrimSuffix(base, "/{route}"), base, *key)
+	fmt.Fprintf(stdout, "%d players; admin: GET /sim/stats, GET /sim/truth, POST /sim/faults\n", len(s.Players()))
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,265 @@
+package riftflow
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/sim"
+)
+
+// richestPlayer is the recorded player with a Riot ID and the most matches
+// inside the listing window of lookbackDays.
+func richestPlayer(t *testing.T, h *harness, lookbackDays int) (sim.PlayerTruth, []sim.MatchTruth) {
+	t.Helper()
+	truth := h.st.Sim.Truth()
+	cutoff := truth.Now - int64(lookbackDays)*24*3600*1000
+	var best sim.PlayerTruth
+	var bestM []sim.MatchTruth
+	ids := make([]string, 0, len(truth.Players))
+	for id := range truth.Players {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // deterministic choice among equals
+	for _, id := range ids {
+		p := truth.Players[id]
+		if p.GameName == "" || p.TagLine == "" || p.Platform == "" || strings.HasPrefix(p.GameName, "Synth") {
+			continue
+		}
+		var in []sim.MatchTruth
+		for _, m := range p.Matches {
+			if m.GameCreation >= cutoff {
+				in = append(in, m)
+			}
+		}
+		if len(in) > len(bestM) {
+			best, bestM = p, in
+		}
+	}
+	if len(bestM) == 0 {
+		t.Fatal("no recorded player has matches in the window")
+	}
+	return best, bestM
+}
+
+// TestEndToEnd runs one ingest request through the five services on the
+// recorded data and checks the exact rows the simulator's truth implies.
+func TestEndToEnd(t *testing.T) {
+	h := startHarness(t, harnessOptions{})
+	const lookback = 730
+	p, listed := richestPlayer(t, h, lookback)
+	t.Logf("player %s#%s on %s: %d matches in the window", p.GameName, p.TagLine, p.Platform, len(listed))
+
+	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+		Mode: bus.ModeFull, LookbackDays: lookback, Count: 1000}, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Status != "completed" || ev.Total != len(listed) || ev.Progress != ev.Total {
+		t.Fatalf("final event %+v, want completed %d/%d", ev, len(listed), len(listed))
+	}
+	h.waitIdle(10 * time.Second)
+
+	ledger := h.ledger()
+	wantMatches, wantParts, wantTimelines := 0, 0, 0
+	for _, m := range listed {
+		if !m.MatchOK {
+			t.Fatalf("listed match %s is outside retention in the sim: test premise broken", m.ID)
+		}
+		wantMatches++
+		wantParts += m.Participants
+		if got := ledger[m.ID+"/match"]; got != "success" {
+			t.Errorf("%s match ledger = %q, want success", m.ID, got)
+		}
+		if n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, m.ID); n != m.Participants {
+			t.Errorf("%s: %d participant rows, want %d", m.ID, n, m.Participants)
+		}
+		age := time.Duration(h.st.Sim.Truth().Now-m.GameCreation) * time.Millisecond
+		want := "permanently_unfetchable" // no timeline in the recorded data: Riot-like 404s
+		switch {
+		case m.TimelineOK:
+			want = "success"
+			wantTimelines++
+		case age > 365*24*time.Hour:
+			want = "outside_retention_window"
+		}
+		if got := ledger[m.ID+"/timeline"]; got != want {
+			t.Errorf("%s timeline ledger = %q, want %q", m.ID, got, want)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM matches`); n != wantMatches {
+		t.Errorf("matches: %d rows, want %d", n, wantMatches)
+	}
+	if n := h.count(`SELECT count(*) FROM match_participants`); n != wantParts {
+		t.Errorf("match_participants: %d rows, want %d", n, wantParts)
+	}
+	if n := h.count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
+		t.Errorf("match_timelines: %d rows, want %d", n, wantTimelines)
+	}
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_total = $2 AND sync_progress = $2`, p.PUUID, len(listed)); n != 1 {
+		t.Error("account not completed with the right totals")
+	}
+	// Normalized columns are filled from the MatchDto (epoch ms → timestamptz).
+	if n := h.count(`SELECT count(*) FROM matches WHERE game_creation IS NULL OR queue_id IS NULL OR patch = '' OR raw IS NULL`); n != 0 {
+		t.Errorf("%d matches with empty normalized columns", n)
+	}
+	// Each match was fetched once: no 429s, one getMatch per match.
+	st := h.st.Sim.Stats()
+	if got := st.MethodCount(sim.MethodMatch, 200); got != int64(wantMatches) {
+		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, wantMatches)
+	}
+	if st.Violations != 0 {
+		t.Errorf("%d rate-limit violations", st.Violations)
+	}
+	// The lock is released on completion.
+	if _, err := h.st.Infra.JS.KeyValue(h.ctx, "sync-locks"); err == nil {
+		kv, _ := h.st.Infra.JS.KeyValue(h.ctx, "sync-locks")
+		if _, err := kv.Get(h.ctx, p.PUUID); err == nil {
+			t.Error("sync lock still held after completion")
+		}
+	}
+
+	// A second latest sync finds nothing new and stores nothing twice.
+	before := h.fingerprint()
+	requests := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200)
+	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeLatest}, time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 0 {
+		t.Fatalf("second sync: %+v %v", ev, err)
+	}
+	h.waitIdle(10 * time.Second)
+	if after := h.fingerprint(); after != before {
+		t.Error("a second sync changed stored rows")
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != requests {
+		t.Errorf("second sync fetched %d matches again", got-requests)
+	}
+}
+
+// TestReplayChangesNothing redelivers every fetch result the persister saw
+// and every fetch command the fetcher saw: no row changes.
+func TestReplayChangesNothing(t *testing.T) {
+	h := startHarness(t, harnessOptions{})
+	p, _ := richestPlayer(t, h, 730)
+	subj := h.st.Infra.Subjects
+	got, stop := h.capture(subj.Fetched("*"), subj.Failed("*"), subj.FetchAll())
+	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("%+v %v", ev, err)
+	}
+	h.waitIdle(10 * time.Second)
+	stop()
+	msgs := got()
+	if len(msgs) < 3 {
+		t.Fatalf("captured only %d messages", len(msgs))
+	}
+	before := h.fingerprint()
+	for _, m := range msgs {
+		// A fresh message id, so JetStream's dedup does not hide the replay.
+		r := nats.NewMsg(m.Subject)
+		r.Data = m.Data
+		if _, err := h.st.Infra.JS.PublishMsg(h.ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitIdle(30 * time.Second)
+	if after := h.fingerprint(); after != before {
+		t.Errorf("replaying %d messages changed rows", len(msgs))
+	}
+}
+
+// TestConcurrentRequestsFetchOnce sends two requests for one player at once:
+// exactly one sync runs (the other is rejected 409 or finds nothing new) and
+// each match is fetched once.
+func TestConcurrentRequestsFetchOnce(t *testing.T) {
+	h := startHarness(t, harnessOptions{})
+	p, listed := richestPlayer(t, h, 730)
+	var wg sync.WaitGroup
+	results := make([]error, 2)
+	events := make([]bus.ProgressEvent, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			events[i], results[i] = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
+		}()
+	}
+	wg.Wait()
+	completed, rejected := 0, 0
+	for i := range 2 {
+		switch {
+		case results[i] == nil && events[i].Status == "completed":
+			completed++
+		case results[i] != nil && strings.Contains(results[i].Error(), "(409)"):
+			rejected++
+		default:
+			t.Errorf("request %d: %+v %v", i, events[i], results[i])
+		}
+	}
+	if completed < 1 {
+		t.Fatal("no request completed")
+	}
+	h.waitIdle(10 * time.Second)
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+		t.Errorf("getMatch 200s = %d, want %d: a match was fetched twice", got, len(listed))
+	}
+	if n := h.count(`SELECT count(*) FROM matches`); n != len(listed) {
+		t.Errorf("%d matches stored, want %d", n, len(listed))
+	}
+	t.Logf("completed %d, rejected %d", completed, rejected)
+}
+
+// TestBadIngestRequestRejected: malformed requests are terminated with a
+// reason on lol.ingest.rejected, and a good request behind them still runs.
+func TestBadIngestRequestRejected(t *testing.T) {
+	h := startHarness(t, harnessOptions{})
+	subj := h.st.Infra.Subjects
+	rej := make(chan *nats.Msg, 16)
+	sub, err := h.st.Infra.NC.ChanSubscribe(subj.IngestRejected(), rej)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	bad := []struct{ body, reason string }{
+		{`{not json`, "invalid JSON"},
+		{`{"riot_id":"NoHash","platform":"na1"}`, "no '#'"},
+		{`{"riot_id":"A#B12","platform":"atlantis"}`, "unknown platform"},
+		{`{"riot_id":"` + strings.Repeat("x", 40) + `#NA1","platform":"na1"}`, "longer than 16"},
+		{`{"riot_id":"Nobody Here#ZZZ","platform":"na1"}`, "no Riot account"},
+	}
+	for _, b := range bad {
+		if _, err := h.st.Infra.JS.Publish(h.ctx, subj.IngestRequest(), []byte(b.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := h.demo()
+	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeLatest, LookbackDays: 730}, time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("good request behind bad ones: %+v %v", ev, err)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(10 * time.Second)
+	for len(seen) < len(bad) {
+		select {
+		case m := <-rej:
+			var r bus.Rejection
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range bad {
+				if strings.Contains(r.Reason, b.reason) {
+					seen[b.reason] = true
+				}
+			}
+		case <-timeout:
+			t.Fatalf("rejections seen for %v only", seen)
+		}
+	}
+	// Nothing is left behind: the bad messages were terminated.
+	h.waitIdle(5 * time.Second)
+}

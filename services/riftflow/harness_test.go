@@ -1,0 +1,270 @@
+package riftflow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/pgtest"
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/streams"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// harness runs the whole pipeline in-process on a fresh database, an
+// in-process embedded NATS server with memory streams, and the simulator.
+type harness struct {
+	t      testing.TB
+	st     *Stack
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan error
+	logs   *bytes.Buffer
+}
+
+type harnessOptions struct {
+	sim   sim.Options
+	env   map[string]string // extra environment (FETCH_BACKOFF, ...)
+	now   func() time.Time
+	noRun bool
+}
+
+// fastEnv compresses every retry schedule so fault tests run in seconds.
+var fastEnv = map[string]string{
+	"FETCH_BACKOFF":     "1s,1s,1s,1s",
+	"SWEEP_INTERVAL":    "1h",
+	"SWEEP_STALE_AFTER": "10m",
+	"PERSIST_MAX_WAIT":  "50ms",
+	"SHUTDOWN_TIMEOUT":  "10s",
+	"LOG_LEVEL":         "debug",
+}
+
+func startHarness(t testing.TB, o harnessOptions) *harness {
+	t.Helper()
+	for k, v := range fastEnv {
+		if _, set := o.env[k]; !set {
+			t.Setenv(k, v)
+		}
+	}
+	for k, v := range o.env {
+		t.Setenv(k, v)
+	}
+	t.Setenv("NATS_URL", "")
+	t.Setenv("RIOT_API_KEY", "")
+	t.Setenv("DATABASE_URL", "")
+	env, err := app.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Postgres.URL = config.Secret(pgtest.NewDatabase(t))
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.sim.FixturesDir == "" {
+		o.sim.FixturesDir = sim.FindFixtures()
+		if o.sim.FixturesDir == "" && os.Getenv("CI") == "true" {
+			t.Fatal("CI: ../shared/riot-fixtures not found")
+		}
+	}
+	if o.sim.Limits.App == "" {
+		o.sim.Limits.App = "500:10,30000:600"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := StartStack(ctx, StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, Sim: o.sim,
+		MemoryStreams: true, Now: o.now, Log: log})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	h := &harness{t: t, st: st, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs}
+	t.Cleanup(h.stop)
+	if !o.noRun {
+		go func() { h.done <- st.Run(ctx) }()
+	} else {
+		h.done <- nil
+	}
+	return h
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (h *harness) stop() {
+	if h.st == nil {
+		return
+	}
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("services returned: %v", err)
+		}
+	case <-time.After(45 * time.Second):
+		// Runners return within ~21 s of cancellation (FetchWait 5 s +
+		// natsx.DefaultDrainTimeout 15 s + 1 s); 45 s leaves room for a
+		// loaded 2-core machine.
+		h.t.Error("services did not drain within 45s")
+	}
+	h.st.Close()
+	h.st = nil
+}
+
+// ingest publishes req and waits for its sync to end.
+func (h *harness) ingest(req bus.IngestRequest, timeout time.Duration) (bus.ProgressEvent, error) {
+	h.t.Helper()
+	if req.RequestID == "" {
+		req.RequestID = "t-" + randHex(6)
+	}
+	if req.Trigger == "" {
+		req.Trigger = "test"
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, timeout)
+	defer cancel()
+	return publishAndWait(ctx, h.st.Infra.NC, h.st.Infra.Subjects, req, io.Discard)
+}
+
+func (h *harness) demo() sim.Player {
+	h.t.Helper()
+	p, ok := h.st.Sim.DemoPlayer()
+	if !ok {
+		h.t.Fatal("no demo player")
+	}
+	return p
+}
+
+// count runs a count(*)-style query.
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// fingerprint is an md5 over every row of the data tables, to prove that a
+// replay changed nothing.
+func (h *harness) fingerprint() string {
+	h.t.Helper()
+	var parts []string
+	for _, q := range []string{
+		`SELECT md5(string_agg(t::text, '|' ORDER BY match_id)) FROM matches t`,
+		`SELECT md5(string_agg(t::text, '|' ORDER BY match_id, participant_id)) FROM match_participants t`,
+		`SELECT md5(string_agg(t::text, '|' ORDER BY match_id)) FROM match_timelines t`,
+		`SELECT md5(string_agg(t::text, '|' ORDER BY match_id, kind)) FROM match_fetches t`,
+	} {
+		var s *string
+		if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, q).Scan(&s); err != nil {
+			h.t.Fatal(err)
+		}
+		if s == nil {
+			parts = append(parts, "-")
+		} else {
+			parts = append(parts, *s)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ledger returns match_fetches status by "match_id/kind".
+func (h *harness) ledger() map[string]string {
+	h.t.Helper()
+	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT match_id || '/' || kind, status FROM match_fetches`)
+	out := map[string]string{}
+	var k, v string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// waitIdle waits until every consumer has nothing pending or in flight.
+func (h *harness) waitIdle(timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		busy := false
+		for _, c := range []struct{ stream, name string }{
+			{streams.StreamIngest, streams.ConsumerResolver}, {streams.StreamSync, streams.ConsumerMatchIDLister},
+			{streams.StreamFetched, streams.ConsumerPersister},
+			{streams.StreamFetch, streams.FetcherConsumer("americas")}, {streams.StreamFetch, streams.FetcherConsumer("asia")},
+			{streams.StreamFetch, streams.FetcherConsumer("europe")}, {streams.StreamFetch, streams.FetcherConsumer("sea")},
+			{streams.StreamFetch, streams.InteractiveFetcherConsumer("americas")}, {streams.StreamFetch, streams.InteractiveFetcherConsumer("asia")},
+			{streams.StreamFetch, streams.InteractiveFetcherConsumer("europe")}, {streams.StreamFetch, streams.InteractiveFetcherConsumer("sea")},
+		} {
+			cons, err := h.st.Infra.JS.Consumer(h.ctx, c.stream, c.name)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			info, err := cons.Info(h.ctx)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.t.Fatal("pipeline not idle")
+}
+
+// capture records every message on subjects until stop is called.
+func (h *harness) capture(subjects ...string) (msgs func() []*nats.Msg, stop func()) {
+	ch := make(chan *nats.Msg, 1<<16)
+	var subs []*nats.Subscription
+	for _, s := range subjects {
+		sub, err := h.st.Infra.NC.ChanSubscribe(s, ch)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	var got []*nats.Msg
+	return func() []*nats.Msg {
+			for {
+				select {
+				case m := <-ch:
+					got = append(got, m)
+				default:
+					return got
+				}
+			}
+		}, func() {
+			for _, s := range subs {
+				s.Unsubscribe()
+			}
+		}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,371 @@
+package riftflow
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/pgtest"
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// opsSample is one line of the Prometheus text exposition.
+type opsSample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrapeOps GETs /metrics from h and parses the samples.
+func scrapeOps(t *testing.T, h http.Handler) []opsSample {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	var out []opsSample
+	sc := bufio.NewScanner(rec.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s := opsSample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			s.name = line[:i]
+			for _, kv := range opsSplitLabels(line[i+1 : j]) {
+				k, v, _ := strings.Cut(kv, "=")
+				s.labels[k], _ = strconv.Unquote(v)
+			}
+			rest = strings.TrimSpace(line[j+1:])
+		} else {
+			s.name, rest, _ = strings.Cut(line, " ")
+		}
+		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out
+}
+
+// opsSplitLabels splits `a="x",b="y,z"` on the commas between labels.
+func opsSplitLabels(s string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			inQuote = !inQuote
+		case ',':
+			if !inQuote {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// opsSum adds the samples called name whose labels include want.
+func opsSum(samples []opsSample, name string, want map[string]string) (total float64, n int) {
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for k, v := range want {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		total += s.value
+		n++
+	}
+	return total, n
+}
+
+// TestMetricsAfterIngest ingests one request through the five services and
+// scrapes the process's /metrics: the seed 002 set (throughput, failure
+// and retry counters per stage, queue length per consumer), the Riot rate
+// limiter's budget and its 429s by type, persist batch latency and size,
+// and sync duration. The simulator answers a tenth of the requests with a
+// 429 of the "service" kind (no X-Rate-Limit-Type), so the 429 counter
+// and the retries have something to count.
+func TestMetricsAfterIngest(t *testing.T) {
+	h := startHarness(t, harnessOptions{sim: sim.Options{Faults: sim.Faults{Seed: 7, Service429: 0.1}}})
+	p := h.demo()
+	// A consumer nobody reads, bound like the services bind theirs, on the
+	// EVENTS stream: after the ingest its queue holds the progress events,
+	// so its pending gauge must be non-zero.
+	watch := "ops-test-watch"
+	if _, err := h.st.Infra.JS.CreateOrUpdateConsumer(h.ctx, streams.StreamEvents, jetstream.ConsumerConfig{
+		Durable: watch, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: h.st.Infra.Subjects.ProgressAll(),
+		InactiveThreshold: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.st.Infra.Consumer(h.ctx, streams.StreamEvents, watch); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+		Mode: bus.ModeFull, LookbackDays: 730, Count: 3}, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Status != "completed" {
+		t.Fatalf("final event %+v", ev)
+	}
+	h.waitIdle(10 * time.Second)
+	samples := scrapeOps(t, h.st.Infra.Ops.Handler())
+
+	names := map[string]bool{}
+	for _, s := range samples {
+		names[s.name] = true
+	}
+	must := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		v, n := opsSum(samples, name, labels)
+		if n == 0 {
+			var fams []string
+			for k := range names {
+				if strings.HasPrefix(k, "riftflow_") || strings.HasPrefix(k, "riot_") {
+					fams = append(fams, k)
+				}
+			}
+			t.Errorf("no opsSample %s%v; riftflow families: %v", name, labels, fams)
+		}
+		return v
+	}
+	positive := func(name string, labels map[string]string) {
+		t.Helper()
+		if v := must(name, labels); v <= 0 {
+			t.Errorf("%s%v = %v, want > 0", name, labels, v)
+		}
+	}
+
+	// Throughput per stage: acks by consumer.
+	region := ""
+	for _, s := range samples {
+		if s.name == "riftflow_messages_processed_total" && strings.HasPrefix(s.labels["consumer"], "match-fetcher-") && s.value > 0 {
+			region = strings.TrimPrefix(s.labels["consumer"], "match-fetcher-")
+		}
+	}
+	for _, c := range []string{"resolver", "matchid-lister", "match-fetcher-" + region, "persister"} {
+		positive("riftflow_messages_processed_total", map[string]string{"consumer": c, "result": "ack"})
+		positive("riftflow_message_process_duration_seconds_count", map[string]string{"consumer": c})
+		positive("riftflow_message_deliveries_count", map[string]string{"consumer": c})
+	}
+	// Queue length: both gauges for every consumer this process bound.
+	for _, c := range []string{streams.ConsumerResolver, streams.ConsumerMatchIDLister, streams.ConsumerPersister,
+		streams.ConsumerRetrySweeper, streams.FetcherConsumer("americas"), streams.FetcherConsumer("asia"),
+		streams.FetcherConsumer("europe"), streams.FetcherConsumer("sea"), watch} {
+		must("riftflow_consumer_pending", map[string]string{"consumer": c})
+		must("riftflow_consumer_ack_pending", map[string]string{"consumer": c})
+	}
+	positive("riftflow_consumer_pending", map[string]string{"consumer": watch, "stream": streams.StreamEvents})
+	if v, _ := opsSum(samples, "riftflow_consumer_pending", map[string]string{"consumer": streams.ConsumerResolver}); v != 0 {
+		t.Errorf("resolver pending = %v after the pipeline went idle, want 0", v)
+	}
+	// Rate limiter: budget used per budget, grants.
+	positive("riftflow_ratelimit_budget_used", map[string]string{"method": "app"})
+	positive("riftflow_ratelimit_granted_total", nil)
+	// 429s by X-Rate-Limit-Type; the simulator's "service" 429s carry no
+	// header, which the limiter counts as type "none".
+	positive("riftflow_ratelimit_429_total", map[string]string{"type": "none"})
+	for _, s := range samples {
+		if s.name == "riftflow_ratelimit_429_total" && (s.labels["type"] == "" || s.labels["route"] == "") {
+			t.Errorf("429 sample without type or route: %v", s.labels)
+		}
+	}
+	// Persister: batch latency and size; the sync's duration.
+	positive("riftflow_persist_batch_duration_seconds_count", map[string]string{"result": "ok"})
+	positive("riftflow_persist_batch_size_count", nil)
+	positive("riftflow_persist_batch_size_sum", nil)
+	positive("riftflow_sync_duration_seconds_count", map[string]string{"status": "completed"})
+	// Postgres pool (otelpgx) and Riot client.
+	positive("riot_client_requests_total", nil)
+}
+
+// TestServiceBinaryReadyAndDrains builds the persister binary and runs it
+// as a pod would: against a NATS server on a TCP port and a test
+// database, with HTTP_ADDR and SHUTDOWN_TIMEOUT. /healthz and /readyz
+// answer 200 once it is up; a fetch result published to it is stored; on
+// SIGTERM it drains and exits 0, leaving no message unacknowledged.
+func TestServiceBinaryReadyAndDrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	bin := filepath.Join(t.TempDir(), "persister")
+	build := exec.Command("go", "build", "-o", bin, "github.com/riftflow/riftflow/services/persister/cmd/persister")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	srv, err := natsx.StartServer(natsx.EmbeddedOptions{Name: "ops-test", StoreDir: t.TempDir(), Host: "127.0.0.1", Port: 0, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	set, err := streams.Load(streams.Options{MemoryStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	nc, js, err := app.ConnectNATS(ctx, config.NATS{URL: srv.ClientURL()}, nil, "ops-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := streams.Apply(ctx, js, set, nil); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := pgtest.NewDatabase(t)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL, "HTTP_ADDR="+addr,
+		"SHUTDOWN_TIMEOUT=20s", "PERSIST_MAX_WAIT=50ms", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_TRACES_EXPORTER=none",
+		"LOG_FORMAT=json", "RIOT_API_KEY=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	// Ready: poll /readyz until 200 (the process needs a moment to bind).
+	base := "http://" + addr
+	var ready telemetry.ReadyStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			code := resp.StatusCode
+			_ = json.NewDecoder(resp.Body).Decode(&ready)
+			resp.Body.Close()
+			if code == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("persister exited before ready: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never answered 200 (last %+v)\n%s", ready, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s = %d", path, resp.StatusCode)
+		}
+	}
+
+	// One fetch result: a temporary failure recorded in the ledger.
+	subj := bus.Subjects{}
+	const matchID = "NA1_4242424242"
+	res := bus.FetchResult{MatchID: matchID, Kind: bus.KindMatch, Region: "americas", Outcome: bus.TemporaryFailure,
+		Attempt: 1, Status: 503, Error: "service unavailable", AttemptedAt: time.Now().UTC()}
+	if _, err := natsx.Publish(ctx, js, subj.Failed("americas"), res); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	status := ""
+	for status == "" {
+		_ = db.QueryRow(ctx, `SELECT status FROM match_fetches WHERE match_id = $1 AND kind = 'match'`, matchID).Scan(&status)
+		if status == "" {
+			if time.Now().After(deadline.Add(30 * time.Second)) {
+				t.Fatalf("fetch result never stored\n%s", stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if status != string(bus.TemporaryFailure) {
+		t.Errorf("ledger status = %q", status)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("persister exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("persister still running 40s after SIGTERM (SHUTDOWN_TIMEOUT=20s)\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "shutting down: draining consumers") {
+		t.Errorf("no drain log line:\n%s", stderr.String())
+	}
+	cons, err := js.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersister)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		t.Errorf("after drain: pending %d, ack pending %d; want 0, 0", info.NumPending, info.NumAckPending)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("ops server still answering after exit")
+	}
+}

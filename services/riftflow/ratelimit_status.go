@@ -1,0 +1,139 @@
+package riftflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
+)
+
+// cmdStatusRateLimit is `riftflow status --ratelimit`: the shared rate-limit
+// state read from the KV bucket "ratelimit" (NATS_URL or the local `up`).
+// With RIOT_API_KEY set it shows that key only (by its KeyID hash);
+// otherwise every key found (the simulator's key under `riftflow up`).
+func cmdStatusRateLimit(ctx context.Context, env app.Env, out io.Writer, asJSON bool) error {
+	url, err := natsURL(env)
+	if err != nil {
+		return err
+	}
+	env.NATS.URL = url
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	keyID := ""
+	if env.Riot.APIKey != "" {
+		keyID = app.KeyID(env.Riot.APIKey.Reveal())
+	}
+	return printRateLimit(ctx, js, keyID, out, asJSON)
+}
+
+// printRateLimit prints the state of keyID ("" for every key) from KV.
+func printRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, out io.Writer, asJSON bool) error {
+	kv, err := js.KeyValue(ctx, "ratelimit")
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		fmt.Fprintln(out, "rate limit: no shared state yet (KV bucket ratelimit missing)")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	states, err := ratelimit.ReadState(ctx, kv, keyID, now)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(states)
+	}
+	if len(states) == 0 {
+		fmt.Fprintln(out, "rate limit: no Riot calls recorded yet")
+		return nil
+	}
+	for _, k := range states {
+		writeKeyState(out, k, now)
+	}
+	return nil
+}
+
+func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
+	fmt.Fprintf(out, "rate limit, API key %s\n", k.KeyID)
+	if k.Rejected != 0 {
+		fmt.Fprintf(out, "  KEY REJECTED: Riot answered %d; every call with this key has stopped (replace RIOT_API_KEY and restart)\n", k.Rejected)
+	} else {
+		fmt.Fprintln(out, "  key: ok")
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ROUTE\tBUDGET\tLIMITS\tUSED (running windows)\tPAUSE")
+	for _, b := range k.Budgets {
+		var ws []string
+		for _, w := range b.Windows {
+			if w.ResetsAt.IsZero() {
+				ws = append(ws, fmt.Sprintf("-/%d per %s", w.Limit, w.Length))
+				continue
+			}
+			ws = append(ws, fmt.Sprintf("%d/%d per %s (%.0f%%, resets in %s)", w.Count, w.Limit, w.Length,
+				100*float64(w.Count)/float64(max(w.Limit, 1)), w.ResetsAt.Sub(now).Round(100*time.Millisecond)))
+		}
+		pause := "-"
+		if !b.PausedUntil.IsZero() {
+			typ := b.PauseType
+			if typ == "" {
+				typ = "no type"
+			}
+			pause = fmt.Sprintf("%s 429, %s left", typ, b.PausedUntil.Sub(now).Round(100*time.Millisecond))
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", b.Route, b.Method, orDash(b.Limits), orDash(strings.Join(ws, "; ")), pause)
+	}
+	tw.Flush()
+	fresh := 0
+	for _, p := range k.Processes {
+		if now.Sub(p.At) < time.Minute {
+			fresh++
+		}
+	}
+	fmt.Fprintf(out, "  processes: %d reporting (%d in the last minute); totals since each started:\n", len(k.Processes), fresh)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ROUTE\tMETHOD\tGRANTED\t429s BY TYPE\tREFUSED (rescheduled)\tWAITED\tPAUSED")
+	for _, c := range k.Totals() {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%s\t%d, %s\n", c.Route, c.Method, c.Granted, fmt429(c.TooMany), c.Refused,
+			(time.Duration(c.WaitSeconds * float64(time.Second))).Round(time.Millisecond),
+			c.Pauses, (time.Duration(c.PausedSeconds * float64(time.Second))).Round(time.Millisecond))
+	}
+	tw.Flush()
+}
+
+func fmt429(m map[string]int64) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

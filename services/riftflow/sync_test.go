@@ -1,0 +1,804 @@
+package riftflow
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// offsetClock is a clock the test moves: real time plus an offset.
+type offsetClock struct{ off atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time            { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) Set(d time.Duration)       { c.off.Store(int64(d)) }
+func (c *offsetClock) Offset() (d time.Duration) { return time.Duration(c.off.Load()) }
+
+// slowTimelines keeps every sync running for a while (each timeline fetch
+// waits d), so concurrent triggers really overlap the running sync.
+func slowTimelines(d time.Duration) sim.Faults {
+	return sim.Faults{Slow: 1, SlowDelay: d, Methods: []string{sim.MethodTimeline}}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// events collects progress events and rejections by request id.
+type events struct {
+	mu   sync.Mutex
+	prog map[string][]bus.ProgressEvent
+	rej  map[string][]bus.Rejection
+	subs []*nats.Subscription
+}
+
+func watch(t *testing.T, h *harness) *events {
+	e := &events{prog: map[string][]bus.ProgressEvent{}, rej: map[string][]bus.Rejection{}}
+	s1, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.ProgressAll(), func(m *nats.Msg) {
+		var ev bus.ProgressEvent
+		if json.Unmarshal(m.Data, &ev) == nil {
+			e.mu.Lock()
+			e.prog[ev.RequestID] = append(e.prog[ev.RequestID], ev)
+			e.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.IngestRejected(), func(m *nats.Msg) {
+		var r bus.Rejection
+		if json.Unmarshal(m.Data, &r) == nil {
+			e.mu.Lock()
+			e.rej[r.RequestID] = append(e.rej[r.RequestID], r)
+			e.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.subs = []*nats.Subscription{s1, s2}
+	h.st.Infra.NC.Flush()
+	t.Cleanup(func() {
+		for _, s := range e.subs {
+			s.Unsubscribe()
+		}
+	})
+	return e
+}
+
+// final returns the completed/failed event of id, if any.
+func (e *events) final(id string) (bus.ProgressEvent, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.prog[id] {
+		if ev.Status == "completed" || ev.Status == "failed" {
+			return ev, true
+		}
+	}
+	return bus.ProgressEvent{}, false
+}
+
+func (e *events) rejected(id string) (bus.Rejection, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.rej[id]; len(r) > 0 {
+		return r[0], true
+	}
+	return bus.Rejection{}, false
+}
+
+func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
+	t.Helper()
+	if err := req.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
+	t.Helper()
+	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]
+	if !ok {
+		t.Fatalf("no synthetic player %d", i)
+	}
+	return p
+}
+
+// TestSyncConcurrentTriggersOneSync fires six requests for one account at
+// once while its sync is slow: exactly one syncs, five are refused with 409
+// on lol.ingest.rejected and logged as rejected jobs, each match is fetched
+// once, and the lock is released at the end.
+func TestSyncConcurrentTriggersOneSync(t *testing.T) {
+	h := startHarness(t, harnessOptions{sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 12},
+		Faults: slowTimelines(time.Second)}})
+	p := synthPlayer(t, h, 1)
+	ev := watch(t, h)
+	ids := []string{"c-0", "c-1", "c-2", "c-3", "c-4", "c-5"}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			publishReq(t, h, bus.IngestRequest{RequestID: id, PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull,
+				Count: 100, LookbackDays: 730, Trigger: "test"})
+		}()
+	}
+	wg.Wait()
+	var winner string
+	waitFor(t, "one completion and five rejections", 2*time.Minute, func() bool {
+		done, rej := 0, 0
+		for _, id := range ids {
+			if _, ok := ev.final(id); ok {
+				done++
+				winner = id
+			}
+			if _, ok := ev.rejected(id); ok {
+				rej++
+			}
+		}
+		return done+rej == len(ids)
+	})
+	for _, id := range ids {
+		_, done := ev.final(id)
+		r, rej := ev.rejected(id)
+		switch {
+		case id == winner && !done:
+			t.Errorf("%s: no final event", id)
+		case id != winner && (done || !rej || r.Code != 409):
+			t.Errorf("%s: done=%v rejection=%+v, want a 409", id, done, r)
+		}
+	}
+	fin, _ := ev.final(winner)
+	if fin.Status != "completed" || fin.Total != len(p.Matches) || fin.Progress != fin.Total {
+		t.Fatalf("winner %s: %+v, want completed %d/%d", winner, fin, len(p.Matches), len(p.Matches))
+	}
+	h.waitIdle(20 * time.Second)
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(p.Matches)) {
+		t.Errorf("getMatch 200s = %d, want %d (each match once)", got, len(p.Matches))
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'sync' AND status = 'rejected' AND error LIKE '%already syncing%'`); n != len(ids)-1 {
+		t.Errorf("%d rejected sync jobs, want %d", n, len(ids)-1)
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed' AND finished_at IS NOT NULL`, winner); n != 1 {
+		t.Error("winner's job not completed")
+	}
+	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
+	if _, err := locks.Get(h.ctx, p.PUUID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("lock after completion: %v, want released", err)
+	}
+}
+
+// TestSyncKilledListerRecovers plays a lister that died mid-sync: it
+// claimed the lock (short TTL), began the sync, claimed 12 of 20 matches in
+// the ledger and published only 4. The lock expires; once the sync has
+// made no progress for SYNC_STUCK_AFTER a retry-sweeper process starts, its start-up recovery
+// pass resets the sync and queues it again, and the new sync adopts the 8
+// orphans and lists the rest: every match is fetched exactly once.
+// SYNC_STUCK_AFTER is 2s, so "no progress for SYNC_STUCK_AFTER" is waited
+// for, not slept.
+func TestSyncKilledListerRecovers(t *testing.T) {
+	clk := &offsetClock{}
+	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SYNC_LOCK_TTL": "1s",
+		"SYNC_STUCK_AFTER": "2s", "SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 20}}})
+	p := synthPlayer(t, h, 1)
+	if len(p.Matches) != 20 {
+		t.Fatalf("%d matches, want 20", len(p.Matches))
+	}
+	ids := make([]string, len(p.Matches))
+	for i, m := range p.Matches {
+		ids[i] = m.ID
+	}
+	ctx, inf := h.ctx, h.st.Infra
+	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dead = "dead-1"
+	if _, err := synclock.Claim(ctx, locks, p.PUUID, dead, time.Second, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.Store.BeginSync(ctx, store.SyncStart{RequestID: dead, PUUID: p.PUUID, Platform: "na1", Region: "americas",
+		Mode: "full", Trigger: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := inf.Store.ClaimMatches(ctx, dead, p.PUUID, ids[:12])
+	if err != nil || len(res.Publish) != 12 {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	for _, id := range res.Publish[:4] {
+		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1, RequestID: dead, PUUID: p.PUUID}
+		if _, err := natsx.Publish(ctx, inf.JS, inf.Subjects.Fetch("americas"), fc, jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The lister is "killed" here. Its 4 fetches complete; the lock dies.
+	waitFor(t, "the 4 published matches stored", time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`) == 4
+	})
+	waitFor(t, "the dead lister's lock to expire", time.Minute, func() bool {
+		_, err := locks.Get(ctx, p.PUUID)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 1 {
+		t.Fatal("account not left in syncing")
+	}
+	ev := watch(t, h)
+	waitFor(t, "no progress for SYNC_STUCK_AFTER", time.Minute, func() bool {
+		stuck, err := inf.Store.StuckSyncs(ctx, clk.Now().Add(-2*time.Second))
+		return err == nil && len(stuck) == 1
+	})
+
+	proc, err := sweeper.FromInfra(ctx, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	pdone := make(chan error, 1)
+	go func() { pdone <- proc.Run(pctx) }()
+	defer func() { pcancel(); <-pdone }()
+
+	const next = "recover-" + dead
+	waitFor(t, "the recovered sync to finish", 2*time.Minute, func() bool { _, ok := ev.final(next); return ok })
+	fin, _ := ev.final(next)
+	if fin.Status != "completed" || fin.Total != 16 || fin.Progress != 16 {
+		t.Fatalf("recovered sync: %+v, want completed 16/16 (8 orphans + 8 new)", fin)
+	}
+	h.waitIdle(20 * time.Second)
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 20 {
+		t.Errorf("getMatch 200s = %d, want 20: a match was fetched twice or never", got)
+	}
+	if n := h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success' AND match_id = ANY($1)`, ids); n != 20 {
+		t.Errorf("%d of 20 matches stored", n)
+	}
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_request_id = $2`, p.PUUID, next); n != 1 {
+		t.Error("account not completed by the recovery sync")
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'failed' AND error LIKE 'abandoned%'`, dead); n != 1 {
+		t.Error("the abandoned sync's job is not closed as failed")
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'recovery' AND status = 'completed' AND detail->>'recovered' = '1'`); n != 1 {
+		t.Error("start-up recovery pass not in the job log")
+	}
+}
+
+// TestSyncLatestCursorFetchesOnlyNew: a full sync at T lists the matches
+// played before T and moves the cursor to T; a day later (the services'
+// clock starts a day behind the simulator's, then catches up) a latest
+// sync lists from the cursor and fetches only the 8 games played since.
+// (The services' clock runs behind, not ahead: fetch retries are JetStream
+// schedules at the services' time, which the server fires at its own.)
+func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
+	clk := &offsetClock{}
+	clk.Set(-24 * time.Hour)
+	// Synthetic player 1: games 1h, 4h, 7h, ... before now. At the
+	// services' T = now-24h, games j ≥ 8 (25h+ before now) are past.
+	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 24}}})
+	p := synthPlayer(t, h, 1)
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 30}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 16 {
+		t.Fatalf("first sync: %+v %v, want completed with 16 matches", ev, err)
+	}
+	h.waitIdle(20 * time.Second)
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 16 {
+		t.Fatalf("getMatch 200s after the first sync = %d, want 16", got)
+	}
+	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
+	e, err := kv.Get(h.ctx, p.PUUID)
+	if err != nil {
+		t.Fatalf("cursor not saved: %v", err)
+	}
+	var cur struct {
+		ListedUntilS int64 `json:"listed_until_s"`
+	}
+	json.Unmarshal(e.Value(), &cur)
+	if d := time.Since(time.Unix(cur.ListedUntilS, 0)); d < 23*time.Hour || d > 25*time.Hour {
+		t.Errorf("cursor at %v, want about the services' clock (now-24h)", time.Unix(cur.ListedUntilS, 0))
+	}
+
+	clk.Set(0)
+	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest, Count: 1000}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 8 {
+		t.Fatalf("latest sync: %+v %v, want completed with the 8 new matches", ev, err)
+	}
+	h.waitIdle(20 * time.Second)
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 24 {
+		t.Errorf("getMatch 200s = %d, want 24: the latest sync re-fetched old matches", got)
+	}
+	// A third latest at the same time finds nothing new.
+	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest}, time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 0 {
+		t.Fatalf("third sync: %+v %v, want completed with nothing new", ev, err)
+	}
+}
+
+// TestSyncFullBackfillBounds: a full backfill is bounded by count (the
+// newest N) and by lookback_days, and on a player with 1,100 matches it
+// stops cleanly at Riot's 1,000-match list: ten pages, no request past
+// the cap, the cursor saved.
+func TestSyncFullBackfillBounds(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 1100}}})
+	p2 := synthPlayer(t, h, 2)
+	stored := func(puuid string) map[string]bool {
+		rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
+		out := map[string]bool{}
+		for rows.Next() {
+			var id string
+			rows.Scan(&id)
+			out[id] = true
+		}
+		return out
+	}
+	// Bounded by count: the 5 newest.
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 5, LookbackDays: 730}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 5 {
+		t.Fatalf("count-bounded: %+v %v", ev, err)
+	}
+	got := stored(p2.PUUID)
+	for _, m := range p2.Matches[:5] {
+		if !got[m.ID] {
+			t.Errorf("newest match %s not stored", m.ID)
+		}
+	}
+	if len(got) != 5 {
+		t.Errorf("%d matches stored, want 5", len(got))
+	}
+	// Bounded by lookback: games 1h1m + 3h·j ago within a day are j = 0..7.
+	ev, err = h.ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 1}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 3 {
+		t.Fatalf("lookback-bounded: %+v %v, want the 3 not yet stored of the day's 8", ev, err)
+	}
+	if got := stored(p2.PUUID); len(got) != 8 {
+		t.Errorf("%d matches stored after a 1-day backfill, want 8", len(got))
+	}
+
+	// Riot's cap: player 1 has 1,100 matches; all but the 6 newest of the
+	// 1,000 listable are already settled, so listing pages through all ten.
+	p1 := synthPlayer(t, h, 1)
+	if len(p1.Matches) != 1000 {
+		t.Fatalf("truth lists %d matches, want Riot's 1000", len(p1.Matches))
+	}
+	var settled []string
+	for _, m := range p1.Matches[6:] {
+		settled = append(settled, m.ID)
+	}
+	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status)
+SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, settled); err != nil {
+		t.Fatal(err)
+	}
+	listsBefore := h.st.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200)
+	ev, err = h.ingest(bus.IngestRequest{PUUID: p1.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 730}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != 6 {
+		t.Fatalf("capped backfill: %+v %v, want completed with 6", ev, err)
+	}
+	if n := h.st.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200) - listsBefore; n != 10 {
+		t.Errorf("%d match-list pages, want 10 (1000 IDs, nothing asked past the cap)", n)
+	}
+	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
+	if _, err := kv.Get(h.ctx, p1.PUUID); err != nil {
+		t.Errorf("cursor not saved after a listing that reached the cap: %v", err)
+	}
+}
+
+// nextMonday returns the first Monday 00:00 UTC at least a week after t.
+func nextMonday(t time.Time) time.Time {
+	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7)
+	for d.Weekday() != time.Monday {
+		d = d.AddDate(0, 0, 1)
+	}
+	return d
+}
+
+// TestSchedulerRunsOnceAcrossReplicas runs two scheduler replicas on one
+// injected clock; when the clock jumps past Monday 04:00, each of the three
+// jobs runs once (one replica wins each cron-locks key, the other skips),
+// and the job log holds one completed row per job.
+func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 3}}})
+	for i := 1; i <= 2; i++ {
+		if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1", Region: "americas"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	monday := nextMonday(time.Now())
+	var clock atomic.Int64
+	clock.Store(monday.Add(2*time.Hour + 59*time.Minute).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	logs := &syncBuffer{}
+	t.Setenv("SCHEDULE_ENABLE", "true")
+	t.Setenv("SCHEDULE_POLL", "20ms")
+	got, stop := h.capture(h.st.Infra.Subjects.IngestRequest(), h.st.Infra.Subjects.WeeklyReport())
+	defer stop()
+	ctx, cancel := context.WithCancel(h.ctx)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		inf := *h.st.Infra
+		inf.Now = now
+		inf.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); sc.Run(ctx) }()
+	}
+	waitFor(t, "both replicas to start", 10*time.Second, func() bool { return strings.Count(logs.String(), "msg=schedule ") == 6 })
+	clock.Store(monday.Add(4*time.Hour + 30*time.Second).UnixNano())
+	waitFor(t, "every replica to take or skip each run", time.Minute, func() bool {
+		s := logs.String()
+		return strings.Count(s, "scheduled job ran")+strings.Count(s, "owned by another replica") == 6
+	})
+	cancel()
+	wg.Wait()
+	s := logs.String()
+	if r, k := strings.Count(s, "scheduled job ran"), strings.Count(s, "owned by another replica"); r != 3 || k != 3 {
+		t.Errorf("%d runs and %d skips, want 3 and 3", r, k)
+	}
+	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(3 * time.Hour),
+		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
+		if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, sweeper.JobID(job, at), job); n != 1 {
+			t.Errorf("job %s at %v not completed in the job log", job, at)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE type IN ('latest_all', 'rank_daily', 'weekly_report')`); n != 3 {
+		t.Errorf("%d scheduled job rows, want 3", n)
+	}
+	reqs, notices := 0, 0
+	for _, m := range got() {
+		switch m.Subject {
+		case h.st.Infra.Subjects.IngestRequest():
+			var r bus.IngestRequest
+			json.Unmarshal(m.Data, &r)
+			if r.Trigger != "schedule" || r.Priority != bus.Background || r.Mode != bus.ModeLatest {
+				t.Errorf("scheduled request %+v", r)
+			}
+			reqs++
+		default:
+			notices++
+		}
+	}
+	if reqs != 2 || notices != 2 {
+		t.Errorf("%d scheduled requests and %d weekly notices, want 2 and 2", reqs, notices)
+	}
+	if n := h.count(`SELECT count(*) FROM league_entries WHERE snapshot_date = $1::date`, monday); n == 0 {
+		t.Error("no league snapshot stored for the rank run")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
+// takes a rank snapshot through league-v4 and builds the weekly report of
+// the week of its newest game; the expected numbers are computed from the
+// stored raw MatchDto payloads and the simulator's league answer.
+func TestRanksAndWeeklyReportOnRecordedData(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	p, _ := richestPlayer(t, h, 730)
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 3*time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	h.waitIdle(20 * time.Second)
+	var newest time.Time
+	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
+JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&newest); err != nil {
+		t.Fatal(err)
+	}
+	// The weekly run whose week holds the newest game.
+	at := nextMonday(newest.AddDate(0, 0, -7)).Add(4 * time.Hour)
+	if !newest.Before(at.Truncate(24 * time.Hour)) {
+		at = at.AddDate(0, 0, 7)
+	}
+	from, to := sweeper.WeekOf(at)
+
+	// Expected, from the raw payloads.
+	var games, wins, kills, deaths, assists int
+	champs := map[string]int{}
+	rows, err := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var raw []byte
+		rows.Scan(&raw)
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(zr)
+		var m struct {
+			Info struct {
+				GameCreation int64 `json:"gameCreation"`
+				GameStart    int64 `json:"gameStartTimestamp"`
+				Participants []struct {
+					PUUID        string `json:"puuid"`
+					ChampionName string `json:"championName"`
+					Win          bool   `json:"win"`
+					Kills        int    `json:"kills"`
+					Deaths       int    `json:"deaths"`
+					Assists      int    `json:"assists"`
+				} `json:"participants"`
+			} `json:"info"`
+		}
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		start := m.Info.GameStart
+		if start == 0 {
+			start = m.Info.GameCreation
+		}
+		if st := time.UnixMilli(start); st.Before(from) || !st.Before(to) {
+			continue
+		}
+		for _, pa := range m.Info.Participants {
+			if pa.PUUID != p.PUUID {
+				continue
+			}
+			games++
+			if pa.Win {
+				wins++
+			}
+			kills, deaths, assists = kills+pa.Kills, deaths+pa.Deaths, assists+pa.Assists
+			champs[pa.ChampionName]++
+		}
+	}
+	if games == 0 {
+		t.Fatal("test premise: no game in the report week")
+	}
+
+	// An older snapshot at the start of the week, so the LP change is known.
+	platform, _ := riot.ParsePlatform(p.Platform)
+	entries, err := h.st.Infra.Riot.LeagueEntriesByPUUID(h.ctx, platform, p.PUUID)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("test premise: league entries %v %v", entries, err)
+	}
+	e0 := entries[0]
+	for _, e := range entries {
+		if e.QueueType == "RANKED_SOLO_5x5" {
+			e0 = e
+		}
+	}
+	if err := h.st.Infra.Store.UpsertLeagueEntries(h.ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: e0.QueueType,
+		SnapshotDate: from, Platform: string(platform), Tier: "SILVER", Rank: "II", LeaguePoints: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
+		t.Fatal(err)
+	}
+	inf := *h.st.Infra
+	inf.Now = func() time.Time { return at }
+	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := sc.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
+		t.Fatalf("rank run: %v %v", ran, err)
+	}
+	if n := h.count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
+		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
+		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
+	}
+	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
+	defer stop()
+	if ran, err := sc.RunJob(h.ctx, sweeper.JobWeeklyReport, at); !ran || err != nil {
+		t.Fatalf("weekly run: %v %v", ran, err)
+	}
+	var r struct {
+		Games, Wins, Kills, Deaths, Assists int
+		LP                                  *int
+		Top                                 []store.ChampionStat
+	}
+	var top []byte
+	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
+FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).Scan(&r.Games, &r.Wins, &r.Kills, &r.Deaths,
+		&r.Assists, &r.LP, &top); err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(top, &r.Top)
+	if r.Games != games || r.Wins != wins || r.Kills != kills || r.Deaths != deaths || r.Assists != assists {
+		t.Errorf("report %+v, want games %d wins %d k/d/a %d/%d/%d", r, games, wins, kills, deaths, assists)
+	}
+	wantLP := store.LadderPoints(e0.Tier, e0.Rank, int(e0.LeaguePoints)) - store.LadderPoints("SILVER", "II", 10)
+	if r.LP == nil || *r.LP != wantLP {
+		t.Errorf("lp_change %v, want %d", r.LP, wantLP)
+	}
+	if len(r.Top) == 0 || champs[r.Top[0].ChampionName] != r.Top[0].Games {
+		t.Errorf("top champions %+v vs %v", r.Top, champs)
+	}
+	for _, c := range r.Top[1:] {
+		if c.Games > r.Top[0].Games {
+			t.Errorf("top champions not ordered: %+v", r.Top)
+		}
+	}
+	h.st.Infra.NC.Flush()
+	var notice sweeper.WeeklyNotice
+	waitFor(t, "the weekly notice", 10*time.Second, func() bool {
+		for _, m := range got() {
+			if json.Unmarshal(m.Data, &notice) == nil && notice.PUUID == p.PUUID {
+				return true
+			}
+		}
+		return false
+	})
+	if notice.Games != games || notice.WeekStart != from.Format(time.DateOnly) || notice.LPChange == nil || *notice.LPChange != wantLP {
+		t.Errorf("notice %+v", notice)
+	}
+}
+
+// TestHTTPSyncEndpoints drives the HTTP API: POST /v1/sync (202, then 409
+// while it runs), the SSE stream to completion, GET /v1/accounts, the
+// login trigger (fresh, then stale → sync), the link trigger and GET
+// /v1/jobs.
+func TestHTTPSyncEndpoints(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 8}, Faults: slowTimelines(700 * time.Millisecond)}})
+	api := NewAPI(h.st.Infra)
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	p := synthPlayer(t, h, 1)
+	post := func(path, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	code, out := post("/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p.PUUID))
+	if code != http.StatusAccepted || out["request_id"] == "" {
+		t.Fatalf("POST /v1/sync: %d %v", code, out)
+	}
+	id := out["request_id"].(string)
+	// Follow the events from now on.
+	resp, err := http.Get(srv.URL + "/v1/sync/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("events content type %q", ct)
+	}
+	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
+	waitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
+		v, err := synclock.Get(h.ctx, locks, p.PUUID)
+		return err == nil && v.RequestID == id
+	})
+	rejected, stopRej := h.capture(h.st.Infra.Subjects.IngestRejected())
+	defer stopRej()
+	code, out = post("/v1/sync", fmt.Sprintf(`{"request_id":"second","puuid":%q,"platform":"na1"}`, p.PUUID))
+	if code != http.StatusConflict || out["request_id"] != id {
+		t.Errorf("second POST: %d %v, want 409 naming %s", code, out, id)
+	}
+	var last bus.ProgressEvent
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			if err := json.Unmarshal([]byte(d), &last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if last.Status != "completed" || last.Total != len(p.Matches) || last.Progress != last.Total {
+		t.Fatalf("last SSE event %+v, want completed %d/%d", last, len(p.Matches), len(p.Matches))
+	}
+	var rej bus.Rejection
+	for _, m := range rejected() {
+		json.Unmarshal(m.Data, &rej)
+	}
+	if rej.RequestID != "second" || rej.Code != 409 {
+		t.Errorf("rejection on lol.ingest.rejected: %+v", rej)
+	}
+
+	ar, err := http.Get(srv.URL + "/v1/accounts/" + p.PUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acct store.AccountStatus
+	json.NewDecoder(ar.Body).Decode(&acct)
+	ar.Body.Close()
+	if ar.StatusCode != 200 || acct.SyncStatus != "completed" || acct.SyncTotal != len(p.Matches) || acct.LastSyncedAt.IsZero() {
+		t.Errorf("GET account: %d %+v", ar.StatusCode, acct.Account)
+	}
+
+	// Login: fresh, then (age 0) stale → a latest sync.
+	code, out = post("/v1/accounts/"+p.PUUID+"/login", "")
+	if code != 200 || out["status"] != "fresh" {
+		t.Errorf("login after a sync: %d %v, want 200 fresh", code, out)
+	}
+	api.StaleAfter = time.Nanosecond
+	code, out = post("/v1/accounts/"+p.PUUID+"/login", "")
+	if code != http.StatusAccepted {
+		t.Fatalf("stale login: %d %v, want 202", code, out)
+	}
+	loginID := out["request_id"].(string)
+	if code, _ := post("/v1/accounts/nobody/login", ""); code != 404 {
+		t.Errorf("login of an unknown account: %d, want 404", code)
+	}
+
+	// Link: a new account becomes active and syncs now.
+	p2 := synthPlayer(t, h, 2)
+	code, out = post("/v1/accounts/"+p2.PUUID+"/link", `{"platform":"na1","riot_id":"Synth0002#SYN"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("link: %d %v", code, out)
+	}
+	linkID := out["request_id"].(string)
+	waitFor(t, "the login and link syncs", 2*time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id IN ($1, $2) AND status = 'completed'`, loginID, linkID) == 2
+	})
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND active AND game_name = 'Synth0002' AND sync_status = 'completed' AND sync_total = $2`, p2.PUUID, len(p2.Matches)); n != 1 {
+		t.Error("linked account not active and fully synced")
+	}
+
+	jr, err := http.Get(srv.URL + "/v1/jobs?type=sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs struct {
+		Jobs []jobJSON `json:"jobs"`
+	}
+	json.NewDecoder(jr.Body).Decode(&jobs)
+	jr.Body.Close()
+	byID := map[string]jobJSON{}
+	for _, j := range jobs.Jobs {
+		byID[j.ID] = j
+	}
+	for id, want := range map[string]string{id: "completed", "second": "rejected", loginID: "completed", linkID: "completed"} {
+		j, ok := byID[id]
+		if !ok || j.Status != want || (want == "completed" && (j.StartedAt == nil || j.FinishedAt == nil)) {
+			t.Errorf("job %s: %+v, want %s with timestamps", id, j, want)
+		}
+	}
+	if d := string(byID[linkID].Detail); !strings.Contains(d, `"trigger": "link"`) && !strings.Contains(d, `"trigger":"link"`) {
+		t.Errorf("link job detail %s", d)
+	}
+}
