@@ -276,10 +276,14 @@ func TestLedgerRetentionNeverRequested(t *testing.T) {
 	h := startHarness(t, harnessOptions{sim: sim.Options{Shift: shift}})
 	p, listed := richestPlayer(t, h, 730)
 	truth := h.st.Sim.Truth()
-	var old sim.MatchTruth // a match older than 730 days, of anyone
+	// The oldest dated match older than 730 days, of anyone. Undated ones
+	// (gameCreation 0: aborted or ghost games) never expire, so they are
+	// skipped; picking the oldest keeps the choice independent of map order.
+	var old sim.MatchTruth
 	for _, pt := range truth.Players {
 		for _, m := range pt.Matches {
-			if truth.Now-m.GameCreation > int64(731*24*time.Hour/time.Millisecond) {
+			if m.GameCreation > 0 && truth.Now-m.GameCreation > int64(731*24*time.Hour/time.Millisecond) &&
+				(old.ID == "" || m.GameCreation < old.GameCreation || (m.GameCreation == old.GameCreation && m.ID < old.ID)) {
 				old = m
 			}
 		}
