@@ -193,3 +193,15 @@ ON CONFLICT (id) DO NOTHING`,
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// RequestProgress counts sync request requestID's listed matches (total)
+// and those that reached a final state (done), from sync_matches. A request
+// that listed nothing, or is unknown, gives 0, 0.
+func (s *Store) RequestProgress(ctx context.Context, requestID string) (done, total int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE done), count(*) FROM sync_matches WHERE request_id = $1`,
+		requestID).Scan(&done, &total)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: request progress %s: %w", requestID, err)
+	}
+	return done, total, nil
+}

@@ -38,7 +38,8 @@ import (
 //	POST /v1/accounts/{puuid}/login     a login: a latest sync (202) when the last sync is older
 //	                                    than LOGIN_SYNC_STALE_AFTER (default 1h) or never was, else
 //	                                    200 {"status":"fresh"|"syncing"}; 404 unknown account
-//	GET  /v1/sync/{request_id}/events   progress as Server-Sent Events until completed/failed
+//	GET  /v1/sync/{request_id}/events   progress as Server-Sent Events until completed/failed/rejected;
+//	                                    replayed for a late client, at once when already finished
 //	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (seed 002), newest first
 //
 // A 409 is also announced on lol.ingest.rejected and logged in the jobs
@@ -325,26 +326,72 @@ func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s)
 }
 
+// syncEvents streams one request's progress as Server-Sent Events: "event:
+// progress" with a bus.ProgressEvent, or "event: rejected" with a
+// bus.Rejection, each as JSON in "data:". It ends after the final event
+// (completed, failed, rejected).
+//
+// A client may connect at any time after POST /v1/sync. A request already
+// finished in the jobs table gets its outcome at once (progress counted
+// from sync_matches). Otherwise the events are replayed from the EVENTS
+// stream (an ordered consumer; the stream keeps an hour) and then followed
+// live, so a fast rejection by the resolver (an unknown Riot ID answers in
+// milliseconds) or the first progress events are not missed.
 func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	id := r.PathValue("request_id")
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeErr(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
 		return
 	}
-	ch := make(chan *nats.Msg, 256)
-	s1, err := a.inf.NC.ChanSubscribe(a.inf.Subjects.ProgressAll(), ch)
+	var job store.Job
+	if a.inf.Store != nil {
+		j, err := a.inf.Store.JobByID(ctx, id)
+		switch {
+		case err == nil:
+			job = j
+		case !errors.Is(err, store.ErrNotFound):
+			writeErr(w, http.StatusServiceUnavailable, err)
+			return
+		}
+	}
+	if final, data, err := a.finishedEvent(ctx, job); err != nil {
+		writeErr(w, http.StatusServiceUnavailable, err)
+		return
+	} else if final != "" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", final, data)
+		fl.Flush()
+		return
+	}
+
+	progress := a.inf.Subjects.ProgressAll()
+	if job.PUUID != "" {
+		progress = a.inf.Subjects.Progress(job.PUUID)
+	}
+	cons, err := a.inf.JS.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{progress, a.inf.Subjects.IngestRejected()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	}
-	defer s1.Unsubscribe()
-	s2, err := a.inf.NC.ChanSubscribe(a.inf.Subjects.IngestRejected(), ch)
+	ch := make(chan jetstream.Msg, 256)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+		}
+	})
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	}
-	defer s2.Unsubscribe()
+	defer cc.Stop()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -353,7 +400,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	defer keepalive.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-keepalive.C:
 			fmt.Fprint(w, ": keepalive\n\n")
@@ -363,20 +410,40 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 				RequestID string `json:"request_id"`
 				Status    string `json:"status"`
 			}
-			if json.Unmarshal(m.Data, &probe) != nil || probe.RequestID != id {
+			if json.Unmarshal(m.Data(), &probe) != nil || probe.RequestID != id {
 				continue
 			}
 			event := "progress"
-			if m.Subject == a.inf.Subjects.IngestRejected() {
+			if m.Subject() == a.inf.Subjects.IngestRejected() {
 				event = "rejected"
 			}
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, m.Data)
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, m.Data())
 			fl.Flush()
 			if event == "rejected" || probe.Status == "completed" || probe.Status == "failed" {
 				return
 			}
 		}
 	}
+}
+
+// finishedEvent is the SSE event for a job that has already finished
+// (completed, failed or rejected in the jobs table): its name and JSON, or
+// "" when the job is unknown or still running.
+func (a *API) finishedEvent(ctx context.Context, j store.Job) (string, []byte, error) {
+	switch j.Status {
+	case "completed", "failed":
+		done, total, err := a.inf.Store.RequestProgress(ctx, j.ID)
+		if err != nil {
+			return "", nil, err
+		}
+		b, err := json.Marshal(bus.ProgressEvent{RequestID: j.ID, PUUID: j.PUUID, Status: j.Status,
+			Progress: done, Total: total, Error: j.Error, At: j.FinishedAt})
+		return "progress", b, err
+	case "rejected":
+		b, err := json.Marshal(bus.Rejection{RequestID: j.ID, Reason: j.Error, Code: http.StatusConflict, At: j.FinishedAt})
+		return "rejected", b, err
+	}
+	return "", nil, nil
 }
 
 func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }

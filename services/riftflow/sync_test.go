@@ -802,3 +802,99 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 		t.Errorf("link job detail %s", d)
 	}
 }
+
+// sseEvents reads GET url as Server-Sent Events until the server ends the
+// stream or timeout passes, and returns the (event, data) pairs.
+func sseEvents(t *testing.T, url string, timeout time.Duration) [][2]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET %s: %d %q", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var out [][2]string
+	event := ""
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			event = e
+		}
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, [2]string{event, d})
+		}
+	}
+	if ctx.Err() != nil {
+		t.Errorf("GET %s: the stream did not end within %v (events %v)", url, timeout, out)
+	}
+	return out
+}
+
+// TestSyncEventsForLateClients: a client that opens the SSE stream after
+// its request ended still gets the outcome. A finished sync answers from
+// the jobs table (EVENTS purged, so nothing else could), and a request the
+// resolver rejected in milliseconds (an unknown Riot ID, no jobs row) is
+// replayed from the EVENTS stream.
+func TestSyncEventsForLateClients(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
+	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	defer srv.Close()
+	p := synthPlayer(t, h, 1)
+
+	ev, err := h.ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	waitFor(t, "the jobs row to complete", 10*time.Second, func() bool {
+		j, err := h.st.Infra.Store.JobByID(h.ctx, "late-done")
+		return err == nil && j.Status == "completed"
+	})
+	if events, err := h.st.Infra.JS.Stream(h.ctx, "EVENTS"); err != nil {
+		t.Fatal(err)
+	} else if err := events.Purge(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", 10*time.Second)
+	var last bus.ProgressEvent
+	if len(got) != 1 || got[0][0] != "progress" || json.Unmarshal([]byte(got[0][1]), &last) != nil {
+		t.Fatalf("events for a finished sync: %v, want one progress event", got)
+	}
+	if last.Status != "completed" || last.RequestID != "late-done" || last.PUUID != p.PUUID ||
+		last.Total != len(p.Matches) || last.Progress != last.Total {
+		t.Errorf("final event %+v, want completed %d/%d", last, len(p.Matches), len(p.Matches))
+	}
+}
+
+// TestSyncEventsReplayRejection: the resolver rejects an unknown Riot ID
+// before the client opens the SSE stream; the rejection is replayed.
+func TestSyncEventsReplayRejection(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	defer srv.Close()
+	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
+	defer stop()
+	resp, err := http.Post(srv.URL+"/v1/sync", "application/json",
+		strings.NewReader(`{"request_id":"late-rej","riot_id":"Nobody Here#NOPE1","platform":"na1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d", resp.StatusCode)
+	}
+	waitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
+	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", 10*time.Second)
+	var rej bus.Rejection
+	if len(got) != 1 || got[0][0] != "rejected" || json.Unmarshal([]byte(got[0][1]), &rej) != nil {
+		t.Fatalf("events for a rejected request: %v, want one rejected event", got)
+	}
+	if rej.RequestID != "late-rej" || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
+		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
+	}
+}
