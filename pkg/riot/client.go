@@ -472,7 +472,7 @@ func (c *Client) get(ctx context.Context, req request) (body []byte, err error) 
 			rlBackoff = min(2*rlBackoff, rateLimitBackoffMax)
 		case (e.Kind == KindServer || e.Kind == KindTransport) && !bg && ctx.Err() == nil &&
 			retries < c.serverRetries:
-			wait = c.serverBase << retries
+			wait = e.RetryDelay(c.now(), c.serverBase<<retries)
 		default:
 			return nil, err
 		}
@@ -658,6 +658,11 @@ func (c *Client) statusError(req request, status int, h http.Header, body []byte
 		}
 	case status >= 500:
 		e.Kind = KindServer
+		// A 503 may say when to come back (RFC 9110 §10.2.3); callers wait
+		// at least that long (RetryDelay), never less than their backoff.
+		if d, ok := parseRetryAfter(h.Get("Retry-After"), c.now()); ok {
+			e.RetryAt = c.now().Add(d)
+		}
 	case status == http.StatusNotFound:
 		e.Kind = KindNotFound
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:

@@ -635,6 +635,56 @@ func TestServerRetries(t *testing.T) {
 	}
 }
 
+// failOnceThen answers the first request with status and a Retry-After
+// header, and every later one 200 with body.
+func failOnceThen(status int, retryAfter, body string) http.HandlerFunc {
+	var n atomic.Int32
+	return func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", retryAfter)
+			w.WriteHeader(status)
+			return
+		}
+		w.Write([]byte(body))
+	}
+}
+
+// TestServerRetryAfter: a 503 with Retry-After sets RetryAt (no margin),
+// so callers wait at least that long; without it RetryAt stays zero and the
+// caller's own schedule applies. The in-process server retry waits the
+// longer of its backoff and the Retry-After.
+func TestServerRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		retryAfter string
+		want       time.Duration // RetryDelay(now, 1s)
+	}{{"7", 7 * time.Second}, {"", time.Second}, {"0", time.Second}, {"soon", time.Second}} {
+		f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
+			if tc.retryAfter != "" {
+				w.Header().Set("Retry-After", tc.retryAfter)
+			}
+			w.WriteHeader(503)
+		})
+		c, _, _ := newTestClient(t, f, nil)
+		_, err := c.MatchIDsByPUUID(context.Background(), Americas, puuid, MatchIDsQuery{})
+		e := kindOf(t, err)
+		if e.Kind != KindServer {
+			t.Fatalf("Retry-After %q: kind %v", tc.retryAfter, e.Kind)
+		}
+		if got := e.RetryDelay(fixedNow, time.Second); got != tc.want {
+			t.Errorf("Retry-After %q: RetryDelay %v, want %v", tc.retryAfter, got, tc.want)
+		}
+	}
+
+	f := newFakeRiot(t, failOnceThen(503, "2", `[]`))
+	c, _, sl := newTestClient(t, f, func(c *Config) { c.ServerRetries = 1; c.ServerRetryBase = 10 * time.Millisecond })
+	if _, err := c.MatchIDsByPUUID(context.Background(), Americas, puuid, MatchIDsQuery{}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sl.waits) != "[2s]" {
+		t.Errorf("server retry waited %v, want [2s] (the Retry-After)", sl.waits)
+	}
+}
+
 func TestBackgroundPriority(t *testing.T) {
 	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`[]`)) })
 	c, lim, _ := newTestClient(t, f, nil)

@@ -12,7 +12,7 @@
 //
 //	status            Kind               retry
 //	429               KindRateLimited    at RetryAt (Retry-After + 0.5 s, or a backoff from 1 s)
-//	5xx               KindServer         with backoff (the caller's schedule)
+//	5xx               KindServer         with backoff (the caller's schedule), at least Retry-After if sent
 //	timeout, reset    KindTransport      with backoff
 //	404               KindNotFound       not in a loop
 //	401, 403          KindKeyRejected    never; the client refuses all further calls

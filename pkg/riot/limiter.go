@@ -79,7 +79,8 @@ type Error struct {
 	Op     string // method ID, e.g. "match-v5.getMatch"
 	Route  string // routing value, e.g. "asia"
 	Status int    // HTTP status, 0 if no answer
-	// RetryAt is when a retry may be made (KindRateLimited, KindBreakerOpen);
+	// RetryAt is when a retry may be made (KindRateLimited, KindBreakerOpen,
+	// and KindServer when a 5xx carried Retry-After);
 	// zero if unknown.
 	RetryAt time.Time
 	// LimitType is X-Rate-Limit-Type on a 429: application, method, service,

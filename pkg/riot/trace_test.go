@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -23,15 +22,7 @@ func TestSpans(t *testing.T) {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 
-	var n atomic.Int32
-	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) == 1 {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(429)
-			return
-		}
-		w.Write([]byte(`["EUW1_1"]`))
-	})
+	f := newFakeRiot(t, failOnceThen(429, "1", `["EUW1_1"]`))
 	c, _, _ := newTestClient(t, f, nil)
 	if _, err := c.MatchIDsByPUUID(context.Background(), Europe, puuid, MatchIDsQuery{Count: 5}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
 )
 
 // now is the injected clock of these tests.
@@ -105,5 +106,24 @@ func TestBackoffAfter(t *testing.T) {
 	}
 	if (Config{}).BackoffAfter(1) != 0 {
 		t.Error("no schedule: no delay")
+	}
+}
+
+// TestNextAttemptAt: the backoff schedule, unless a 5xx's Retry-After asks
+// for longer; a shorter Retry-After never shortens the schedule.
+func TestNextAttemptAt(t *testing.T) {
+	c := defaults(t)
+	plain := &riot.Error{Kind: riot.KindServer, Status: 500}
+	long := &riot.Error{Kind: riot.KindServer, Status: 503, RetryAt: now.Add(10 * time.Minute)}
+	short := &riot.Error{Kind: riot.KindServer, Status: 503, RetryAt: now.Add(5 * time.Second)}
+	for _, tc := range []struct {
+		attempt int
+		err     *riot.Error
+		want    time.Duration
+	}{{1, plain, 30 * time.Second}, {3, plain, 120 * time.Second}, {1, long, 10 * time.Minute},
+		{4, long, 10 * time.Minute}, {1, short, 30 * time.Second}} {
+		if got := c.NextAttemptAt(tc.attempt, tc.err, now).Sub(now); got != tc.want {
+			t.Errorf("attempt %d after %d (RetryAt %v): in %v, want %v", tc.attempt, tc.err.Status, tc.err.RetryAt, got, tc.want)
+		}
 	}
 }

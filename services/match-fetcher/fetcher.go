@@ -315,8 +315,15 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	}
 	next := cmd
 	next.Attempt++
-	return s.reschedule(ctx, next, s.d.Now().Add(s.cfg.BackoffAfter(cmd.Attempt)), "retry",
+	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry",
 		fmt.Sprintf("retry/%s/%s/a%d", next.MatchID, next.Kind, next.Attempt))
+}
+
+// NextAttemptAt is when a fetch whose attempt number attempt (1-based)
+// failed with re is tried again: after the backoff schedule's delay for
+// that attempt, or at the Retry-After a 5xx carried when that is later.
+func (c Config) NextAttemptAt(attempt int, re *riot.Error, now time.Time) time.Time {
+	return now.Add(re.RetryDelay(now, c.BackoffAfter(attempt)))
 }
 
 // waitID is the schedule message id of a rate-limit or key wait: the same
