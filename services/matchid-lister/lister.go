@@ -296,7 +296,7 @@ pages:
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
 	var re *riot.Error
 	if errors.As(err, &re) && re.Retryable() {
-		delay := re.RetryDelay(s.d.Now(), retryBackoff(s.cfg.RetryDelay, m))
+		delay := re.RetryDelay(s.d.Now(), natsx.DeliveryBackoff(s.cfg.RetryDelay, maxListRetryDelay, m))
 		s.d.Logger.WarnContext(ctx, "match list failed, will retry", "request_id", cmd.RequestID, "err", err, "delay", delay)
 		return natsx.NakDelay(delay)
 	}
@@ -393,22 +393,6 @@ func (s *Service) reject(ctx context.Context, requestID string, code int, reason
 	return natsx.Term(rej.Reason)
 }
 
-// maxListRetryDelay caps retryBackoff.
+// maxListRetryDelay caps the per-delivery retry backoff of a failed match
+// list (natsx.DeliveryBackoff): 5 s, 10 s, 20 s, … up to 5 min.
 const maxListRetryDelay = 5 * time.Minute
-
-// retryBackoff is base·2^(n−1) for the n-th delivery of m, capped at
-// maxListRetryDelay: a Riot outage is retried less and less often instead
-// of spending the consumer's MaxDeliver in a few seconds.
-func retryBackoff(base time.Duration, m jetstream.Msg) time.Duration {
-	n := uint64(1)
-	if m != nil {
-		if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
-			n = md.NumDelivered
-		}
-	}
-	d := base
-	for i := uint64(1); i < n && d < maxListRetryDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxListRetryDelay)
-}

@@ -4,7 +4,8 @@
 // publishes one SyncCommand on lol.sync.<platform>.
 //
 // A request that can never succeed (bad JSON, unknown platform, a Riot ID
-// without '#', an unknown player) is terminated with a reason published on
+// without '#', an unknown player), or whose account lookup still fails on
+// the consumer's last delivery, is terminated with a reason published on
 // lol.ingest.rejected; nothing else waits for it.
 package resolver
 
@@ -39,8 +40,11 @@ type Config struct {
 	// lookback_days at 0 (INGESTION_MAX_MATCHES_PER_RUN, INGESTION_LOOKBACK_DAYS).
 	MaxMatchesPerRun int
 	LookbackDays     int
-	// RetryDelay is the delay before a retryable Riot failure is retried
-	// (the message is nak'ed; JetStream redelivers it).
+	// RetryDelay is the delay before a retryable Riot failure is first
+	// retried (the message is nak'ed; JetStream redelivers it), doubled per
+	// delivery up to 5 min, and never shorter than a Retry-After. On the
+	// consumer's last delivery the request is rejected with code 503 and
+	// the reason (RESOLVER_RETRY_DELAY, default 5s).
 	RetryDelay time.Duration
 	// Concurrency is the number of requests handled at once.
 	Concurrency int
@@ -133,8 +137,13 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 			switch {
 			case errors.As(err, &re) && re.Kind == riot.KindNotFound:
 				return s.reject(ctx, m, req.RequestID, 404, fmt.Errorf("no Riot account %q", id.String()))
+			case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && s.lastDelivery(m):
+				// A nak now would end in a MAX_DELIVERIES advisory and the
+				// request would vanish: refuse it with the reason instead.
+				return s.reject(ctx, m, req.RequestID, 503,
+					fmt.Errorf("account lookup failed %d times, giving up: %w", natsx.Delivery(m), err))
 			case errors.As(err, &re) && re.Retryable():
-				delay := re.RetryDelay(s.d.Now(), s.cfg.RetryDelay)
+				delay := re.RetryDelay(s.d.Now(), natsx.DeliveryBackoff(s.cfg.RetryDelay, maxRetryDelay, m))
 				log.WarnContext(ctx, "account lookup failed, will retry", "request_id", req.RequestID, "err", err, "delay", delay)
 				return natsx.NakDelay(delay)
 			case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
@@ -156,6 +165,17 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	}
 	log.InfoContext(ctx, "sync requested", "request_id", cmd.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform, "mode", cmd.Mode, "count", cmd.Count)
 	return natsx.Ack()
+}
+
+// maxRetryDelay caps the per-delivery backoff of a failed account lookup:
+// RetryDelay, doubled per delivery, up to 5 min.
+const maxRetryDelay = 5 * time.Minute
+
+// lastDelivery reports whether m is on the last delivery the resolver
+// consumer allows (its MaxDeliver, from the consumer info bound at start).
+func (s *Service) lastDelivery(m jetstream.Msg) bool {
+	info := s.d.Consumer.CachedInfo()
+	return info != nil && natsx.LastDelivery(m, info.Config.MaxDeliver)
 }
 
 // resolve returns the PUUID for id, from the riot-ids cache or account-v1.

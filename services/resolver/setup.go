@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
@@ -12,6 +13,9 @@ import (
 type Env struct {
 	// Concurrency is RESOLVER_CONCURRENCY: requests handled at once.
 	Concurrency int `env:"RESOLVER_CONCURRENCY" envDefault:"8"`
+	// RetryDelay is RESOLVER_RETRY_DELAY: the first retry delay of a failed
+	// account lookup, doubled per delivery.
+	RetryDelay time.Duration `env:"RESOLVER_RETRY_DELAY" envDefault:"5s"`
 }
 
 // FromInfra builds a resolver bound to the "resolver" consumer on INGEST.
@@ -29,7 +33,7 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, err
 	}
 	return New(Config{MaxMatchesPerRun: inf.Env.Ingestion.MaxMatchesPerRun, LookbackDays: inf.Env.Ingestion.LookbackDays,
-		Concurrency: e.Concurrency},
+		Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
 		Deps{JS: inf.JS, Consumer: cons, RiotIDs: ids, Riot: inf.Riot, Subjects: inf.Subjects,
 			Logger: inf.Logger("resolver"), Tracer: inf.Tracer("resolver"), Now: inf.Now})
 }

@@ -1,0 +1,39 @@
+package natsx
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is m's delivery count (JetStream's NumDelivered, 1 for the
+// first delivery); 1 when m has no JetStream metadata.
+func Delivery(m jetstream.Msg) uint64 {
+	if m == nil {
+		return 1
+	}
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
+		return md.NumDelivered
+	}
+	return 1
+}
+
+// DeliveryBackoff is base·2^(n−1) for the n-th delivery of m, capped at
+// maxDelay: a failing dependency is retried less and less often instead of
+// spending the consumer's MaxDeliver in a few seconds.
+func DeliveryBackoff(base, maxDelay time.Duration, m jetstream.Msg) time.Duration {
+	n := Delivery(m)
+	d := base
+	for i := uint64(1); i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+// LastDelivery reports whether m is on the last delivery its consumer
+// allows (maxDeliver > 0, from ConsumerConfig.MaxDeliver): a nak now would
+// end in a MAX_DELIVERIES advisory instead of a redelivery, so the handler
+// must settle the message for good and say why.
+func LastDelivery(m jetstream.Msg, maxDeliver int) bool {
+	return maxDeliver > 0 && Delivery(m) >= uint64(maxDeliver)
+}
