@@ -133,6 +133,10 @@ type bucket struct {
 	// this process's probe lock (it may send InitialInFlight requests);
 	// probeWait the end of another process's lock (wait for its limits).
 	probeUntil, probeWait time.Time
+	// probeFreed counts the releases of another process's probe lock seen
+	// in the watch. A probe that read the lock as held before a release
+	// must not wait for it after (kvStore.startProbe compares it).
+	probeFreed uint64
 	// share holds learned limits to write to KV after the next lease has
 	// seeded the KV windows with the requests sent before they were known.
 	share string

@@ -69,6 +69,9 @@ type kvStore struct {
 	kv      jetstream.KeyValue
 	o       SharedOptions
 	rejSeen int // status last read from KV, guarded by e.mu
+	// afterProbeRead, when set (tests only), runs in startProbe between the
+	// KV read and applying its result, to order a concurrent release there.
+	afterProbeRead func()
 }
 
 var keyIDRe = regexp.MustCompile(`^[-_=a-zA-Z0-9]+$`)
@@ -235,6 +238,7 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 				for _, b := range append([]*bucket{r.app}, r.order...) {
 					if s.st.base(b, "probe") == ent.Key() {
 						b.probeWait = time.Time{}
+						b.probeFreed++
 					}
 				}
 				s.e.dispatch(r, s.e.o.Now())
@@ -542,10 +546,16 @@ func (st *kvStore) probe(b *bucket) probeResult {
 }
 
 // startProbe runs probe for b and applies its result. It runs in its own
-// goroutine; b.fetching is set and e.mu is not held.
-func (st *kvStore) startProbe(r *route, b *bucket) {
+// goroutine; b.fetching is set and e.mu is not held. freed is b.probeFreed
+// before the probe read KV: if the watch has seen the lock released since,
+// a "held by another" answer is stale, and b probes again at once instead
+// of waiting out a lock that no longer exists.
+func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 	e := st.e
 	res := st.probe(b)
+	if st.afterProbeRead != nil {
+		st.afterProbeRead()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.o.Now()
@@ -559,7 +569,7 @@ func (st *kvStore) startProbe(r *route, b *bucket) {
 		b.probeUntil = now.Add(st.o.ProbeTTL)
 	case res.held:
 		b.probeUntil = res.until
-	default:
+	case b.probeFreed == freed:
 		b.probeWait = res.until
 	}
 	b.fetching = false
@@ -574,8 +584,9 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	e := st.e
 	e.mu.Lock()
 	if b.limits == "" {
+		freed := b.probeFreed
 		e.mu.Unlock()
-		st.startProbe(r, b)
+		st.startProbe(r, b, freed)
 		return
 	}
 	share, probed := b.share, !b.probeUntil.IsZero()

@@ -311,6 +311,57 @@ func TestSharedIdleProbeReleased(t *testing.T) {
 	}
 }
 
+// TestSharedProbeReleasedDuringRead: b reads the probe lock as held by a,
+// a releases it, and b's watch sees the release, all before b applies what
+// it read. b must not then wait out a's lock (ProbeTTL, 1 min) for limits
+// that will never come: it probes at once. (A CI run caught this race in
+// TestSharedIdleProbeReleased; the hook makes the order certain.)
+func TestSharedProbeReleasedDuringRead(t *testing.T) {
+	newJS := startNATS(t)
+	o := SharedOptions{KeyID: "racy", ProbeTTL: time.Minute}
+	o.ProcID = "a"
+	a := newShared(t, newJS(), o)
+	o.ProcID = "b"
+	b := newShared(t, newJS(), o)
+	pa, err := a.Acquire(t.Context(), getMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed := func() bool {
+		b.e.mu.Lock()
+		defer b.e.mu.Unlock()
+		r := b.e.route(getMatch.Route)
+		for _, x := range append([]*bucket{r.app}, r.order...) {
+			if x.probeFreed > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	var once sync.Once
+	b.st.afterProbeRead = func() {
+		once.Do(func() {
+			pa.Done(0, nil) // a releases the lock b has just read as held
+			deadline := time.Now().Add(5 * time.Second)
+			for !freed() {
+				if time.Now().After(deadline) {
+					t.Error("b's watch never saw the release")
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	pb, err := b.Acquire(ctx, getMatch)
+	if err != nil {
+		t.Fatalf("b still waiting %v after a released the probe lock: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	pb.Cancel()
+}
+
 // TestSharedColdStartOnSpentBudget: another user of the key has used 4 of
 // the window's 5. The one probe is answered 200 with -Count 5 of 5; that
 // count goes into the KV window before the limits wake the other
