@@ -267,20 +267,29 @@ func TestSharedColdStartOneProbe(t *testing.T) {
 	}
 }
 
-// TestSharedIdleProbeReleased: a process holding the probe lock whose probe
-// got no answer and that has nothing else to send releases the lock, so a
-// process waiting for it probes at once instead of after ProbeTTL.
-func TestSharedIdleProbeReleased(t *testing.T) {
+// probeHeldByA starts processes a and b on one key (ProbeTTL 1 min) and
+// has a take the probe lock: it returns b and a's getMatch permit, not yet
+// answered.
+func probeHeldByA(t *testing.T, keyID string) (b *Shared, pa riot.Permit) {
+	t.Helper()
 	newJS := startNATS(t)
-	o := SharedOptions{KeyID: "idle", ProbeTTL: time.Minute}
+	o := SharedOptions{KeyID: keyID, ProbeTTL: time.Minute}
 	o.ProcID = "a"
 	a := newShared(t, newJS(), o)
 	o.ProcID = "b"
-	b := newShared(t, newJS(), o)
+	b = newShared(t, newJS(), o)
 	pa, err := a.Acquire(t.Context(), getMatch)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, pa
+}
+
+// TestSharedIdleProbeReleased: a process holding the probe lock whose probe
+// got no answer and that has nothing else to send releases the lock, so a
+// process waiting for it probes at once instead of after ProbeTTL.
+func TestSharedIdleProbeReleased(t *testing.T) {
+	b, pa := probeHeldByA(t, "idle")
 	got := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -317,16 +326,7 @@ func TestSharedIdleProbeReleased(t *testing.T) {
 // that will never come: it probes at once. (A CI run caught this race in
 // TestSharedIdleProbeReleased; the hook makes the order certain.)
 func TestSharedProbeReleasedDuringRead(t *testing.T) {
-	newJS := startNATS(t)
-	o := SharedOptions{KeyID: "racy", ProbeTTL: time.Minute}
-	o.ProcID = "a"
-	a := newShared(t, newJS(), o)
-	o.ProcID = "b"
-	b := newShared(t, newJS(), o)
-	pa, err := a.Acquire(t.Context(), getMatch)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, pa := probeHeldByA(t, "racy")
 	freed := func() bool {
 		b.e.mu.Lock()
 		defer b.e.mu.Unlock()
