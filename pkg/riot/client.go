@@ -647,21 +647,23 @@ func (c *Client) transportError(ctx context.Context, req request, status int, er
 // statusError maps a non-2xx answer to an *Error (riot-api.md §1.3).
 func (c *Client) statusError(req request, status int, h http.Header, body []byte, rlBackoff time.Duration) *Error {
 	e := &Error{Op: req.method, Route: req.route, Status: status, Msg: c.errorMessage(body)}
+	now := c.now()
+	ra, hasRA := parseRetryAfter(h.Get("Retry-After"), now)
 	switch {
 	case status == http.StatusTooManyRequests:
 		e.Kind = KindRateLimited
 		e.LimitType = h.Get("X-Rate-Limit-Type")
-		if d, ok := parseRetryAfter(h.Get("Retry-After"), c.now()); ok {
-			e.RetryAt = c.now().Add(d + RetryAfterMargin)
+		if hasRA {
+			e.RetryAt = now.Add(ra + RetryAfterMargin)
 		} else {
-			e.RetryAt = c.now().Add(rlBackoff)
+			e.RetryAt = now.Add(rlBackoff)
 		}
 	case status >= 500:
 		e.Kind = KindServer
 		// A 503 may say when to come back (RFC 9110 §10.2.3); callers wait
 		// at least that long (RetryDelay), never less than their backoff.
-		if d, ok := parseRetryAfter(h.Get("Retry-After"), c.now()); ok {
-			e.RetryAt = c.now().Add(d)
+		if hasRA {
+			e.RetryAt = now.Add(ra)
 		}
 	case status == http.StatusNotFound:
 		e.Kind = KindNotFound

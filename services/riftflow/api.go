@@ -360,9 +360,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	} else if final != "" {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
+		startSSE(w)
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", final, data)
 		fl.Flush()
 		return
@@ -392,9 +390,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cc.Stop()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+	startSSE(w)
 	fl.Flush()
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
@@ -424,6 +420,13 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// startSSE writes the headers of a Server-Sent Events response.
+func startSSE(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
 }
 
 // finishedEvent is the SSE event for a job that has already finished
