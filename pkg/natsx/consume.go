@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,51 +40,11 @@ func (k resultKind) String() string {
 	}
 }
 
-// Result is a handler's verdict on one message. The runner turns it into
-// exactly one of Msg.Ack, Msg.NakWithDelay or Msg.TermWithReason. The zero
-// Result is Ack.
-type Result struct {
-	kind   resultKind
-	delay  time.Duration
-	reason string
-}
-
-// Ack settles the message as done; on a WorkQueue stream it is removed.
-func Ack() Result { return Result{kind: kindAck} }
-
-// NakDelay asks for redelivery after d (0 = immediately). The message keeps
-// its MaxAckPending slot while it waits, so for long waits (Riot 429 for
-// minutes) ack and re-publish through Schedule instead. Each redelivery
-// counts against the consumer's MaxDeliver.
-func NakDelay(d time.Duration) Result { return Result{kind: kindNak, delay: d} }
-
-// Term stops redelivery for good. The server emits a MSG_TERMINATED
-// advisory carrying reason; on a WorkQueue stream the message is deleted, so
-// copy anything you need elsewhere before returning Term.
-func Term(reason string) Result { return Result{kind: kindTerm, reason: reason} }
-
-// String is "ack", "nak(<delay>)" or "term(<reason>)".
-func (r Result) String() string {
-	switch r.kind {
-	case kindNak:
-		return fmt.Sprintf("nak(%s)", r.delay)
-	case kindTerm:
-		return fmt.Sprintf("term(%s)", r.reason)
-	}
-	return "ack"
-}
-
-// settle applies r to m. While the runner shuts down (stopping closed),
-// an Ack waits for the server's confirmation (DoubleAck, up to 5 s) so that
-// no ack is still in a client buffer when Consume returns and the caller
+// ackDouble acks m; while the runner shuts down (stopping closed) it
+// waits for the server's confirmation (DoubleAck, up to 5 s) so that no
+// ack is still in a client buffer when Consume returns and the caller
 // closes the connection.
-func (r Result) settle(m jetstream.Msg, stopping <-chan struct{}) error {
-	switch r.kind {
-	case kindNak:
-		return m.NakWithDelay(r.delay)
-	case kindTerm:
-		return m.TermWithReason(r.reason)
-	}
+func ackDouble(m jetstream.Msg, stopping <-chan struct{}) error {
 	select {
 	case <-stopping:
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -130,8 +91,8 @@ type ConsumeOptions struct {
 	// FetchWait is how long one pull request waits for messages; it also
 	// bounds how late the runner notices ctx cancellation. Default 5 s.
 	FetchWait time.Duration
-	// PanicDelay is the NakDelay used when a handler panics; default 10 s.
-	PanicDelay time.Duration
+	// Settle configures the settle policy (see policy.go).
+	Settle SettleOptions
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Tracer; default otel.Tracer("riftflow/natsx").
@@ -144,14 +105,36 @@ type BatchOptions struct {
 	MaxBatch int
 	// MaxWait is how long the runner waits to fill a batch; default 1 s.
 	MaxWait time.Duration
-	// Name, InProgressEvery, DrainTimeout, PanicDelay, Logger and Tracer
+	// Name, InProgressEvery, DrainTimeout, Settle, Logger and Tracer
 	// are as in ConsumeOptions.
 	Name            string
 	InProgressEvery time.Duration
 	DrainTimeout    time.Duration
-	PanicDelay      time.Duration
+	Settle          SettleOptions
 	Logger          *slog.Logger
 	Tracer          trace.Tracer
+}
+
+// SettleOptions configures the settle policy of one consumer.
+type SettleOptions struct {
+	// Backoff is the retry schedule of Transient and RateLimited failures;
+	// zero fields take DefaultBackoff's.
+	Backoff Backoff
+	// Dead receives Invalid messages and messages that ran out of
+	// deliveries. Nil: they are terminated with their reason and logged;
+	// the MAX_DELIVERIES/MSG_TERMINATED advisories remain their only trace.
+	Dead *DeadLetter
+	// Probe checks the consumer's dependency (e.g. a Postgres ping). After
+	// a Transient failure the runner pulls nothing more until Probe returns
+	// nil, probing every ProbeEvery doubling to 30 s, so an outage of any
+	// length costs each message at most one delivery. Nil: no pause (the
+	// backoff alone spaces the retries).
+	Probe func(ctx context.Context) error
+	// ProbeEvery is the first wait between probes; default 1 s.
+	ProbeEvery time.Duration
+	// MaxDeliver overrides the consumer's MaxDeliver (from its cached
+	// info); 0 keeps it.
+	MaxDeliver int
 }
 
 // runner holds what Consume and ConsumeBatch share.
@@ -162,7 +145,8 @@ type runner struct {
 	consumer   string
 	inProgress time.Duration
 	drain      time.Duration
-	panicDelay time.Duration
+	settle     SettleOptions
+	maxDeliver int
 	log        *slog.Logger
 	tracer     trace.Tracer
 
@@ -173,12 +157,24 @@ type runner struct {
 	redelivered metric.Int64Counter
 	attrs       attribute.Set
 	stopping    <-chan struct{} // closed when the runner's ctx is done
+	// unhealthy is set by a Transient failure when the runner has a probe:
+	// the next pull waits until the probe passes.
+	unhealthy atomic.Bool
+	paused    metric.Float64Counter
 }
 
-func newRunner(cons jetstream.Consumer, name string, inProgress, drain, panicDelay time.Duration, log *slog.Logger, tr trace.Tracer) *runner {
-	r := &runner{cons: cons, name: name, inProgress: inProgress, drain: drain, panicDelay: panicDelay, log: log, tracer: tr}
+func newRunner(cons jetstream.Consumer, name string, inProgress, drain time.Duration, settle SettleOptions, log *slog.Logger, tr trace.Tracer) *runner {
+	r := &runner{cons: cons, name: name, inProgress: inProgress, drain: drain, settle: settle, log: log, tracer: tr}
+	r.settle.Backoff = settle.Backoff.withDefaults()
+	if r.settle.ProbeEvery <= 0 {
+		r.settle.ProbeEvery = time.Second
+	}
+	r.maxDeliver = settle.MaxDeliver
 	if info := cons.CachedInfo(); info != nil {
 		r.stream, r.consumer = info.Stream, info.Name
+		if r.maxDeliver == 0 {
+			r.maxDeliver = info.Config.MaxDeliver
+		}
 		if r.inProgress == 0 {
 			r.inProgress = info.Config.AckWait / 3
 		}
@@ -191,9 +187,6 @@ func newRunner(cons jetstream.Consumer, name string, inProgress, drain, panicDel
 	}
 	if r.drain <= 0 {
 		r.drain = DefaultDrainTimeout
-	}
-	if r.panicDelay <= 0 {
-		r.panicDelay = 10 * time.Second
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -211,6 +204,8 @@ func newRunner(cons jetstream.Consumer, name string, inProgress, drain, panicDel
 		metric.WithDescription("Delivery count of each message when handled (1 = first delivery)."), metric.WithUnit("{delivery}"))
 	r.redelivered, _ = m.Int64Counter("riftflow.messages.redelivered",
 		metric.WithDescription("Messages handled again after an earlier delivery (nak, AckWait expiry or crash): the stage's retry rate."), metric.WithUnit("{message}"))
+	r.paused, _ = m.Float64Counter("riftflow.consumer.paused",
+		metric.WithDescription("Time a consumer pulled nothing because its dependency's probe failed after a transient error."), metric.WithUnit("s"))
 	r.attrs = attribute.NewSet(attribute.String("consumer", r.name), attribute.String("stream", r.stream))
 	return r
 }
@@ -267,27 +262,89 @@ func (r *runner) msgAttrs(m jetstream.Msg) ([]attribute.KeyValue, uint64) {
 	return a, delivered
 }
 
-// finish settles m with res, records metrics and span status.
+// finish settles m with res by the settle policy, records metrics and span
+// status. It is the only place where a message is acked, naked or
+// terminated.
 func (r *runner) finish(span trace.Span, m jetstream.Msg, res Result) {
-	span.SetAttributes(attribute.String("nats.result", res.String()))
-	if res.kind == kindTerm {
-		span.SetStatus(codes.Error, "terminated: "+res.reason)
+	delivered, seq := uint64(1), uint64(0)
+	if md, err := m.Metadata(); err == nil {
+		delivered, seq = max(md.NumDelivered, 1), md.Sequence.Stream
 	}
-	if err := res.settle(m, r.stopping); err != nil {
-		r.log.Error("settle failed", "subject", m.Subject(), "result", res.String(), "err", err)
+	st := decide(res, delivered, r.maxDeliver, r.settle.Backoff, time.Now())
+	if res.err != nil {
+		span.RecordError(res.err)
+		span.SetAttributes(attribute.String("error.type", res.Kind().String()))
+	}
+	if st.dead {
+		err := r.settle.Dead.Publish(context.Background(), DeadInfo{Subject: m.Subject(), Header: m.Headers(), Data: m.Data(),
+			Stream: r.stream, Consumer: r.consumer, Sequence: seq, Deliveries: delivered, Kind: res.Kind(), Reason: st.reason})
+		if err != nil && r.settle.Dead != nil {
+			// Keep the message: the next delivery dead-letters it again, or
+			// the MAX_DELIVERIES advisory hands it to the retry-sweeper.
+			r.log.Error("dead-letter failed; message kept for redelivery", "subject", m.Subject(), "err", err)
+			st = settlement{action: kindNak, delay: r.settle.Backoff.Delay(1), reason: st.reason}
+		} else {
+			r.log.Warn("message given up", "subject", m.Subject(), "kind", res.Kind().String(), "deliveries", delivered,
+				"reason", st.reason, "dead_lettered", err == nil)
+		}
+	}
+	if st.pause && r.settle.Probe != nil {
+		r.unhealthy.Store(true)
+	}
+	var err error
+	switch st.action {
+	case kindAck:
+		err = ackDouble(m, r.stopping)
+	case kindNak:
+		err = m.NakWithDelay(st.delay)
+	case kindTerm:
+		span.SetStatus(codes.Error, "terminated: "+st.reason)
+		err = m.TermWithReason(truncate(st.reason, 250))
+	}
+	span.SetAttributes(attribute.String("nats.result", st.action.String()))
+	if err != nil {
+		r.log.Error("settle failed", "subject", m.Subject(), "result", st.action.String(), "err", err)
 		span.RecordError(err)
 	}
 	r.processed.Add(context.Background(), 1, metric.WithAttributeSet(r.attrs),
-		metric.WithAttributes(attribute.String("result", res.kind.String())))
+		metric.WithAttributes(attribute.String("result", st.action.String())))
 }
 
-// call runs h, turning a panic into NakDelay(panicDelay).
+// awaitHealthy blocks, after a Transient failure, until the settle probe
+// passes or ctx ends; it returns at once when the runner is healthy.
+func (r *runner) awaitHealthy(ctx context.Context) {
+	if r.settle.Probe == nil || !r.unhealthy.Load() {
+		return
+	}
+	start := time.Now()
+	wait := r.settle.ProbeEvery
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.settle.Probe(pctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		r.log.Warn("dependency unhealthy; consumer paused", "err", err, "paused_for", time.Since(start).Round(time.Second))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+	r.unhealthy.Store(false)
+	if d := time.Since(start); d > r.settle.ProbeEvery {
+		r.paused.Add(context.Background(), d.Seconds(), metric.WithAttributeSet(r.attrs))
+		r.log.Info("dependency healthy again; consumer resumed", "paused_for", d.Round(time.Millisecond))
+	}
+}
+
+// call runs h, turning a panic into a Transient failure of m alone.
 func (r *runner) call(ctx context.Context, m jetstream.Msg, h Handler) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("handler panic", "subject", m.Subject(), "panic", p, "stack", string(debug.Stack()))
-			trace.SpanFromContext(ctx).RecordError(fmt.Errorf("panic: %v", p))
-			res = NakDelay(r.panicDelay)
+			res = Retry(fmt.Errorf("handler panic: %v", p))
 		}
 	}()
 	return h(ctx, m)
@@ -374,7 +431,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, h Handler, opts Consu
 	if fetchWait <= 0 {
 		fetchWait = 5 * time.Second
 	}
-	r := newRunner(cons, opts.Name, opts.InProgressEvery, opts.DrainTimeout, opts.PanicDelay, opts.Logger, opts.Tracer)
+	r := newRunner(cons, opts.Name, opts.InProgressEvery, opts.DrainTimeout, opts.Settle, opts.Logger, opts.Tracer)
 	hctx, cancel := r.drainContext(ctx)
 	defer cancel()
 
@@ -413,6 +470,13 @@ loop:
 		// it with a timeout status, which closes the batch. A client-side
 		// context deadline alone left pulls open past it (seen as a
 		// match-fetcher that did not drain).
+		r.awaitHealthy(ctx)
+		if ctx.Err() != nil {
+			for ; free > 0; free-- {
+				slots <- struct{}{}
+			}
+			break loop
+		}
 		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(fetchWait))
 		if err == nil {
 			for m := range batch.Messages() {
@@ -460,10 +524,14 @@ func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, 
 	if maxWait <= 0 {
 		maxWait = time.Second
 	}
-	r := newRunner(cons, opts.Name, opts.InProgressEvery, opts.DrainTimeout, opts.PanicDelay, opts.Logger, opts.Tracer)
+	r := newRunner(cons, opts.Name, opts.InProgressEvery, opts.DrainTimeout, opts.Settle, opts.Logger, opts.Tracer)
 	hctx, cancel := r.drainContext(ctx)
 	defer cancel()
 	for ctx.Err() == nil {
+		r.awaitHealthy(ctx)
+		if ctx.Err() != nil {
+			break
+		}
 		batch, err := cons.Fetch(maxBatch, jetstream.FetchMaxWait(maxWait)) // server-side expiry, see Consume
 		var msgs []jetstream.Msg
 		if err == nil {
@@ -487,6 +555,17 @@ func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, 
 		}
 	}
 	return nil
+}
+
+// callBatch runs h on msgs, turning a panic into an error.
+func (r *runner) callBatch(ctx context.Context, msgs []jetstream.Msg, h BatchHandler) (res []Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("batch handler panic", "msgs", len(msgs), "panic", p, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return h(ctx, msgs), nil
 }
 
 // handleBatch runs h on msgs and settles every message.
@@ -527,23 +606,35 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 	stop := make(chan struct{})
 	go r.keepAlive(msgs, stop)
 	start := time.Now()
-	results := func() (res []Result) {
-		defer func() {
-			if p := recover(); p != nil {
-				r.log.Error("batch handler panic", "panic", p, "stack", string(debug.Stack()))
-				span.RecordError(fmt.Errorf("panic: %v", p))
-				res = nil
+	results, perr := r.callBatch(ctx, msgs, h)
+	if perr != nil && len(msgs) > 1 {
+		// Isolate the message that panics: run the handler on each message
+		// alone, so only that one is retried (the handlers are idempotent).
+		span.RecordError(perr)
+		r.log.Error("batch handler panic; handling the batch one message at a time", "msgs", len(msgs), "err", perr)
+		results = make([]Result, len(msgs))
+		for i := range msgs {
+			one, err := r.callBatch(ctx, msgs[i:i+1], h)
+			if err != nil {
+				one = []Result{Retry(err)}
 			}
-		}()
-		return h(ctx, msgs)
-	}()
+			if len(one) != 1 {
+				one = []Result{Retry(fmt.Errorf("batch handler returned %d results for 1 message", len(one)))}
+			}
+			results[i] = one[0]
+		}
+	}
 	close(stop)
 	r.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(r.attrs))
 	if len(results) != len(msgs) {
-		r.log.Error("batch handler returned wrong number of results; naking batch", "msgs", len(msgs), "results", len(results))
+		err := fmt.Errorf("batch handler returned %d results for %d messages", len(results), len(msgs))
+		if perr != nil {
+			err = perr
+		}
+		r.log.Error("batch handler failed; retrying the batch", "err", err)
 		results = make([]Result, len(msgs))
 		for i := range results {
-			results[i] = NakDelay(r.panicDelay)
+			results[i] = Retry(err)
 		}
 	}
 	for i, m := range msgs {

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/fault"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -76,9 +78,9 @@ func TestConsumeSettlesEachMessageOnce(t *testing.T) {
 		got <- seen{m.Subject(), md.NumDelivered, trace.SpanContextFromContext(ctx).TraceID()}
 		switch {
 		case m.Subject() == "w.nak" && md.NumDelivered == 1:
-			return NakDelay(0)
+			return Retry(errors.New("try again"))
 		case m.Subject() == "w.term":
-			return Term("riot 404")
+			return Fail(fault.Wrap(fault.Gone, errors.New("riot 404")))
 		case m.Subject() == "w.panic" && md.NumDelivered == 1:
 			panic("boom")
 		}
@@ -86,7 +88,7 @@ func TestConsumeSettlesEachMessageOnce(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, FetchWait: 500 * time.Millisecond, PanicDelay: 100 * time.Millisecond, Logger: quiet})
+		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, FetchWait: 500 * time.Millisecond, Settle: SettleOptions{Backoff: Backoff{Base: 50 * time.Millisecond}}, Logger: quiet})
 	}()
 
 	counts := map[string]uint64{}
@@ -228,7 +230,7 @@ func TestConsumeBatch(t *testing.T) {
 		res := make([]Result, len(msgs))
 		for i, m := range msgs {
 			if m.Subject() == "w.3" {
-				res[i] = Term("bad payload")
+				res[i] = Rejectf("bad payload")
 			}
 		}
 		batches <- len(msgs)

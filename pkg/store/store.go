@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
@@ -80,6 +81,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
 	}
+	applyTimeouts(cfg.ConnConfig)
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, stagingDDL)
@@ -99,6 +101,36 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Default timeouts, applied by Open unless the URL sets them: a stuck
+// server, a held lock or an abandoned transaction ends in an error that
+// Classify calls Transient, instead of a handler blocked forever.
+const (
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultStatementTimeout = "30s" // statement_timeout
+	DefaultLockTimeout      = "10s" // lock_timeout
+	DefaultIdleInTxnTimeout = "60s" // idle_in_transaction_session_timeout
+)
+
+// applyTimeouts sets the default connect timeout and session timeouts on cc
+// where the URL did not set them (connect_timeout=…, statement_timeout=…).
+func applyTimeouts(cc *pgx.ConnConfig) {
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	for k, v := range map[string]string{
+		"statement_timeout":                   DefaultStatementTimeout,
+		"lock_timeout":                        DefaultLockTimeout,
+		"idle_in_transaction_session_timeout": DefaultIdleInTxnTimeout,
+	} {
+		if _, ok := cc.RuntimeParams[k]; !ok {
+			cc.RuntimeParams[k] = v
+		}
+	}
 }
 
 // Close closes the pool, waiting for connections in use to be released.

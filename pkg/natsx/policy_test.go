@@ -1,0 +1,254 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/fault"
+)
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Base: time.Second, Max: time.Minute, Jitter: 0}
+	for n, want := range map[uint64]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 7: time.Minute, 100: time.Minute} {
+		if got := b.Delay(n); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
+		}
+	}
+	b.Jitter = 0.2
+	for range 1000 {
+		if d := b.Delay(3); d < 3200*time.Millisecond || d > 4800*time.Millisecond {
+			t.Fatalf("Delay(3) with 20%% jitter = %s, outside [3.2s, 4.8s]", d)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	b := Backoff{Base: time.Second, Max: time.Minute, Jitter: 0}
+	boom := errors.New("boom")
+	cases := []struct {
+		name       string
+		res        Result
+		delivered  uint64
+		maxDeliver int
+		want       settlement
+	}{
+		{"ack", Ack(), 1, 5, settlement{action: kindAck}},
+		{"unclassified is transient", Fail(boom), 1, 5, settlement{action: kindNak, delay: time.Second, reason: "boom", pause: true}},
+		{"transient backs off", Retry(boom), 4, 10, settlement{action: kindNak, delay: 8 * time.Second, reason: "boom", pause: true}},
+		{"rate limited waits as told", RetryAt(boom, now.Add(42*time.Second)), 1, 10, settlement{action: kindNak, delay: 42 * time.Second, reason: "boom"}},
+		{"rate limited never shorter than backoff", RetryAt(boom, now.Add(time.Second)), 5, 10, settlement{action: kindNak, delay: 16 * time.Second, reason: "boom"}},
+		{"invalid is dead-lettered", Reject(boom), 1, 10, settlement{action: kindTerm, reason: "boom", dead: true}},
+		{"gone is terminated", Fail(fault.Wrap(fault.Gone, boom)), 1, 10, settlement{action: kindTerm, reason: "boom"}},
+		{"last delivery is dead-lettered", Retry(boom), 10, 10, settlement{action: kindTerm, reason: "gave up after 10 deliveries: boom", dead: true}},
+		{"unlimited deliveries never give up", Retry(boom), 1000, -1, settlement{action: kindNak, delay: time.Minute, reason: "boom", pause: true}},
+	}
+	for _, c := range cases {
+		if got := decide(c.res, c.delivered, c.maxDeliver, b, now); got != c.want {
+			t.Errorf("%s: decide = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// deadStream creates the dead-letter stream on dead.> and returns it.
+func deadStream(t *testing.T, js jetstream.JetStream) (jetstream.Stream, *DeadLetter) {
+	t.Helper()
+	st, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"dead.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, &DeadLetter{JS: js, Prefix: "dead"}
+}
+
+// A message that keeps failing is dead-lettered with its payload and reason
+// on its last delivery, never left to a MAX_DELIVERIES advisory.
+func TestSettleDeadLettersOnLastDelivery(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 3})
+	dst, dead := deadStream(t, js)
+	maxed, _ := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.W.c")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := Publish(ctx, js, "w.bad", map[string]string{"match_id": "NA1_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(ctx, js, "w.invalid", "x"); err != nil {
+		t.Fatal(err)
+	}
+	var deliveries atomic.Int32
+	h := func(ctx context.Context, m jetstream.Msg) Result {
+		if m.Subject() == "w.invalid" {
+			return Rejectf("undecodable")
+		}
+		deliveries.Add(1)
+		return Retry(errors.New("postgres: connection refused"))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Consume(ctx, cons, h, ConsumeOptions{FetchWait: 200 * time.Millisecond, Logger: quiet,
+			Settle: SettleOptions{Backoff: Backoff{Base: 10 * time.Millisecond}, Dead: dead}})
+	}()
+	waitEmpty(t, st)
+	cancel()
+	if err := await(t, done, "Consume"); err != nil {
+		t.Fatal(err)
+	}
+	if n := deliveries.Load(); n != 3 {
+		t.Errorf("failing message handled %d times, want MaxDeliver = 3", n)
+	}
+	bySubject := map[string]*jetstream.RawStreamMsg{}
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := dst.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatalf("dead letter %d: %v", seq, err)
+		}
+		bySubject[m.Header.Get(DeadSubjectHeader)] = m
+	}
+	bad := bySubject["w.bad"]
+	if bad == nil || string(bad.Data) != `{"match_id":"NA1_1"}` || bad.Header.Get(DeadKindHeader) != "transient" ||
+		bad.Header.Get(DeadDeliveriesHeader) != "3" || bad.Header.Get(DeadReasonHeader) != "gave up after 3 deliveries: postgres: connection refused" ||
+		bad.Header.Get(DeadStreamHeader) != "W" || bad.Header.Get(DeadConsumerHeader) != "c" {
+		t.Fatalf("dead letter of w.bad = %+v", bad)
+	}
+	if inv := bySubject["w.invalid"]; inv == nil || inv.Header.Get(DeadKindHeader) != "invalid" || inv.Header.Get(DeadDeliveriesHeader) != "1" {
+		t.Fatalf("dead letter of w.invalid = %+v", inv)
+	}
+	if m, err := maxed.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("a MAX_DELIVERIES advisory was sent: %s", m.Data)
+	}
+}
+
+// While the probe fails, the consumer pulls nothing: a long outage costs a
+// message one failed delivery, not MaxDeliver of them.
+func TestSettleProbePausesConsumer(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 3})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const n = 5
+	for i := range n {
+		if _, err := Publish(ctx, js, "w."+strconv.Itoa(i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var down atomic.Bool
+	down.Store(true)
+	var probes, handled atomic.Int32
+	probe := func(context.Context) error {
+		// The outage lasts 8 probes: far more than MaxDeliver deliveries
+		// would survive without the pause.
+		if probes.Add(1) >= 8 {
+			down.Store(false)
+			return nil
+		}
+		return errors.New("database down")
+	}
+	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
+		handled.Add(int32(len(msgs)))
+		res := make([]Result, len(msgs))
+		for i := range res {
+			if down.Load() {
+				res[i] = Retry(errors.New("database down"))
+			}
+		}
+		return res
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ConsumeBatch(ctx, cons, h, BatchOptions{MaxBatch: n, MaxWait: 200 * time.Millisecond, Logger: quiet,
+			Settle: SettleOptions{Backoff: Backoff{Base: time.Millisecond, Max: time.Millisecond}, Probe: probe, ProbeEvery: time.Millisecond}})
+	}()
+	defer func() { t.Logf("probes %d handled %d", probes.Load(), handled.Load()) }()
+	waitEmpty(t, st)
+	cancel()
+	if err := await(t, done, "ConsumeBatch"); err != nil {
+		t.Fatal(err)
+	}
+	if p := probes.Load(); p < 8 {
+		t.Fatalf("probe called %d times, want the outage's 8", p)
+	}
+	if h := handled.Load(); h != 2*n {
+		t.Fatalf("handled %d messages, want %d (one failed delivery each, then success)", h, 2*n)
+	}
+}
+
+// A panic in a batch handler fails only the message that causes it.
+func TestSettleBatchPanicIsolated(t *testing.T) {
+	_, _, js := startJS(t)
+	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 2})
+	dst, dead := deadStream(t, js)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 5 {
+		if _, err := Publish(ctx, js, fmt.Sprintf("w.%d", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stored sync32
+	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
+		for _, m := range msgs {
+			if m.Subject() == "w.2" {
+				panic("nil map in w.2")
+			}
+		}
+		for _, m := range msgs {
+			stored.add(m.Subject())
+		}
+		return make([]Result, len(msgs))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- ConsumeBatch(ctx, cons, h, BatchOptions{MaxBatch: 10, MaxWait: 300 * time.Millisecond, Logger: quiet,
+			Settle: SettleOptions{Backoff: Backoff{Base: 10 * time.Millisecond}, Dead: dead}})
+	}()
+	waitEmpty(t, st)
+	cancel()
+	if err := await(t, done, "ConsumeBatch"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"w.0", "w.1", "w.3", "w.4"} {
+		if stored.count(s) != 1 {
+			t.Errorf("%s stored %d times, want once", s, stored.count(s))
+		}
+	}
+	m, err := dst.GetMsg(t.Context(), 1)
+	if err != nil || m.Header.Get(DeadSubjectHeader) != "w.2" {
+		t.Fatalf("dead letter 1 = %+v, %v; want w.2", m, err)
+	}
+	if info, _ := dst.Info(t.Context()); info.State.Msgs != 1 {
+		t.Fatalf("%d dead letters, want 1", info.State.Msgs)
+	}
+}
+
+// sync32 counts strings under a lock-free map substitute (test helper).
+type sync32 struct{ m atomic.Pointer[map[string]int] }
+
+func (s *sync32) add(k string) {
+	for {
+		old := s.m.Load()
+		n := map[string]int{}
+		if old != nil {
+			for kk, v := range *old {
+				n[kk] = v
+			}
+		}
+		n[k]++
+		if s.m.CompareAndSwap(old, &n) {
+			return
+		}
+	}
+}
+
+func (s *sync32) count(k string) int {
+	if m := s.m.Load(); m != nil {
+		return (*m)[k]
+	}
+	return 0
+}
