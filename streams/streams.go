@@ -33,6 +33,7 @@ const (
 	StreamFetched    = "FETCHED"
 	StreamEvents     = "EVENTS"
 	StreamAdvisories = "ADVISORIES"
+	StreamDead       = "DEAD"
 )
 
 // Durable consumer names (see also FetcherConsumer).

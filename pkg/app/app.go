@@ -28,6 +28,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -138,6 +139,12 @@ func (inf *Infra) Lock(ctx context.Context, bucket string) (natsx.Lock, error) {
 		return natsx.Lock{}, err
 	}
 	return natsx.Lock{KV: kv, JS: inf.JS, Bucket: bucket}, nil
+}
+
+// DeadLetter is the dead-letter publisher every consumer's settle policy
+// uses (the DEAD stream declared in streams/).
+func (inf *Infra) DeadLetter() *natsx.DeadLetter {
+	return &natsx.DeadLetter{JS: inf.JS, Prefix: inf.Subjects.Dead()}
 }
 
 // ConnectNATS connects to cfg.URL, or in-process to srv when it is non-nil.
@@ -411,4 +418,22 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 		}
 	}
 	return inf, closeAll, nil
+}
+
+// Reject refuses a request for good: it publishes a bus.Rejection with
+// code and reason on lol.ingest.rejected (read by `riftflow ingest --wait`,
+// SSE clients and the job log), logs it, and returns the settlement: a 404
+// (no such account) is Gone and only terminated; any other code is Invalid
+// and dead-lettered, so that `riftflow retry --dead` can replay it.
+func Reject(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, log *slog.Logger, m jetstream.Msg,
+	requestID string, code int, reason error, now time.Time) natsx.Result {
+	rej := bus.NewRejection(requestID, m.Subject(), code, reason, m.Data(), now)
+	log.WarnContext(ctx, "request rejected", "request_id", requestID, "code", code, "reason", rej.Reason)
+	if _, err := natsx.Publish(ctx, js, subjects.IngestRejected(), rej); err != nil {
+		log.ErrorContext(ctx, "publish rejection failed", "err", err)
+	}
+	if code == 404 {
+		return natsx.Fail(fault.Wrap(fault.Gone, errors.New(rej.Reason)))
+	}
+	return natsx.Reject(errors.New(rej.Reason))
 }

@@ -93,6 +93,10 @@ func (s Subjects) Progress(puuid string) string { return s.p() + ".progress." + 
 // ProgressAll matches every Progress subject.
 func (s Subjects) ProgressAll() string { return s.p() + ".progress.>" }
 
+// Dead is the prefix of the dead-letter subjects: a message a consumer gave
+// up on is kept on "<prefix>.dead.<stream>" (natsx.DeadLetter).
+func (s Subjects) Dead() string { return s.p() + ".dead" }
+
 // WeeklyReport announces stored weekly reports.
 func (s Subjects) WeeklyReport() string { return s.p() + ".report.weekly" }
 

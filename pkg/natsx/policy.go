@@ -105,6 +105,11 @@ func Retry(err error) Result { return Fail(fault.Wrap(fault.Transient, err)) }
 // back no earlier than t (a Riot Retry-After, a breaker's reopening).
 func RetryAt(err error, t time.Time) Result { return Fail(fault.RetryAt(err, t)) }
 
+// RetryIn is RetryAt(err, now+d) on the runner's clock: for a delay
+// computed on another clock (an injected one), which must not be compared
+// with the runner's time.
+func RetryIn(err error, d time.Duration) Result { return RetryAt(err, time.Now().Add(d)) }
+
 // Reject is Fail(err) classified Invalid: the message is dead-lettered with
 // err as the reason and never retried.
 func Reject(err error) Result { return Fail(fault.Wrap(fault.Invalid, err)) }

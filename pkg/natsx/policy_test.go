@@ -228,7 +228,9 @@ func TestSettleBatchPanicIsolated(t *testing.T) {
 }
 
 // sync32 counts strings under a lock-free map substitute (test helper).
-type sync32 struct{ m atomic.Pointer[map[string]int] }
+type sync32 struct {
+	m atomic.Pointer[map[string]int]
+}
 
 func (s *sync32) add(k string) {
 	for {

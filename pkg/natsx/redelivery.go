@@ -37,3 +37,14 @@ func DeliveryBackoff(base, maxDelay time.Duration, m jetstream.Msg) time.Duratio
 func LastDelivery(m jetstream.Msg, maxDeliver int) bool {
 	return maxDeliver > 0 && Delivery(m) >= uint64(maxDeliver)
 }
+
+// IsLastDelivery is LastDelivery with the MaxDeliver of c (from the
+// consumer info cached when it was bound); false when c is nil or has no
+// cached info.
+func IsLastDelivery(c jetstream.Consumer, m jetstream.Msg) bool {
+	if c == nil {
+		return false
+	}
+	info := c.CachedInfo()
+	return info != nil && LastDelivery(m, info.Config.MaxDeliver)
+}

@@ -102,10 +102,13 @@ type Deps struct {
 	// ("match-fetcher-<region>-interactive"); optional.
 	Interactive map[string]jetstream.Consumer
 	Riot        Matches
-	Subjects    bus.Subjects
-	Logger      *slog.Logger
-	Tracer      trace.Tracer
-	Now         func() time.Time
+	// Dead is the DEAD stream for invalid fetch commands; nil: they are
+	// only terminated.
+	Dead     *natsx.DeadLetter
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
 }
 
 // Service is a running fetcher.
@@ -159,7 +162,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
 				Name: "match-fetcher-" + region, Concurrency: s.cfg.Concurrency, Logger: s.d.Logger,
-				Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second,
+				Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead},
 			})
 		})
 	}
@@ -167,7 +170,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
 				Name: "match-fetcher-" + region + "-interactive", Concurrency: s.cfg.InteractiveConcurrency,
-				Logger: s.d.Logger, Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second,
+				Logger: s.d.Logger, Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead},
 			})
 		})
 	}
@@ -182,7 +185,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 			err = errors.New("no match_id")
 		}
 		s.d.Logger.ErrorContext(ctx, "undecodable fetch command terminated", "err", err)
-		return natsx.Term("invalid fetch command: " + err.Error())
+		return natsx.Rejectf("invalid fetch command: %v", err)
 	}
 	if cmd.Attempt < 1 {
 		cmd.Attempt = 1
@@ -234,13 +237,13 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 
 	gz, err := gzipBytes(raw)
 	if err != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(fmt.Errorf("gzip %s: %w", cmd.Kind, err))
 	}
 	if creationMs > 0 {
 		cmd.GameCreationMs = creationMs
 	}
 	if err := s.publishResult(ctx, cmd, bus.Success, 200, "", gz); err != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
 		return s.nextTimeline(ctx, cmd)
@@ -258,7 +261,7 @@ func (s *Service) nextTimeline(ctx context.Context, cmd bus.FetchCommand) natsx.
 	}
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline")); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
 	}
 	return natsx.Ack()
 }
@@ -268,7 +271,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 	var re *riot.Error
 	if !errors.As(err, &re) {
 		if ctx.Err() != nil {
-			return natsx.NakDelay(time.Second) // shutting down: redelivered later, same attempt
+			return natsx.Retry(err) // shutting down: redelivered later, same attempt
 		}
 		re = &riot.Error{Kind: riot.KindTransport, Err: err}
 	}
@@ -291,7 +294,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		return s.failedAttempt(ctx, m, cmd, re)
 	case riot.KindServer, riot.KindTransport:
 		if ctx.Err() != nil {
-			return natsx.NakDelay(time.Second)
+			return natsx.Retry(err)
 		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	default: // 400, decode (poison payload), unknown: permanent
@@ -311,7 +314,7 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
 	}
 	if err := s.publishResult(ctx, cmd, bus.TemporaryFailure, re.Status, reason, nil); err != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(err)
 	}
 	next := cmd
 	next.Attempt++
@@ -416,7 +419,7 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 			return natsx.Ack()
 		}
 		s.d.Logger.WarnContext(ctx, "schedule failed; nak instead", "match_id", cmd.MatchID, "err", err)
-		return natsx.NakDelay(time.Until(serverAt))
+		return natsx.RetryAt(fmt.Errorf("schedule %s: %w", why, err), serverAt)
 	}
 	s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "rescheduled"), attribute.String("why", why)))
 	s.d.Logger.InfoContext(ctx, "fetch rescheduled", "match_id", cmd.MatchID, "kind", cmd.Kind, "attempt", cmd.Attempt, "at", at.UTC().Format(time.RFC3339), "why", why)
@@ -428,7 +431,7 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 // rules make the repeat harmless).
 func (s *Service) finish(ctx context.Context, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) natsx.Result {
 	if err := s.publishResult(ctx, cmd, o, status, reason, gz); err != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(err)
 	}
 	return natsx.Ack()
 }

@@ -58,6 +58,6 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
 		CallTimeout: inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()},
-		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Subjects: inf.Subjects,
+		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
 			Logger: inf.Logger("match-fetcher"), Tracer: inf.Tracer("match-fetcher"), Now: inf.Now})
 }

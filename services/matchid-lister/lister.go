@@ -39,6 +39,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -98,6 +99,7 @@ type Deps struct {
 	Cursors  jetstream.KeyValue // cursors bucket
 	Riot     MatchLister
 	Store    Store
+	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
 	Subjects bus.Subjects
 	Logger   *slog.Logger
 	Tracer   trace.Tracer
@@ -135,6 +137,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
 		Name: "matchid-lister", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
+		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead},
 	})
 }
 
@@ -160,7 +163,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if holder, err := synclock.Claim(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL, s.d.Now()); err != nil {
 		if !errors.Is(err, natsx.ErrLocked) {
 			log.WarnContext(ctx, "lock claim failed, will retry", "err", err)
-			return natsx.NakDelay(time.Second)
+			return natsx.Retry(fmt.Errorf("claim sync lock: %w", err))
 		}
 		reason := fmt.Errorf("account %s is already syncing (request %s)", cmd.PUUID, holder)
 		s.recordRejected(ctx, cmd, reason)
@@ -173,7 +176,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		RequestedAt: cmd.Requested,
 	}); err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err)))
 	}
 	if cmd.Trigger == "recovery" {
 		s.closeAbandoned(ctx, cmd)
@@ -183,7 +186,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
 	if err != nil {
 		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(fmt.Errorf("read cursor: %w", err))
 	}
 	now := s.d.Now()
 	endS := now.Unix()
@@ -219,7 +222,7 @@ pages:
 		known, err := s.d.Store.MatchStatuses(ctx, ids)
 		if err != nil {
 			log.WarnContext(ctx, "ledger lookup failed, will retry", "err", err)
-			return natsx.NakDelay(time.Second)
+			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("ledger lookup: %w", err)))
 		}
 		for _, id := range ids {
 			if _, _, err := riot.ParseMatchID(id); err != nil {
@@ -246,14 +249,14 @@ pages:
 	// 4. Claim in the ledger and publish.
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err)))
 	} else if len(adopted) > 0 {
 		log.InfoContext(ctx, "adopted matches an abandoned sync never published", "count", len(adopted))
 	}
 	res, err := s.d.Store.ClaimMatches(ctx, cmd.RequestID, cmd.PUUID, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "claim matches failed, will retry", "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("claim matches: %w", err)))
 	}
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
@@ -263,7 +266,7 @@ pages:
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
-			return natsx.NakDelay(time.Second)
+			return natsx.Retry(fmt.Errorf("publish fetch command: %w", err))
 		}
 	}
 
@@ -295,26 +298,34 @@ pages:
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
 	var re *riot.Error
-	if errors.As(err, &re) && re.Retryable() {
-		delay := re.RetryDelay(s.d.Now(), natsx.DeliveryBackoff(s.cfg.RetryDelay, maxListRetryDelay, m))
-		s.d.Logger.WarnContext(ctx, "match list failed, will retry", "request_id", cmd.RequestID, "err", err, "delay", delay)
-		return natsx.NakDelay(delay)
-	}
-	if errors.As(err, &re) && re.Kind == riot.KindKeyRejected {
+	last := natsx.IsLastDelivery(s.d.Consumer, m)
+	code := 502
+	switch {
+	case ctx.Err() != nil:
+		return natsx.Retry(err) // shutting down: redelivered, same sync
+	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && last:
+		// A nak now would end in a MAX_DELIVERIES advisory, the sync would
+		// stay "syncing" with its lock held and `ingest --wait` would hang:
+		// fail the sync with the reason instead, so the caller hears it.
+		code = 503
+		err = fmt.Errorf("match list failed %d times, giving up: %w", natsx.Delivery(m), err)
+	case errors.As(err, &re) && re.Retryable():
+		// The settle policy backs off per delivery from RetryDelay; never
+		// sooner than a Retry-After.
+		s.d.Logger.WarnContext(ctx, "match list failed, will retry", "request_id", cmd.RequestID, "err", err)
+		return natsx.RetryIn(err, re.RetryDelay(s.d.Now(), 0))
+	case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
 		s.d.Logger.ErrorContext(ctx, "Riot API key rejected; sync parked", "request_id", cmd.RequestID)
-		return natsx.NakDelay(time.Minute)
-	}
-	if ctx.Err() != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.RetryIn(err, time.Minute)
 	}
 	reason := fmt.Sprintf("match list: %v", err)
 	if ferr := s.d.Store.FailSync(ctx, cmd.RequestID, cmd.PUUID, reason); ferr != nil {
-		return natsx.NakDelay(time.Second)
+		return natsx.Fail(fault.Wrap(store.KindOf(ferr), fmt.Errorf("record failed sync: %w", ferr)))
 	}
 	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
 	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "failed", Error: reason, At: s.d.Now()}
 	natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev)
-	return s.reject(ctx, cmd.RequestID, 502, errors.New(reason), m)
+	return s.reject(ctx, cmd.RequestID, code, errors.New(reason), m)
 }
 
 // closeAbandoned marks, in the job log, the sync a recovery command
@@ -385,14 +396,9 @@ func (s *Service) saveCursor(ctx context.Context, puuid string, c Cursor, rev ui
 }
 
 func (s *Service) reject(ctx context.Context, requestID string, code int, reason error, m jetstream.Msg) natsx.Result {
-	rej := bus.NewRejection(requestID, m.Subject(), code, reason, m.Data(), s.d.Now())
-	s.d.Logger.WarnContext(ctx, "sync rejected", "request_id", requestID, "code", code, "reason", rej.Reason)
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej); err != nil {
-		s.d.Logger.ErrorContext(ctx, "publish rejection failed", "err", err)
-	}
-	return natsx.Term(rej.Reason)
+	return app.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
 }
 
-// maxListRetryDelay caps the per-delivery retry backoff of a failed match
-// list (natsx.DeliveryBackoff): 5 s, 10 s, 20 s, … up to 5 min.
+// maxListRetryDelay caps the settle policy's per-delivery backoff of a
+// failed match list: RetryDelay, doubled per delivery, up to 5 min.
 const maxListRetryDelay = 5 * time.Minute

@@ -20,11 +20,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -33,6 +30,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -42,6 +40,9 @@ import (
 // Store is the part of pkg/store the persister uses.
 type Store interface {
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
+	// Ping checks that Postgres answers: the settle policy's probe, which
+	// pauses consumption during an outage.
+	Ping(ctx context.Context) error
 }
 
 // Config tunes the persister.
@@ -60,7 +61,8 @@ type Deps struct {
 	JS       jetstream.JetStream
 	Consumer jetstream.Consumer // "persister" on FETCHED
 	Store    Store
-	Locks    natsx.Lock // sync-locks
+	Locks    natsx.Lock        // sync-locks
+	Dead     *natsx.DeadLetter // the DEAD stream; nil: rejected messages are only terminated
 	Subjects bus.Subjects
 	Logger   *slog.Logger
 	Tracer   trace.Tracer
@@ -75,6 +77,7 @@ type Service struct {
 	batchDuration metric.Float64Histogram // riftflow.persist.batch.duration
 	batchSize     metric.Int64Histogram   // riftflow.persist.batch.size
 	syncDuration  metric.Float64Histogram // riftflow.sync.duration
+	nulRepaired   metric.Int64Counter     // riftflow.persist.nul_repaired
 }
 
 // New checks deps and fills defaults.
@@ -105,6 +108,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	s.syncDuration, _ = m.Float64Histogram("riftflow.sync.duration", metric.WithUnit("s"),
 		metric.WithDescription("Account sync time from the lister's lock claim to the last stored match, by status (completed, failed)."),
 		metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
+	s.nulRepaired, _ = m.Int64Counter("riftflow.persist.nul_repaired", metric.WithUnit("{value}"),
+		metric.WithDescription("Text values stored after removing NUL bytes, which Postgres text cannot hold (SQLSTATE 22021)."))
 	return s, nil
 }
 
@@ -112,6 +117,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	return natsx.ConsumeBatch(ctx, s.d.Consumer, s.HandleBatch, natsx.BatchOptions{
 		Name: "persister", MaxBatch: s.cfg.MaxBatch, MaxWait: s.cfg.MaxWait, Logger: s.d.Logger, Tracer: s.d.Tracer,
+		Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping},
 	})
 }
 
@@ -122,86 +128,100 @@ type item struct {
 }
 
 // HandleBatch persists msgs in one transaction and settles each message.
+//
+// Errors are classified by store.KindOf. A Transient one (the database is
+// down, read-only, out of disk, or a statement or lock timed out) says
+// nothing about the data: every message is retried by the settle policy,
+// which also pauses the consumer until Postgres answers again. Only an
+// Invalid one (SQLSTATE classes 22 and 23: the rows themselves) starts the
+// one-by-one isolation, and only a message that is Invalid on its own is
+// recorded as permanently unfetchable.
 func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
 	items := make([]item, len(msgs))
 	var all store.Batch
 	for i, m := range msgs {
-		items[i] = s.decode(m.Data())
+		items[i] = s.decode(ctx, m.Data())
 		if items[i].bad == nil {
 			all = appendBatch(all, items[i].batch)
 		}
 	}
 	results := make([]natsx.Result, len(msgs))
+	res, err := s.persist(ctx, all, len(msgs))
+	if err == nil {
+		for i := range results {
+			if items[i].bad != nil {
+				results[i] = s.poison(ctx, msgs[i], items[i].bad)
+			}
+		}
+		s.afterCommit(ctx, res.Progress)
+		return results
+	}
+	if store.KindOf(err) != fault.Invalid || len(msgs) == 1 && items[0].bad != nil {
+		s.d.Logger.WarnContext(ctx, "persist batch failed, will retry", "messages", len(msgs),
+			"kind", store.KindOf(err).String(), "err", err)
+		for i := range results {
+			if items[i].bad != nil {
+				results[i] = s.poison(ctx, msgs[i], items[i].bad)
+			} else {
+				results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
+			}
+		}
+		return results
+	}
+	// Isolate the message whose rows break the batch: store one by one.
+	s.d.Logger.WarnContext(ctx, "persist batch rejected its data; retrying messages one by one", "messages", len(msgs), "err", err)
+	var progress []store.SyncProgress
+	for i, m := range msgs {
+		if items[i].bad != nil {
+			results[i] = s.poison(ctx, m, items[i].bad)
+			continue
+		}
+		r, err := s.persist(ctx, items[i].batch, 1)
+		switch {
+		case err == nil:
+			progress = append(progress, r.Progress...)
+		case store.KindOf(err) == fault.Invalid:
+			results[i] = s.poison(ctx, m, err)
+		default:
+			results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
+		}
+	}
+	s.afterCommit(ctx, progress)
+	return results
+}
+
+// persist writes b and records the batch metrics.
+func (s *Service) persist(ctx context.Context, b store.Batch, msgs int) (store.BatchResult, error) {
 	start := time.Now()
-	res, err := s.d.Store.PersistBatch(ctx, all)
+	res, err := s.d.Store.PersistBatch(ctx, b)
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
 	}
 	s.batchDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("result", outcome)))
-	s.batchSize.Record(ctx, int64(len(msgs)))
-	if err != nil {
-		if ctx.Err() != nil || len(msgs) == 1 || isConnErr(err) {
-			s.d.Logger.WarnContext(ctx, "persist batch failed, will retry", "messages", len(msgs), "err", err)
-			for i := range results {
-				if items[i].bad != nil {
-					results[i] = natsx.Term(items[i].bad.Error())
-				} else if len(msgs) == 1 && !isConnErr(err) && ctx.Err() == nil {
-					results[i] = s.poison(ctx, msgs[i], err)
-				} else {
-					results[i] = natsx.NakDelay(2 * time.Second)
-				}
-			}
-			return results
-		}
-		// Isolate the message that breaks the batch: store one by one.
-		s.d.Logger.WarnContext(ctx, "persist batch failed; retrying messages one by one", "messages", len(msgs), "err", err)
-		var progress []store.SyncProgress
-		for i, m := range msgs {
-			if items[i].bad != nil {
-				results[i] = natsx.Term(items[i].bad.Error())
-				continue
-			}
-			r, err := s.d.Store.PersistBatch(ctx, items[i].batch)
-			switch {
-			case err == nil:
-				results[i] = natsx.Ack()
-				progress = append(progress, r.Progress...)
-			case isConnErr(err) || ctx.Err() != nil:
-				results[i] = natsx.NakDelay(2 * time.Second)
-			default:
-				results[i] = s.poison(ctx, m, err)
-			}
-		}
-		s.afterCommit(ctx, progress)
-		return results
-	}
-	for i := range results {
-		if items[i].bad != nil {
-			results[i] = s.poison(ctx, msgs[i], items[i].bad)
-		} else {
-			results[i] = natsx.Ack()
-		}
-	}
-	s.afterCommit(ctx, res.Progress)
-	return results
+	s.batchSize.Record(ctx, int64(msgs))
+	return res, err
 }
 
-// poison records a message that can never be stored in the ledger (when it
-// names a match) and terminates it with the reason.
+// poison records a message whose data can never be stored in the ledger
+// (when it names a match) and rejects it: the settle policy copies it, with
+// the reason, to the dead-letter stream. When the ledger write itself fails
+// the message is retried instead, so nothing is dropped unrecorded.
 func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) natsx.Result {
 	var r bus.FetchResult
 	if json.Unmarshal(m.Data(), &r) == nil && r.MatchID != "" && (r.Kind == bus.KindMatch || r.Kind == bus.KindTimeline) {
 		lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(bus.PermanentlyUnfetchable),
 			Attempt: max(r.Attempt, 1), HTTPStatus: r.Status, Error: truncate("unstorable payload: "+cause.Error(), 500),
 			AttemptedAt: s.d.Now()}
-		if _, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}}); err != nil {
+		lb := store.Batch{Ledger: []store.LedgerUpdate{lu}}
+		lb.StripNUL()
+		if _, err := s.d.Store.PersistBatch(ctx, lb); err != nil {
 			s.d.Logger.ErrorContext(ctx, "could not record an unstorable payload; will retry", "match_id", r.MatchID, "err", err)
-			return natsx.NakDelay(5 * time.Second)
+			return natsx.Fail(fault.Wrap(store.KindOf(err), err))
 		}
 	}
-	s.d.Logger.ErrorContext(ctx, "unstorable message terminated", "subject", m.Subject(), "match_id", r.MatchID, "err", cause)
-	return natsx.Term(truncate(cause.Error(), 200))
+	s.d.Logger.ErrorContext(ctx, "unstorable message rejected", "subject", m.Subject(), "match_id", r.MatchID, "err", cause)
+	return natsx.Reject(fmt.Errorf("unstorable payload: %w", cause))
 }
 
 // afterCommit publishes progress, renews locks of progressing syncs and
@@ -225,7 +245,16 @@ func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress
 }
 
 // decode turns one FetchResult message into rows and one ledger update.
-func (s *Service) decode(data []byte) item {
+func (s *Service) decode(ctx context.Context, data []byte) item {
+	it := s.decodeRows(data)
+	if n := it.batch.StripNUL(); n > 0 {
+		s.nulRepaired.Add(ctx, int64(n))
+	}
+	return it
+}
+
+// decodeRows is decode before the NUL repair.
+func (s *Service) decodeRows(data []byte) item {
 	var r bus.FetchResult
 	if err := json.Unmarshal(data, &r); err != nil {
 		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
@@ -355,27 +384,6 @@ func gunzip(b []byte, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("decompressed payload over %d bytes", limit)
 	}
 	return out, nil
-}
-
-// isConnErr reports errors that say nothing about the data: the database is
-// unreachable or restarting, so the batch is retried as a whole.
-func isConnErr(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "57P"),         // admin/crash shutdown, cannot connect now
-			pgErr.Code == "40001", pgErr.Code == "40P01", // serialization failure, deadlock
-			pgErr.Code == "53300": // too many connections
-			return true
-		}
-		return false
-	}
-	var netErr net.Error
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
-		strings.Contains(err.Error(), "closed pool") || strings.Contains(err.Error(), "conn closed")
 }
 
 func truncate(s string, n int) string {

@@ -31,6 +31,6 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, err
 	}
 	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
-		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Subjects: inf.Subjects,
+		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
 			Logger: inf.Logger("persister"), Tracer: inf.Tracer("persister"), Now: inf.Now})
 }

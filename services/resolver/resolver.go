@@ -56,6 +56,7 @@ type Deps struct {
 	Consumer jetstream.Consumer // the durable "resolver" consumer on INGEST
 	RiotIDs  jetstream.KeyValue // the riot-ids bucket (TTL 1 day)
 	Riot     Accounts
+	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up requests are only terminated
 	Subjects bus.Subjects
 	Logger   *slog.Logger
 	Tracer   trace.Tracer
@@ -93,6 +94,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
 		Name: "resolver", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
+		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxRetryDelay}, Dead: s.d.Dead},
 	})
 }
 
@@ -137,21 +139,22 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 			switch {
 			case errors.As(err, &re) && re.Kind == riot.KindNotFound:
 				return s.reject(ctx, m, req.RequestID, 404, fmt.Errorf("no Riot account %q", id.String()))
-			case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && s.lastDelivery(m):
+			case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(s.d.Consumer, m):
 				// A nak now would end in a MAX_DELIVERIES advisory and the
 				// request would vanish: refuse it with the reason instead.
 				return s.reject(ctx, m, req.RequestID, 503,
 					fmt.Errorf("account lookup failed %d times, giving up: %w", natsx.Delivery(m), err))
 			case errors.As(err, &re) && re.Retryable():
-				delay := re.RetryDelay(s.d.Now(), natsx.DeliveryBackoff(s.cfg.RetryDelay, maxRetryDelay, m))
-				log.WarnContext(ctx, "account lookup failed, will retry", "request_id", req.RequestID, "err", err, "delay", delay)
-				return natsx.NakDelay(delay)
+				// The settle policy backs off per delivery from RetryDelay;
+				// never sooner than a Retry-After.
+				log.WarnContext(ctx, "account lookup failed, will retry", "request_id", req.RequestID, "err", err)
+				return natsx.RetryIn(err, re.RetryDelay(s.d.Now(), 0))
 			case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
 				// The key is unusable: keep the request, don't hammer Riot.
 				log.ErrorContext(ctx, "Riot API key rejected; request parked", "request_id", req.RequestID)
-				return natsx.NakDelay(time.Minute)
+				return natsx.RetryIn(err, time.Minute)
 			case ctx.Err() != nil:
-				return natsx.NakDelay(time.Second)
+				return natsx.Retry(err)
 			default:
 				return s.reject(ctx, m, req.RequestID, 502, fmt.Errorf("account lookup: %w", err))
 			}
@@ -161,7 +164,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
 		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
-		return natsx.NakDelay(time.Second)
+		return natsx.Retry(fmt.Errorf("publish sync command: %w", err))
 	}
 	log.InfoContext(ctx, "sync requested", "request_id", cmd.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform, "mode", cmd.Mode, "count", cmd.Count)
 	return natsx.Ack()
@@ -170,13 +173,6 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 // maxRetryDelay caps the per-delivery backoff of a failed account lookup:
 // RetryDelay, doubled per delivery, up to 5 min.
 const maxRetryDelay = 5 * time.Minute
-
-// lastDelivery reports whether m is on the last delivery the resolver
-// consumer allows (its MaxDeliver, from the consumer info bound at start).
-func (s *Service) lastDelivery(m jetstream.Msg) bool {
-	info := s.d.Consumer.CachedInfo()
-	return info != nil && natsx.LastDelivery(m, info.Config.MaxDeliver)
-}
 
 // resolve returns the PUUID for id, from the riot-ids cache or account-v1.
 func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) (string, error) {
@@ -205,13 +201,7 @@ func CacheKey(id riot.RiotID) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// reject publishes a Rejection on lol.ingest.rejected, logs it, and
-// terminates the message.
+// reject refuses the request with code and reason (app.Reject).
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, requestID string, code int, reason error) natsx.Result {
-	rej := bus.NewRejection(requestID, m.Subject(), code, reason, m.Data(), s.d.Now())
-	s.d.Logger.WarnContext(ctx, "ingest request rejected", "request_id", requestID, "code", code, "reason", rej.Reason)
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej); err != nil {
-		s.d.Logger.ErrorContext(ctx, "publish rejection failed", "err", err)
-	}
-	return natsx.Term(rej.Reason)
+	return app.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -71,6 +72,7 @@ type Deps struct {
 	Store      Store
 	Locks      natsx.Lock         // sync-locks
 	CronLocks  jetstream.KeyValue // cron-locks
+	Dead       *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
 	Subjects   bus.Subjects
 	Logger     *slog.Logger
 	Tracer     trace.Tracer
@@ -117,7 +119,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.d.Advisories != nil {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
-				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer})
+				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
 		})
 	}
 	g.Go(func() error {
@@ -363,7 +366,7 @@ type advisory struct {
 func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Result {
 	var a advisory
 	if err := json.Unmarshal(m.Data(), &a); err != nil {
-		return natsx.Term("invalid advisory")
+		return natsx.Rejectf("invalid advisory: %v", err)
 	}
 	log := s.d.Logger.With("stream", a.Stream, "consumer", a.Consumer, "stream_seq", a.StreamSeq, "type", a.Type)
 	exhausted := strings.HasSuffix(a.Type, "max_deliver")
@@ -375,14 +378,14 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		return natsx.Ack()
 	}
 	if err != nil {
-		return natsx.NakDelay(5 * time.Second)
+		return natsx.Retry(fmt.Errorf("stream %s: %w", a.Stream, err))
 	}
 	raw, err := st.GetMsg(ctx, a.StreamSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return natsx.Ack()
 	}
 	if err != nil {
-		return natsx.NakDelay(5 * time.Second)
+		return natsx.Retry(fmt.Errorf("get %s/%d: %w", a.Stream, a.StreamSeq, err))
 	}
 	how := "exhausted its deliveries"
 	if !exhausted {
@@ -392,7 +395,7 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		res, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}})
 		if err != nil {
 			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
-			return natsx.NakDelay(5 * time.Second)
+			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("record advisory: %w", err)))
 		}
 		s.afterCommit(ctx, res.Progress)
 		log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
@@ -400,6 +403,16 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
 	}
 	if exhausted {
+		// Keep the payload in the dead-letter stream before the work queue
+		// forgets it: `riftflow retry --dead` can replay it.
+		if s.d.Dead != nil {
+			err := s.d.Dead.Publish(ctx, natsx.DeadInfo{Subject: raw.Subject, Header: raw.Header, Data: raw.Data,
+				Stream: a.Stream, Consumer: a.Consumer, Sequence: a.StreamSeq, Deliveries: a.Deliveries,
+				Kind: fault.Transient, Reason: "JetStream: message exhausted its deliveries"})
+			if err != nil {
+				return natsx.Retry(err)
+			}
+		}
 		if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			log.WarnContext(ctx, "could not delete the exhausted message", "err", err)
 		}
