@@ -641,6 +641,7 @@ type chaosResult struct {
 	Timelines     int              `json:"timelines_stored"`
 	Participants  int              `json:"participant_rows"`
 	Losses        int              `json:"losses"`
+	WronglyGone   int              `json:"wrongly_gone"`
 	Duplicates    int              `json:"duplicates"`
 	Syncing       int              `json:"accounts_left_syncing"`
 	Requests      int64            `json:"riot_requests"`
@@ -760,6 +761,12 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 		if l.status != "success" {
 			r.FinalFailed++
 			r.Reasons[reasonClass(l.reason)]++
+			if m.MatchOK {
+				// Riot serves this match: a final failure is a loss, even
+				// with a reason (a transient fault was taken for poison).
+				r.WronglyGone++
+				t.Errorf("WRONGLY GONE %s: ledger %s (%s), but Riot serves it", id, l.status, l.reason)
+			}
 			if _, ok := stored[id]; ok {
 				t.Errorf("%s: ledger %s but a matches row exists", id, l.status)
 			}
@@ -802,6 +809,10 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 			}
 		default:
 			r.Reasons["timeline: "+reasonClass(tl.reason)]++
+			if m.TimelineOK {
+				r.WronglyGone++
+				t.Errorf("WRONGLY GONE %s timeline: ledger %s (%s), but Riot serves it", id, tl.status, tl.reason)
+			}
 		}
 	}
 	for id := range stored {
