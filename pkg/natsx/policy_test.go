@@ -254,3 +254,39 @@ func (s *sync32) count(k string) int {
 	}
 	return 0
 }
+
+// Dead letters go back to their original subject with their headers, and
+// leave the dead-letter stream; a filter and a limit select them.
+func TestReplayDeadLetters(t *testing.T) {
+	_, _, js := startJS(t)
+	st, _ := wqConsumer(t, js, jetstream.ConsumerConfig{})
+	dst, dead := deadStream(t, js)
+	ctx := t.Context()
+	for i, subj := range []string{"w.a", "w.b", "w.c"} {
+		h := map[string][]string{"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+		if err := dead.Publish(ctx, DeadInfo{Subject: subj, Header: h, Data: []byte("payload " + subj), Stream: "W",
+			Sequence: uint64(i + 1), Deliveries: 3, Kind: fault.Transient, Reason: "gave up"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := Replay(ctx, js, "DEAD", ReplayFilter{Contains: "w.b"})
+	if err != nil || res.Replayed != 1 || res.Skipped != 2 {
+		t.Fatalf("Replay(w.b) = %+v, %v; want 1 replayed, 2 skipped", res, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "w.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != "payload w.b" || m.Header.Get("Traceparent") == "" || m.Header.Get(DeadReasonHeader) != "" {
+		t.Fatalf("replayed message %q headers %v", m.Data, m.Header)
+	}
+	if res, err = Replay(ctx, js, "DEAD", ReplayFilter{Limit: 1}); err != nil || res.Replayed != 1 {
+		t.Fatalf("Replay(limit 1) = %+v, %v", res, err)
+	}
+	if info, _ := dst.Info(ctx); info.State.Msgs != 1 {
+		t.Fatalf("%d dead letters left, want 1", info.State.Msgs)
+	}
+	if info, _ := st.Info(ctx); info.State.Msgs != 2 {
+		t.Fatalf("%d messages back in W, want 2", info.State.Msgs)
+	}
+}

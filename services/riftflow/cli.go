@@ -43,6 +43,8 @@ Usage:
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
+  riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
+                                                     replay dead letters to their original subjects
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
 
 Configuration comes from the environment; see README.md. Without NATS_URL,
@@ -77,6 +79,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	case "sim":
 		err = cmdSim(ctx, args[1:], stdout, stderr)
+	case "retry":
+		err = cmdRetry(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
