@@ -60,6 +60,9 @@ type Store interface {
 	MatchStatuses(ctx context.Context, ids []string) (map[string]string, error)
 	AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error)
 	RecordJobOnce(ctx context.Context, j store.Job) (bool, error)
+	// Ping checks that Postgres answers: the settle policy's probe, which
+	// pauses listing while the database is down.
+	Ping(ctx context.Context) error
 }
 
 // Riot's match list holds about the last 1000 matches of a player
@@ -137,12 +140,30 @@ func New(cfg Config, d Deps) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
 		Name: "matchid-lister", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
-		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead},
+		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead,
+			Probe: s.d.Store.Ping},
 	})
 }
 
-// Handle processes one SyncCommand.
+// Handle processes one SyncCommand. A sync that still fails on the
+// consumer's last delivery (a long Postgres or NATS outage) is not left
+// holding its lock until the TTL with its caller waiting: the lock is
+// released and the request rejected with code 503 and the reason, and the
+// command is dead-lettered so `riftflow retry --dead` can run it again.
 func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+	res := s.handle(ctx, m)
+	if res.Err() == nil || !res.Kind().Retryable() || ctx.Err() != nil || !natsx.IsLastDelivery(s.d.Consumer, m) {
+		return res
+	}
+	var cmd bus.SyncCommand
+	if json.Unmarshal(m.Data(), &cmd) == nil && cmd.PUUID != "" {
+		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+	}
+	return s.reject(ctx, cmd.RequestID, 503,
+		fmt.Errorf("sync failed %d times, giving up: %w", natsx.Delivery(m), res.Err()), m)
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	var cmd bus.SyncCommand
 	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
 		if err == nil {

@@ -17,6 +17,9 @@ type Env struct {
 	// starts listing, to catch games that were in progress.
 	Overlap     time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
 	Concurrency int           `env:"LISTER_CONCURRENCY" envDefault:"4"`
+	// RetryDelay is LISTER_RETRY_DELAY: the first retry delay of a failed
+	// match list, doubled per delivery up to 5 min.
+	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
 }
 
 // FromInfra builds a lister bound to the "matchid-lister" consumer on SYNC.
@@ -37,7 +40,7 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency},
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
 		Deps{JS: inf.JS, Consumer: cons, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
 			Subjects: inf.Subjects, Logger: inf.Logger("matchid-lister"), Tracer: inf.Tracer("matchid-lister"), Now: inf.Now})
 }
