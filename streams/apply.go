@@ -42,6 +42,23 @@ func Apply(ctx context.Context, js jetstream.JetStream, set *Set, logger *slog.L
 			return err
 		}
 	}
+	for _, o := range set.Objects {
+		if err := applyObjectStore(ctx, js, o, logger); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyObjectStore(ctx context.Context, js jetstream.JetStream, o jetstream.ObjectStoreConfig, log *slog.Logger) error {
+	_, err := js.CreateOrUpdateObjectStore(ctx, o)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
+		_, err = js.CreateOrUpdateObjectStore(ctx, o)
+	}
+	if err != nil {
+		return fmt.Errorf("streams: object store %s: %w", o.Bucket, err)
+	}
+	log.Info("object store applied", "bucket", o.Bucket, "ttl", o.TTL, "replicas", o.Replicas)
 	return nil
 }
 

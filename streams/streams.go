@@ -54,6 +54,13 @@ const (
 	BucketCronLocks = "cron-locks"
 )
 
+// Object store buckets.
+const (
+	// ObjectPayloads holds fetch payloads too large for a NATS message
+	// (bus.FetchResult.PayloadRef names the object).
+	ObjectPayloads = "payloads"
+)
+
 // DefaultRegions are Riot's regional routing values, one FETCH consumer
 // each.
 var DefaultRegions = []string{"americas", "asia", "europe", "sea"}
@@ -106,6 +113,7 @@ type Set struct {
 	Streams   []jetstream.StreamConfig
 	Consumers []Consumer
 	Buckets   []jetstream.KeyValueConfig
+	Objects   []jetstream.ObjectStoreConfig
 }
 
 // Stream returns the declared stream called name, or nil.
@@ -159,12 +167,19 @@ func Load(o Options) (*Set, error) {
 	var decl struct {
 		Streams   []jetstream.StreamConfig   `json:"streams"`
 		Consumers []Consumer                 `json:"consumers"`
-		Buckets   []jetstream.KeyValueConfig `json:"buckets"`
+		Buckets   []jetstream.KeyValueConfig    `json:"buckets"`
+		Objects   []jetstream.ObjectStoreConfig `json:"object_stores"`
 	}
 	if err := json.Unmarshal([]byte(raw), &decl); err != nil {
 		return nil, fmt.Errorf("streams: parse streams.json: %w", err)
 	}
-	set := &Set{Prefix: o.Prefix, Streams: decl.Streams, Buckets: decl.Buckets}
+	set := &Set{Prefix: o.Prefix, Streams: decl.Streams, Buckets: decl.Buckets, Objects: decl.Objects}
+	for i := range set.Objects {
+		set.Objects[i].Replicas = o.Replicas
+		if o.MemoryStorage {
+			set.Objects[i].Storage = jetstream.MemoryStorage
+		}
+	}
 	for i := range set.Streams {
 		set.Streams[i].Replicas = o.Replicas
 		if o.MemoryStorage {

@@ -204,7 +204,11 @@ type FetchResult struct {
 	Status int    `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"` // reason for a non-success outcome
 	// Payload is the raw Riot JSON body, gzip-compressed (success only).
-	Payload        []byte    `json:"payload,omitempty"`
+	Payload []byte `json:"payload,omitempty"`
+	// PayloadRef, instead of Payload, names the object in the "payloads"
+	// JetStream object store that holds a payload too large for one NATS
+	// message ("<match>/<kind>/a<attempt>").
+	PayloadRef     string    `json:"payload_ref,omitempty"`
 	GameCreationMs int64     `json:"game_creation_ms,omitempty"`
 	AttemptedAt    time.Time `json:"attempted_at"`
 	RequestID      string    `json:"request_id,omitempty"`

@@ -92,6 +92,12 @@ type Config struct {
 	// Concurrency is the number of fetches in flight per region; the rate
 	// limiter, not this, sets the request rate.
 	Concurrency int
+	// InlinePayloadMax is the largest gzip payload published inside its
+	// FetchResult (default 512 KiB, half the FETCHED stream's 1 MiB message
+	// limit); a larger one goes to the payloads object store and the
+	// FetchResult carries its name, so no payload is ever refetched for its
+	// size.
+	InlinePayloadMax int
 }
 
 // DefaultBackoff is seed 000's schedule.
@@ -109,7 +115,10 @@ type Deps struct {
 	Riot        Matches
 	// Dead is the DEAD stream for invalid fetch commands; nil: they are
 	// only terminated.
-	Dead     *natsx.DeadLetter
+	Dead *natsx.DeadLetter
+	// Payloads is the "payloads" object store for payloads over
+	// InlinePayloadMax; nil publishes every payload inline.
+	Payloads jetstream.ObjectStore
 	Subjects bus.Subjects
 	Logger   *slog.Logger
 	Tracer   trace.Tracer
@@ -134,6 +143,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
+	}
+	if cfg.InlinePayloadMax <= 0 {
+		cfg.InlinePayloadMax = 512 << 10
 	}
 	if cfg.MatchRetention <= 0 {
 		cfg.MatchRetention = DefaultMatchRetention
@@ -457,6 +469,14 @@ func (s *Service) publishResult(ctx context.Context, cmd bus.FetchCommand, o bus
 	res := bus.FetchResult{MatchID: cmd.MatchID, Kind: cmd.Kind, Region: cmd.Region, Outcome: o, Attempt: cmd.Attempt,
 		Status: status, Error: reason, Payload: gz, GameCreationMs: cmd.GameCreationMs, AttemptedAt: s.d.Now(),
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID}
+	if len(gz) > s.cfg.InlinePayloadMax && s.d.Payloads != nil {
+		name := fmt.Sprintf("%s/%s/a%d", cmd.MatchID, cmd.Kind, cmd.Attempt)
+		if _, err := s.d.Payloads.PutBytes(ctx, name, gz); err != nil {
+			s.d.Logger.WarnContext(ctx, "store large payload failed, will retry", "match_id", cmd.MatchID, "bytes", len(gz), "err", err)
+			return fmt.Errorf("store %d-byte payload in the object store: %w", len(gz), err)
+		}
+		res.Payload, res.PayloadRef = nil, name
+	}
 	subj := s.d.Subjects.Failed(cmd.Region)
 	if o == bus.Success {
 		subj = s.d.Subjects.Fetched(cmd.Region)

@@ -29,6 +29,10 @@ type Env struct {
 	// InteractiveConcurrency is FETCHER_INTERACTIVE_CONCURRENCY: interactive
 	// fetches in flight per region, beside the background ones.
 	InteractiveConcurrency int `env:"FETCHER_INTERACTIVE_CONCURRENCY" envDefault:"4"`
+	// InlinePayloadMax is FETCH_INLINE_PAYLOAD_MAX: the largest gzip payload
+	// (bytes) published inside its FetchResult; larger ones go through the
+	// payloads object store.
+	InlinePayloadMax int `env:"FETCH_INLINE_PAYLOAD_MAX" envDefault:"524288"`
 }
 
 // FromInfra builds a fetcher bound to "match-fetcher-<region>" on FETCH for
@@ -54,10 +58,15 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		}
 		interactive[r] = ic
 	}
+	payloads, err := inf.JS.ObjectStore(ctx, streams.ObjectPayloads)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
+	}
 	return New(Config{Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
-		CallTimeout: inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()},
-		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
+		InlinePayloadMax: e.InlinePayloadMax,
+		CallTimeout:      inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()},
+		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Payloads: payloads, Subjects: inf.Subjects,
 			Logger: inf.Logger("match-fetcher"), Tracer: inf.Tracer("match-fetcher"), Now: inf.Now})
 }

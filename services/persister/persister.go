@@ -63,6 +63,9 @@ type Deps struct {
 	Store    Store
 	Locks    natsx.Lock        // sync-locks
 	Dead     *natsx.DeadLetter // the DEAD stream; nil: rejected messages are only terminated
+	// Payloads is the "payloads" object store, for FetchResults whose
+	// payload is too large to travel inline (PayloadRef).
+	Payloads jetstream.ObjectStore
 	Subjects bus.Subjects
 	Logger   *slog.Logger
 	Tracer   trace.Tracer
@@ -125,6 +128,7 @@ func (s *Service) Run(ctx context.Context) error {
 type item struct {
 	batch store.Batch
 	bad   error // the message can never be stored: terminate it
+	retry error // the message could not be read now (its payload object): retry it
 }
 
 // HandleBatch persists msgs in one transaction and settles each message.
@@ -139,13 +143,16 @@ type item struct {
 func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
 	items := make([]item, len(msgs))
 	var all store.Batch
+	results := make([]natsx.Result, len(msgs))
 	for i, m := range msgs {
 		items[i] = s.decode(ctx, m.Data())
-		if items[i].bad == nil {
+		switch {
+		case items[i].retry != nil:
+			results[i] = natsx.Retry(items[i].retry)
+		case items[i].bad == nil:
 			all = appendBatch(all, items[i].batch)
 		}
 	}
-	results := make([]natsx.Result, len(msgs))
 	res, err := s.persist(ctx, all, len(msgs))
 	if err == nil {
 		for i := range results {
@@ -160,9 +167,11 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 		s.d.Logger.WarnContext(ctx, "persist batch failed, will retry", "messages", len(msgs),
 			"kind", store.KindOf(err).String(), "err", err)
 		for i := range results {
-			if items[i].bad != nil {
+			switch {
+			case items[i].retry != nil:
+			case items[i].bad != nil:
 				results[i] = s.poison(ctx, msgs[i], items[i].bad)
-			} else {
+			default:
 				results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
 			}
 		}
@@ -172,6 +181,9 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 	s.d.Logger.WarnContext(ctx, "persist batch rejected its data; retrying messages one by one", "messages", len(msgs), "err", err)
 	var progress []store.SyncProgress
 	for i, m := range msgs {
+		if items[i].retry != nil {
+			continue
+		}
 		if items[i].bad != nil {
 			results[i] = s.poison(ctx, m, items[i].bad)
 			continue
@@ -246,7 +258,28 @@ func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress
 
 // decode turns one FetchResult message into rows and one ledger update.
 func (s *Service) decode(ctx context.Context, data []byte) item {
-	it := s.decodeRows(data)
+	var r bus.FetchResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
+	}
+	if r.PayloadRef != "" {
+		if s.d.Payloads == nil {
+			return item{retry: fmt.Errorf("payload %s is in the object store, which this persister has not opened", r.PayloadRef)}
+		}
+		gz, err := s.d.Payloads.GetBytes(ctx, r.PayloadRef)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			// Expired (kept 7 days) or never written: the fetch must be
+			// made again. A temporary failure in the ledger has the
+			// retry-sweeper do it.
+			r.Outcome, r.Status, r.Error = bus.TemporaryFailure, 0, "payload object "+r.PayloadRef+" not found; to be fetched again"
+		case err != nil:
+			return item{retry: fmt.Errorf("read payload object %s: %w", r.PayloadRef, err)}
+		default:
+			r.Payload = gz
+		}
+	}
+	it := s.decodeRows(r)
 	if n := it.batch.StripNUL(); n > 0 {
 		s.nulRepaired.Add(ctx, int64(n))
 	}
@@ -254,11 +287,7 @@ func (s *Service) decode(ctx context.Context, data []byte) item {
 }
 
 // decodeRows is decode before the NUL repair.
-func (s *Service) decodeRows(data []byte) item {
-	var r bus.FetchResult
-	if err := json.Unmarshal(data, &r); err != nil {
-		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
-	}
+func (s *Service) decodeRows(r bus.FetchResult) item {
 	if r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
 		return item{bad: fmt.Errorf("fetch result without match_id or kind")}
 	}

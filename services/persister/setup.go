@@ -2,6 +2,7 @@ package persister
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -30,7 +31,11 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	payloads, err := inf.JS.ObjectStore(ctx, streams.ObjectPayloads)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
+	}
 	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
-		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
+		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Subjects: inf.Subjects,
 			Logger: inf.Logger("persister"), Tracer: inf.Tracer("persister"), Now: inf.Now})
 }

@@ -329,3 +329,43 @@ func TestListerGivesUpWithReason(t *testing.T) {
 		t.Fatalf("second ingest: %+v %v, want it to run and give up again, not a 409", ev, err)
 	}
 }
+
+// TestLargePayloadsThroughObjectStore: with the inline limit at 1 KiB every
+// payload travels through the payloads object store, as a timeline over the
+// NATS message size would; every match and timeline is stored once, with
+// one getMatch per match (the old fetcher could not publish such a payload
+// and fetched it from Riot again on every delivery).
+func TestLargePayloadsThroughObjectStore(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"FETCH_INLINE_PAYLOAD_MAX": "1024"}})
+	const lookback = 730
+	p, listed := richestPlayer(t, h, lookback)
+	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+		Mode: bus.ModeFull, LookbackDays: lookback, Count: 1000}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != len(listed) {
+		t.Fatalf("ingest: %+v %v, want completed %d", ev, err, len(listed))
+	}
+	h.waitIdle(10 * time.Second)
+	wantTimelines := 0
+	for _, m := range listed {
+		if m.TimelineOK {
+			wantTimelines++
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM matches`); n != len(listed) {
+		t.Errorf("%d matches stored, want %d", n, len(listed))
+	}
+	if n := h.count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
+		t.Errorf("%d timelines stored, want %d", n, wantTimelines)
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, len(listed))
+	}
+	obs, err := h.st.Infra.JS.ObjectStore(h.ctx, streams.ObjectPayloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := obs.List(h.ctx)
+	if err != nil || len(list) < len(listed)+wantTimelines {
+		t.Fatalf("%d payload objects (%v), want at least %d", len(list), err, len(listed)+wantTimelines)
+	}
+}
