@@ -165,8 +165,8 @@ func Load(o Options) (*Set, error) {
 	}
 	raw := strings.ReplaceAll(string(declarations), "{prefix}", o.Prefix)
 	var decl struct {
-		Streams   []jetstream.StreamConfig   `json:"streams"`
-		Consumers []Consumer                 `json:"consumers"`
+		Streams   []jetstream.StreamConfig      `json:"streams"`
+		Consumers []Consumer                    `json:"consumers"`
 		Buckets   []jetstream.KeyValueConfig    `json:"buckets"`
 		Objects   []jetstream.ObjectStoreConfig `json:"object_stores"`
 	}
