@@ -161,8 +161,17 @@ func (r *IngestRequest) Normalize() error {
 		r.Trigger = "nats"
 	}
 	r.Trigger = strings.ToLower(r.Trigger)
+	if r.Trigger == TriggerRecovery {
+		// The lister closes the abandoned sync of a recovery command; only
+		// the retry-sweeper, which publishes SyncCommands directly, may ask.
+		return bad("trigger %q is reserved for riftflow's crash recovery", TriggerRecovery)
+	}
 	return nil
 }
+
+// TriggerRecovery is the trigger of the SyncCommands the retry-sweeper
+// sends for syncs it found stuck; an IngestRequest may not carry it.
+const TriggerRecovery = "recovery"
 
 // NewRejection builds the Rejection for a request that failed to decode or
 // was refused, echoing at most 256 bytes of the raw payload.

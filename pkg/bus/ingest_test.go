@@ -44,6 +44,7 @@ func TestDecodeIngestRequestRejects(t *testing.T) {
 		{"puuid chars", `{"puuid":"a b","platform":"na1"}`, "puuid has"},
 		{"request id chars", `{"request_id":"a.b","puuid":"p","platform":"na1"}`, "request_id"},
 		{"huge", `{"puuid":"` + strings.Repeat("p", 5000) + `","platform":"na1"}`, "max 4096"},
+		{"recovery trigger", `{"puuid":"p","platform":"na1","trigger":"Recovery"}`, "reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeIngestRequest([]byte(tc.body))

@@ -193,6 +193,15 @@ func New(cfg Config) (*Client, error) {
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
+	if c.hc.CheckRedirect == nil {
+		// Go's client copies custom headers, X-Riot-Token included, to
+		// every redirect, whatever its host. A redirect may only stay on the
+		// host the request was made to; any other is refused, so the key
+		// never leaves Riot's hosts.
+		hc := *c.hc
+		hc.CheckRedirect = sameHostRedirect
+		c.hc = &hc
+	}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -744,4 +753,22 @@ func (k Kind) String() string {
 		return "breaker_open"
 	}
 	return "unknown"
+}
+
+// ErrCrossHostRedirect is returned (wrapped, as a KindTransport Error) when
+// Riot's answer redirects to another host: the client refuses to follow it,
+// so the API key is sent to no host but the one the request was made to.
+var ErrCrossHostRedirect = errors.New("refused a redirect to another host (the API key is only sent to the configured API host)")
+
+// sameHostRedirect is the client's http.Client.CheckRedirect: at most 5
+// redirects, all on the first request's scheme and host.
+func sameHostRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0].URL
+	if req.URL.Host != first.Host || req.URL.Scheme != first.Scheme {
+		return fmt.Errorf("%w: %s to %s://%s", ErrCrossHostRedirect, first.Host, req.URL.Scheme, req.URL.Host)
+	}
+	if len(via) >= 5 {
+		return errors.New("stopped after 5 redirects")
+	}
+	return nil
 }

@@ -983,3 +983,41 @@ func TestKeyGuardConcurrent(t *testing.T) {
 		t.Errorf("acquires=%d done=%d cancels=%d hits=%d", len(calls), len(done), cancels, f.hits.Load())
 	}
 }
+
+// A redirect to another host is refused: the key never reaches it. A
+// redirect on the same host is followed, with the key.
+func TestRedirectNeverCarriesTheKeyAway(t *testing.T) {
+	var leaked atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Riot-Token") != "" {
+			leaked.Add(1)
+		}
+		w.Write([]byte(`{"puuid":"p","gameName":"a","tagLine":"b"}`))
+	}))
+	t.Cleanup(other.Close)
+	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/by-riot-id/away/b"):
+			http.Redirect(w, r, other.URL+"/steal", http.StatusFound)
+		case strings.HasSuffix(r.URL.Path, "/by-riot-id/here/b"):
+			http.Redirect(w, r, "/americas/riot/account/v1/accounts/by-riot-id/moved/b", http.StatusMovedPermanently)
+		default:
+			w.Write([]byte(`{"puuid":"p","gameName":"moved","tagLine":"b"}`))
+		}
+	})
+	c, _, _ := newTestClient(t, f, nil)
+	_, err := c.AccountByRiotID(t.Context(), Americas, RiotID{GameName: "away", TagLine: "b"})
+	if !errors.Is(err, ErrCrossHostRedirect) {
+		t.Fatalf("cross-host redirect: err = %v, want ErrCrossHostRedirect", err)
+	}
+	if leaked.Load() != 0 || strings.Contains(err.Error(), testKey) {
+		t.Fatal("the API key reached the other host or the error")
+	}
+	acc, err := c.AccountByRiotID(t.Context(), Americas, RiotID{GameName: "here", TagLine: "b"})
+	if err != nil || acc.GameName != "moved" {
+		t.Fatalf("same-host redirect: %+v, %v", acc, err)
+	}
+	if got := f.lastRequest(t).Header.Get("X-Riot-Token"); got != testKey {
+		t.Errorf("same-host redirect lost the key: %q", got)
+	}
+}

@@ -199,7 +199,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err)))
 	}
-	if cmd.Trigger == "recovery" {
+	if cmd.Trigger == bus.TriggerRecovery {
 		s.closeAbandoned(ctx, cmd)
 	}
 

@@ -326,7 +326,7 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		}
 		cmd := bus.SyncCommand{RequestID: "recover-" + a.SyncRequestID, PUUID: a.PUUID, GameName: a.GameName, TagLine: a.TagLine,
 			Platform: string(p), Region: string(p.Region()), Mode: bus.ModeLatest, Count: 1000, Lookback: 730,
-			Priority: bus.Background, Trigger: "recovery", Requested: now}
+			Priority: bus.Background, Trigger: bus.TriggerRecovery, Requested: now}
 		if strings.HasPrefix(a.SyncRequestID, "recover-") {
 			cmd.RequestID = a.SyncRequestID + "r"
 		}
