@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"net/http"
 	"os"
 	"os/signal"
@@ -31,6 +32,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -51,7 +53,19 @@ func LoadEnv() (Env, error) {
 	if err := config.Parse(&e); err != nil {
 		return e, err
 	}
+	registerSecrets(e)
 	return e, config.Validate(&e)
+}
+
+// registerSecrets has every log line and redacted error of this process
+// mask the configured secrets (redact.Register).
+func registerSecrets(e Env) {
+	redact.Register(e.Riot.APIKey.Reveal(), e.NATS.Password.Reveal(), e.NATS.Token.Reveal())
+	if u, err := url.Parse(e.Postgres.URL.Reveal()); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			redact.Register(pw)
+		}
+	}
 }
 
 // Infra is what a service is built from. Fields a process does not use may

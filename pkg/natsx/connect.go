@@ -1,6 +1,8 @@
 package natsx
 
 import (
+	"github.com/riftflow/riftflow/pkg/redact"
+
 	"context"
 	"errors"
 	"fmt"
@@ -152,7 +154,7 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("natsx: connect %s: %w", url, r.err)
+			return nil, fmt.Errorf("natsx: connect %s: %s", redact.String(url), redact.String(r.err.Error()))
 		}
 		log.Info("nats connected", "name", c.Name, "url", r.nc.ConnectedUrlRedacted())
 		return r.nc, nil
@@ -162,6 +164,6 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 				r.nc.Close()
 			}
 		}()
-		return nil, fmt.Errorf("natsx: connect %s: %w", url, ctx.Err())
+		return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), ctx.Err())
 	}
 }

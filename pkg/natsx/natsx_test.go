@@ -223,3 +223,16 @@ func TestPublishInjectsProducerSpan(t *testing.T) {
 		t.Errorf("attributes %v", attrs)
 	}
 }
+
+// A NATS_URL with user:password@ never shows its password in an error.
+func TestConnectErrorRedactsPassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err := Connect(ctx, ConnConfig{Name: "test", URL: "nats://svc:topsecret99@127.0.0.1:1"})
+	if err == nil {
+		t.Fatal("connected to port 1")
+	}
+	if strings.Contains(err.Error(), "topsecret99") || !strings.Contains(err.Error(), "svc:xxxxx@") {
+		t.Fatalf("error %q shows the password or no redacted URL", err)
+	}
+}

@@ -5,34 +5,28 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"regexp"
 	"strings"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/redact"
 )
 
-// riotKey matches a Riot Games API key: "RGAPI-" followed by a UUID.
-var riotKey = regexp.MustCompile(`RGAPI-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}`)
-
 // MaskedRiotKey replaces every Riot API key in logged text.
-const MaskedRiotKey = "RGAPI-****"
+const MaskedRiotKey = redact.MaskedRiotKey
 
-// MaskSecrets returns s with every Riot API key ("RGAPI-" and a UUID)
-// replaced by [MaskedRiotKey].
-func MaskSecrets(s string) string {
-	if !strings.Contains(s, "RGAPI-") {
-		return s
-	}
-	return riotKey.ReplaceAllString(s, MaskedRiotKey)
-}
+// MaskSecrets is redact.String: Riot API keys, URL passwords and registered
+// secret values masked.
+func MaskSecrets(s string) string { return redact.String(s) }
 
 // NewLogger returns a logger writing to w at level and above, as JSON when
 // format is "json" and as logfmt-style text otherwise.
 //
 // Records logged with a context (the ...Context methods) that holds a valid
 // span get trace_id and span_id attributes. Every string, error and
-// fmt.Stringer value, and the message itself, has Riot API keys masked; this
-// is defence in depth, not a licence to log secrets.
+// fmt.Stringer value, and the message itself, goes through redact.String
+// (Riot API keys, URL passwords and registered secrets masked); this is
+// defence in depth, not a licence to log secrets.
 func NewLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: maskAttr}
 	var h slog.Handler
@@ -47,7 +41,7 @@ func NewLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 func maskAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
-		if s := a.Value.String(); strings.Contains(s, "RGAPI-") {
+		if s := a.Value.String(); MaskSecrets(s) != s {
 			a.Value = slog.StringValue(MaskSecrets(s))
 		}
 	case slog.KindAny:
@@ -62,8 +56,8 @@ func maskAttr(_ []string, a slog.Attr) slog.Attr {
 		default:
 			return a
 		}
-		if strings.Contains(s, "RGAPI-") {
-			a.Value = slog.StringValue(MaskSecrets(s))
+		if m := MaskSecrets(s); m != s {
+			a.Value = slog.StringValue(m)
 		}
 	}
 	return a

@@ -1,0 +1,74 @@
+// Package redact removes secrets from text before it leaves the process:
+// log lines, error messages, health reports.
+//
+// It removes three things: Riot API keys ("RGAPI-" and a UUID), the
+// password of any URL with user information ("nats://user:pw@host",
+// "postgres://user:pw@host/db" become "…user:xxxxx@host…"), and every value
+// registered with Register (the configured Riot key, NATS password and
+// token, API tokens), whatever their format. riftflow's loggers
+// (telemetry.NewLogger) pass every message and string value through String;
+// errors that embed a URL use it too.
+package redact
+
+import (
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Masks used in place of what is removed.
+const (
+	MaskedRiotKey  = "RGAPI-****"
+	MaskedPassword = "xxxxx"
+	MaskedSecret   = "[redacted]"
+)
+
+var (
+	riotKey  = regexp.MustCompile(`RGAPI-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}`)
+	userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^/@\s:,]*):([^/@\s,]*)@`)
+
+	mu      sync.RWMutex
+	secrets []string
+)
+
+// minSecretLen is the shortest value Register accepts: shorter ones would
+// mask ordinary words.
+const minSecretLen = 6
+
+// Register adds secret values to remove from every String result. Values
+// shorter than 6 bytes are ignored. It is safe for concurrent use.
+func Register(values ...string) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range values {
+		if len(v) < minSecretLen {
+			continue
+		}
+		dup := false
+		for _, s := range secrets {
+			dup = dup || s == v
+		}
+		if !dup {
+			secrets = append(secrets, v)
+		}
+	}
+}
+
+// String returns s with Riot API keys, URL passwords and registered secrets
+// masked.
+func String(s string) string {
+	if strings.Contains(s, "RGAPI-") {
+		s = riotKey.ReplaceAllString(s, MaskedRiotKey)
+	}
+	if strings.Contains(s, "@") && strings.Contains(s, "://") {
+		s = userinfo.ReplaceAllString(s, "${1}:"+MaskedPassword+"@")
+	}
+	mu.RLock()
+	defer mu.RUnlock()
+	for _, v := range secrets {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, MaskedSecret)
+		}
+	}
+	return s
+}
