@@ -23,11 +23,12 @@ build:
 	$(GO) build -trimpath -o $(BIN)/riftflow ./services/riftflow/cmd/riftflow
 	@for s in $(SERVICES); do $(GO) build -trimpath -o $(BIN)/$$s ./services/$$s/cmd/$$s || exit 1; done
 
-## run: the main job on a fresh clone — embedded NATS, a throwaway Postgres
-## (or DATABASE_URL), the Riot API simulator (or RIOT_API_KEY), the five
-## services; ingests one real recorded player, prints a summary, exits 0.
+## run: the main job on a fresh clone — embedded NATS, DATABASE_URL (or,
+## when it is unset, a throwaway Postgres: --ephemeral-db), the Riot API
+## simulator (or RIOT_API_KEY), the five services; ingests one real recorded
+## player, prints a summary, exits 0.
 run: build
-	$(BIN)/riftflow up --demo
+	$(BIN)/riftflow up --demo $(if $(DATABASE_URL),,--ephemeral-db)
 
 ## test: unit + integration tests (embedded nats-server, real Postgres),
 ## plus short fuzz runs. Starts Postgres itself when DATABASE_URL is unset.

@@ -138,6 +138,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
+	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -160,7 +161,11 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		os.Setenv("FETCH_BACKOFF", "1s,1s,1s,1s")
 		fmt.Fprintln(stdout, "demo: FETCH_BACKOFF=1s,1s,1s,1s (the default is 30s,60s,120s,300s)")
 	}
-	st, err := StartStack(ctx, StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, AnchorDemo: *demo})
+	if *ephemeral {
+		fmt.Fprintf(stdout, "EPHEMERAL DATABASE: a throwaway Postgres under %s (--ephemeral-db); set DATABASE_URL to keep data\n",
+			filepath.Join(dataDir(), "pg"))
+	}
+	st, err := StartStack(ctx, StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, AnchorDemo: *demo, EphemeralDB: *ephemeral})
 	if err != nil {
 		return err
 	}

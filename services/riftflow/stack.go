@@ -55,6 +55,11 @@ type StackOptions struct {
 	StreamOptions streams.Options
 	// PgFsync keeps fsync on for the throwaway Postgres (make run).
 	PgFsync bool
+	// EphemeralDB allows a throwaway Postgres cluster when Env has no
+	// DATABASE_URL (`riftflow up --ephemeral-db`). Without it a missing
+	// DATABASE_URL is an error, so a typo never sends writes to a database
+	// that disappears.
+	EphemeralDB bool
 	// AnchorDemo re-dates the simulator's data so the demo player's newest
 	// match was played a day ago (by default the newest match of all the
 	// loaded data is), so the demo exercises storing, not only retention.
@@ -132,7 +137,16 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 
 	// Postgres.
+	if env.Postgres.URL == "" && !o.EphemeralDB {
+		return nil, errors.New("DATABASE_URL is not set: point it at your Postgres, or pass --ephemeral-db " +
+			"to start a throwaway cluster under " + filepath.Join(o.DataDir, "pg") + " (its data is not meant to be kept)")
+	}
+	if env.Postgres.URL != "" && o.EphemeralDB {
+		return nil, errors.New("give DATABASE_URL or --ephemeral-db, not both")
+	}
 	if env.Postgres.URL == "" {
+		log.Warn("EPHEMERAL DATABASE: --ephemeral-db starts a throwaway Postgres cluster; do not keep data you need in it",
+			"dir", filepath.Join(o.DataDir, "pg"))
 		url, stop, err := pgtest.Ensure(ctx, pgtest.Options{DataDir: filepath.Join(o.DataDir, "pg"), Logger: log, Fsync: o.PgFsync})
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
