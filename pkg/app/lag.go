@@ -18,7 +18,7 @@ const lagPollInterval = 2 * time.Second
 const lagTimeout = 2 * time.Second
 
 // consumerLag publishes the queue length of every consumer this process
-// binds, as observable gauges read at scrape time (seed 002):
+// binds, as observable gauges read at scrape time (design 002):
 //
 //	riftflow.consumer.pending       messages not yet delivered (num_pending)
 //	riftflow.consumer.ack_pending   delivered, not yet acknowledged (num_ack_pending)

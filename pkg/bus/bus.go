@@ -2,7 +2,7 @@
 // them between the services. It is the contract of the pipeline: every
 // service encodes and decodes through these types, and nothing else.
 //
-// The flow (DESIGN.md):
+// The flow (docs/reliability.md and README.md):
 //
 //	lol.ingest.request        IngestRequest   → resolver
 //	lol.sync.<platform>       SyncCommand     → matchid-lister

@@ -1,8 +1,8 @@
 // Package config parses riftflow's configuration from environment variables
 // into one struct per service, validates it at start-up, and prints it with
-// secrets masked. Variable names follow the seeds (RIOT_API_KEY,
+// secrets masked. Variable names follow the three designs in docs/designs.md (RIOT_API_KEY,
 // RIOT_HTTP_TIMEOUT_MS, INGESTION_MAX_MATCHES_PER_RUN, CRON_*) and
-// OpenTelemetry (OTEL_*), see DESIGN.md "Configuration".
+// OpenTelemetry (OTEL_*); README.md lists them.
 package config
 
 import (
@@ -82,7 +82,7 @@ type Riot struct {
 	SharedRateLimit bool `env:"RIOT_SHARED_RATELIMIT" envDefault:"true"`
 	// BackoffStart and BackoffMax shape the exponential pause of a method
 	// after a 429 with a service, server or missing X-Rate-Limit-Type
-	// (riot-api.md, "429 types"): BackoffStart, doubled per consecutive 429
+	// (Riot's 429 types: application, method, service; https://developer.riotgames.com/docs/portal#web-apis_rate-limiting): BackoffStart, doubled per consecutive 429
 	// up to BackoffMax. Tests shorten them; production keeps 1s and 60s.
 	BackoffStart time.Duration `env:"RIOT_BACKOFF_START" envDefault:"1s"`
 	BackoffMax   time.Duration `env:"RIOT_BACKOFF_MAX" envDefault:"60s"`
@@ -106,7 +106,7 @@ type Ops struct {
 	ServiceName     string        `env:"OTEL_SERVICE_NAME"`
 }
 
-// Ingestion holds the defaults applied to ingest requests (seed 002).
+// Ingestion holds the defaults applied to ingest requests (design 002).
 type Ingestion struct {
 	// MaxMatchesPerRun bounds the match IDs listed by one sync.
 	MaxMatchesPerRun int `env:"INGESTION_MAX_MATCHES_PER_RUN" envDefault:"20"`

@@ -5,6 +5,7 @@
 // exactly once, a KV lock with per-key TTL, and delayed re-delivery through
 // JetStream message schedules.
 //
-// Verified facts and gotchas behind these helpers are in
-// shared/nats-pgx-otel.md §1–§3.
+// The JetStream behaviour these helpers rely on is described in the NATS
+// docs: https://docs.nats.io/nats-concepts/jetstream (consumers, acks,
+// MaxDeliver, advisories) and https://docs.nats.io/using-nats/developer/develop_jetstream/kv.
 package natsx

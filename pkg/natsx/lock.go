@@ -66,7 +66,8 @@ func (l Lock) Claim(ctx context.Context, key, holder string, ttl time.Duration) 
 // is still the key's latest revision (compare-and-set), and returns the new
 // revision for the next Renew or Release. It publishes straight to
 // $KV.<bucket>.<key> with an expected last subject sequence and a message
-// TTL, because kv.Update drops the TTL (nats-pgx-otel.md §1.8). A lost
+// TTL, because kv.Update sends no per-message TTL and the key would then live
+// for ever (a KV bucket's TTL applies per key only through Nats-TTL). A lost
 // lock gives an error wrapping ErrNotHolder.
 func (l Lock) Renew(ctx context.Context, key string, rev uint64, value []byte, ttl time.Duration) (uint64, error) {
 	ack, err := l.JS.Publish(ctx, "$KV."+l.bucket()+"."+key, value,

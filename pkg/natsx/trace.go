@@ -21,7 +21,7 @@ const tracerName = "riftflow/natsx"
 // canonicalising keys: W3C keys stay lowercase ("traceparent"), as other
 // NATS clients write them. Do not mix it with propagation.HeaderCarrier,
 // which writes "Traceparent" and cannot be read back case-sensitively
-// (nats-pgx-otel.md §3).
+// (NATS headers are case-sensitive).
 type HeaderCarrier nats.Header
 
 // Get returns the first value of key k (case-sensitive), or "".

@@ -653,7 +653,7 @@ func (c *Client) transportError(ctx context.Context, req request, status int, er
 		Msg: msg, Err: redact(err, c.apiKey)}
 }
 
-// statusError maps a non-2xx answer to an *Error (riot-api.md §1.3).
+// statusError maps a non-2xx answer to an *Error (https://developer.riotgames.com/docs/portal#web-apis_response-codes).
 func (c *Client) statusError(req request, status int, h http.Header, body []byte, rlBackoff time.Duration) *Error {
 	e := &Error{Op: req.method, Route: req.route, Status: status, Msg: c.errorMessage(body)}
 	now := c.now()

@@ -22,6 +22,8 @@
 //
 // Calls are interactive unless their context is marked with WithBackground.
 //
-// Sources: Riot developer portal and the riotapi-schema OpenAPI spec, as
-// summarised in shared/riot-api.md.
+// Sources: the Riot developer portal (https://developer.riotgames.com/apis,
+// https://developer.riotgames.com/docs/portal) and the community OpenAPI
+// spec (https://github.com/MingweiSamuel/riotapi-schema), a copy of which is
+// in testdata/riot-fixtures/openapi.
 package riot

@@ -9,16 +9,14 @@ import (
 	"testing"
 )
 
-// fixtureDir returns shared/riot-fixtures/<sub>, skipping the test when it is
-// absent unless CI=true, where a missing fixture set is a failure.
+// fixtureDir returns the repository's testdata/riot-fixtures/<sub>, skipping
+// the test when it is absent unless CI=true, where a missing fixture set is
+// a failure.
 func fixtureDir(t testing.TB, sub string) string {
 	t.Helper()
 	dir := os.Getenv("RIOT_FIXTURES")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "riot-fixtures")
-		if _, err := os.Stat(dir); err != nil {
-			dir = "/work/shared/riot-fixtures"
-		}
+		dir = filepath.Join("..", "..", "testdata", "riot-fixtures")
 	}
 	dir = filepath.Join(dir, sub)
 	if _, err := os.Stat(dir); err != nil {

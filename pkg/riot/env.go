@@ -6,7 +6,7 @@ import (
 )
 
 // EnvConfig is the part of Config that services read from the environment,
-// with the names from DESIGN.md. It carries caarlos0/env tags, so a service
+// with the names in docs and README.md. It carries caarlos0/env tags, so a service
 // can embed it in its own env struct. Its LogValue masks the key.
 type EnvConfig struct {
 	// APIKey is RIOT_API_KEY. Empty means "no Riot access" (the service may

@@ -10,7 +10,8 @@ import (
 // Platform is a platform routing value, the host of the platform-scoped
 // endpoints (league-v4, summoner-v4): "na1", "euw1", "kr", ... Always lower case.
 //
-// Source: riotapi-schema routesTable.json (../shared/riot-fixtures/openapi/routesTable.json).
+// Source: riotapi-schema routesTable.json (testdata/riot-fixtures/openapi/routesTable.json
+// in this repository; https://github.com/MingweiSamuel/riotapi-schema).
 type Platform string
 
 // Region is a regional routing value, the host of the regional endpoints

@@ -189,12 +189,12 @@ func TestSyntheticBacklog(t *testing.T) {
 	}
 }
 
-// TestAllFixtures loads the whole shared fixture set when present and checks
+// TestAllFixtures loads the whole recorded fixture set when present and checks
 // every listed match against Truth.
 func TestAllFixtures(t *testing.T) {
 	dir := FindFixtures()
 	if dir == "" {
-		t.Skip("no shared/riot-fixtures")
+		t.Skip("no testdata/riot-fixtures")
 	}
 	s, _ := newSim(t, Options{FixturesDir: dir})
 	tr := s.Truth()

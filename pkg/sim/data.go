@@ -325,9 +325,11 @@ func (s *Sim) DemoPlayer() (p Player, ok bool) {
 	return Player{}, false
 }
 
-// FindFixtures returns the fixtures folder: $RIFTFLOW_FIXTURES if set, else
-// the first existing ../shared/riot-fixtures (or shared/riot-fixtures)
-// relative to the current directory and each of its parents, else "".
+// FindFixtures returns the recorded Riot responses folder: $RIFTFLOW_FIXTURES
+// if set, else the repository's testdata/riot-fixtures found from the
+// current directory or one of its parents (so tests in any module and
+// `make run` from the repository root find it), else "" (the simulator then
+// serves its small embedded set).
 func FindFixtures() string {
 	if d := os.Getenv("RIFTFLOW_FIXTURES"); d != "" {
 		return d
@@ -337,10 +339,9 @@ func FindFixtures() string {
 		return ""
 	}
 	for {
-		for _, c := range []string{filepath.Join(dir, "..", "shared", "riot-fixtures"), filepath.Join(dir, "shared", "riot-fixtures")} {
-			if st, err := os.Stat(filepath.Join(c, "match")); err == nil && st.IsDir() {
-				return filepath.Clean(c)
-			}
+		c := filepath.Join(dir, "testdata", "riot-fixtures")
+		if st, err := os.Stat(filepath.Join(c, "match")); err == nil && st.IsDir() {
+			return filepath.Clean(c)
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

@@ -22,7 +22,7 @@ type Faults struct {
 	// (chosen uniformly), with a Riot-like JSON body.
 	Error5xx float64 `json:"error5xx,omitempty"`
 	// Service429 is the ratio of 429s from an "underlying service": no
-	// X-Rate-Limit-Type and no Retry-After header (riot-api.md §1.3).
+	// X-Rate-Limit-Type and no Retry-After header (https://developer.riotgames.com/docs/portal#web-apis_rate-limiting).
 	Service429 float64 `json:"service429,omitempty"`
 	// Server429 is the ratio of 429s with the undocumented
 	// X-Rate-Limit-Type: server and Retry-After: ServerRetryAfter.
@@ -160,7 +160,7 @@ func (s *Sim) matchFault(method, id string) (mf MatchFault, ok bool) {
 	return mf, true
 }
 
-// Blacklist configures blacklisting (riot-api.md §1.3 "Blacklisting"):
+// Blacklist configures blacklisting (https://developer.riotgames.com/docs/portal, "Rate limiting" and "Blacklisting"):
 // more than Violations rate-limit violations (application or method 429s)
 // within Period blacklist the key; while blacklisted every API call answers
 // 403. The first blacklisting lasts Duration, each further one twice the

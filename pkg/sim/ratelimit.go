@@ -11,7 +11,7 @@ import (
 // RateLimits configures the limits the sim enforces, in Riot's header
 // format: comma-separated "limit:windowSeconds" pairs, e.g. "20:1,100:120".
 //
-// Semantics (riot-api.md §1.3): the application limit applies per routing
+// Semantics (https://developer.riotgames.com/docs/portal#web-apis_rate-limiting): the application limit applies per routing
 // value (every call on "americas" counts against the americas app bucket;
 // "na1" is a separate bucket); the method limit applies per (routing value,
 // method ID). Windows are fixed and start at the first request in the
@@ -36,7 +36,7 @@ type RateLimits struct {
 }
 
 // DefaultAppLimit is the development-key application limit: 20 per second
-// and 100 per 2 minutes, per routing value (riot-api.md, docs/portal).
+// and 100 per 2 minutes, per routing value (https://developer.riotgames.com/docs/portal).
 const DefaultAppLimit = "20:1,100:120"
 
 // DefaultMethodLimits are method limits of the order Riot reports (Riot does

@@ -3,7 +3,8 @@
 // league-v4/summoner-v4 answers derived from them) with Riot's documented
 // semantics, so the pipeline can run and be tested without the internet.
 //
-// What it imitates (facts from shared/riot-api.md):
+// What it imitates (from https://developer.riotgames.com/docs/portal and the
+// API reference at https://developer.riotgames.com/apis):
 //   - routing: regional routes (americas, asia, europe, sea) for account-v1
 //     and match-v5, platforms (na1, jp1, ...) for league-v4 and summoner-v4;
 //     a match is only found on the region of its ID prefix;
@@ -25,7 +26,7 @@
 //
 // Data comes from a small embedded subset (one real player's matches, see
 // data/SOURCES.md) and, when Options.FixturesDir is set, from every file of a
-// fixtures folder laid out like shared/riot-fixtures (see FindFixtures).
+// fixtures folder laid out like testdata/riot-fixtures (see FindFixtures).
 // Recorded timestamps are re-dated by Options.Shift so the data looks recent.
 //
 // The admin API under /sim/ (no auth, not rate limited, JSON):
@@ -73,7 +74,7 @@ const (
 	MethodSummonerByPUUID = "summoner-v4.getByPUUID"
 )
 
-// Retention periods Riot applies (riot-api.md §1.4, developer-relations #902).
+// Retention periods Riot applies (https://github.com/RiotGames/developer-relations/issues/902).
 const (
 	MatchRetention    = 730 * 24 * time.Hour
 	TimelineRetention = 365 * 24 * time.Hour
@@ -86,7 +87,7 @@ type Options struct {
 	APIKey string
 
 	// FixturesDir, when set, adds every file of a folder laid out like
-	// shared/riot-fixtures (match/*.json, timeline/*.json, account/*.json)
+	// testdata/riot-fixtures (match/*.json, timeline/*.json, account/*.json)
 	// to the embedded subset. See FindFixtures.
 	FixturesDir string
 

@@ -487,11 +487,11 @@ func TestFindFixtures(t *testing.T) {
 	}
 	t.Setenv("RIFTFLOW_FIXTURES", "")
 	dir := t.TempDir()
-	if err := mkdirs(dir+"/shared/riot-fixtures/match", dir+"/repo/pkg/sim"); err != nil {
+	if err := mkdirs(dir+"/repo/testdata/riot-fixtures/match", dir+"/repo/pkg/sim"); err != nil {
 		t.Fatal(err)
 	}
 	t.Chdir(dir + "/repo/pkg/sim")
-	if got := FindFixtures(); got != dir+"/shared/riot-fixtures" {
+	if got := FindFixtures(); got != dir+"/repo/testdata/riot-fixtures" {
 		t.Fatalf("walk: %q", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Job is a jobs row (seed 002's job log).
+// Job is a jobs row (design 002's job log).
 type Job struct {
 	ID          string // request id or scheduled job id
 	Type        string // sync | latest_all | rank_daily | weekly_report | recovery | ...

@@ -12,7 +12,7 @@ import (
 // LinkAccount marks the account a.PUUID linked (active = true), creating it
 // when absent (sync_status pending) with a.Platform and a.Region. A
 // non-empty a.GameName/a.TagLine replaces the stored Riot ID; empty ones
-// keep it. Seed 001's "account linked" trigger; the caller then queues a
+// keep it. design 001's "account linked" trigger; the caller then queues a
 // sync.
 func (s *Store) LinkAccount(ctx context.Context, a Account) error {
 	_, err := s.pool.Exec(ctx, `

@@ -1,8 +1,8 @@
 // Package store is riftflow's Postgres layer: a pgx/v5 pool traced with
 // otelpgx, the schema migrations (module migrations, applied with tern), the
-// persister's idempotent bulk upsert (PersistBatch), the fetch ledger of seed
-// 000 (match_fetches), account sync state (seed 001), the job log (seed 002),
-// league snapshots and weekly reports.
+// persister's idempotent bulk upsert (PersistBatch), the fetch ledger of
+// design 000 (match_fetches), account sync state (design 001), the job log
+// (design 002), league snapshots and weekly reports (docs/designs.md).
 //
 // Every write is idempotent: replaying a batch or a claim changes nothing.
 // Ledger statuses and kinds are the strings of pkg/bus (Outcome, Kind).

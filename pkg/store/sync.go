@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Account is an accounts row (seed 001's sync state).
+// Account is an accounts row (design 001's sync state).
 type Account struct {
 	PUUID, GameName, TagLine string
 	Platform                 string // e.g. "EUW1"
@@ -62,7 +62,7 @@ WHERE (accounts.game_name, accounts.tag_line, accounts.platform, accounts.region
 	return nil
 }
 
-// SyncStart describes a sync request (a sync job of seed 002).
+// SyncStart describes a sync request (a sync job of design 002).
 type SyncStart struct {
 	RequestID, PUUID, GameName, TagLine, Platform, Region string
 	Mode                                                  string // e.g. "full" | "latest"; stored in jobs.detail

@@ -7,7 +7,7 @@
 // The persister writes the rows and the fetch ledger; the fetcher holds no
 // database connection.
 //
-// Retry semantics (seed 000, done with JetStream):
+// Retry semantics (design 000 in docs/designs.md, done with JetStream):
 //   - a temporary failure (5xx, timeout, connection error) is attempt N;
 //     attempt N+1 is scheduled after Backoff[N-1] (30 s, 60 s, 120 s, 300 s)
 //     as a JetStream message schedule, and the message is acked, so waiting
@@ -60,7 +60,9 @@ type Matches interface {
 	Timeline(ctx context.Context, region riot.Region, matchID string) (*riot.Timeline, []byte, error)
 }
 
-// Riot's retention (riot-api.md §1.4, developer-relations #902).
+// Riot's retention: match-v5 serves matches for about two years and
+// timelines for about one; older IDs may still be listed but answer 404
+// (https://github.com/RiotGames/developer-relations/issues/902).
 const (
 	DefaultMatchRetention    = 730 * 24 * time.Hour
 	DefaultTimelineRetention = 365 * 24 * time.Hour
@@ -69,7 +71,7 @@ const (
 // Config tunes the fetcher.
 type Config struct {
 	// Backoff is the delay before attempt N+1 after failed attempt N
-	// (the last entry repeats). Default 30s, 60s, 120s, 300s (seed 000).
+	// (the last entry repeats). Default 30s, 60s, 120s, 300s (design 000).
 	Backoff []time.Duration
 	// MaxAttempts failed attempts end the in-process retries (5): a 404
 	// streak becomes permanently_unfetchable, any other failure is left
@@ -83,7 +85,7 @@ type Config struct {
 	// in-process 429 retries (RIOT_RATELIMIT_MAX_WAIT + RIOT_HTTP_TIMEOUT_MS).
 	// A wait that would not fit comes back as a rate-limit error and the
 	// fetch is rescheduled, so a long Retry-After never holds a consumer
-	// slot (issue 3, "a long wait must not stall a consumer").
+	// slot.
 	CallTimeout time.Duration
 	// InteractiveConcurrency is the number of interactive fetches in flight
 	// per region (default 4): they run beside the background ones and the
@@ -100,7 +102,7 @@ type Config struct {
 	InlinePayloadMax int
 }
 
-// DefaultBackoff is seed 000's schedule.
+// DefaultBackoff is design 000's schedule.
 var DefaultBackoff = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 300 * time.Second}
 
 // Deps are the fetcher's collaborators.

@@ -18,7 +18,7 @@ type Env struct {
 	// Regions is FETCHER_REGIONS: the regional routes this process serves
 	// (a Deployment per region scales them apart).
 	Regions []string `env:"FETCHER_REGIONS" envDefault:"americas,asia,europe,sea" envSeparator:","`
-	// Backoff is FETCH_BACKOFF: delays before attempts 2, 3, 4, 5 (seed 000).
+	// Backoff is FETCH_BACKOFF: delays before attempts 2, 3, 4, 5 (design 000).
 	Backoff     []time.Duration `env:"FETCH_BACKOFF" envDefault:"30s,60s,120s,300s" envSeparator:","`
 	MaxAttempts int             `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
 	// Retention in days: Riot keeps matches 2 years and timelines 1 year.

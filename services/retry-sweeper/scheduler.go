@@ -32,7 +32,7 @@ const (
 	JobRecovery     = "recovery"
 )
 
-// ScheduleConfig is seed 002's scheduler: standard 5-field cron expressions
+// ScheduleConfig is design 002's scheduler: standard 5-field cron expressions
 // (minute hour day-of-month month day-of-week, evaluated in the clock's
 // location, UTC in riftflow) for the three scheduled jobs.
 type ScheduleConfig struct {
@@ -84,7 +84,7 @@ type SchedulerDeps struct {
 	Now func() time.Time
 }
 
-// Scheduler runs seed 002's scheduled jobs. Several replicas may run one:
+// Scheduler runs design 002's scheduled jobs. Several replicas may run one:
 // each scheduled time of each job runs on exactly one, the replica that
 // creates the cron-locks key "<job>.<unix seconds>" first.
 type Scheduler struct {
@@ -115,7 +115,7 @@ type WeeklyNotice struct {
 }
 
 // NewScheduler parses the cron expressions (cron.ParseStandard) and checks
-// deps. Empty expressions take seed 002's defaults.
+// deps. Empty expressions take design 002's defaults.
 func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if d.JS == nil || d.Store == nil || d.CronLocks == nil {
 		return nil, errors.New("scheduler: JS, Store and CronLocks are required")
@@ -390,7 +390,7 @@ func summarize(errs []error, of int) error {
 }
 
 // Process is the retry-sweeper process: the sweeper and, beside it, the
-// scheduler. Run first makes a crash-recovery pass (seed 001: syncs left in
+// scheduler. Run first makes a crash-recovery pass (design 001: syncs left in
 // syncing with no live lock and no progress for StuckAfter are reset and
 // queued again), whatever the sweeper's hourly tick lock says, then runs
 // both until ctx ends.
@@ -436,7 +436,7 @@ func (p *Process) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// ScheduleEnv is the scheduler's configuration (seed 002).
+// ScheduleEnv is the scheduler's configuration (design 002).
 type ScheduleEnv struct {
 	Enable       bool          `env:"SCHEDULE_ENABLE" envDefault:"true"`
 	LatestEvery  string        `env:"CRON_LATEST_EVERY" envDefault:"0 */1 * * *"`

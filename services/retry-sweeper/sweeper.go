@@ -1,6 +1,6 @@
 // Package sweeper is riftflow's retry-sweeper: the safety net, not the main
 // retry path (the match-fetcher schedules its own retries). Every Interval
-// (hourly by default, seed 000's RetryFailedMatchesJob) one replica:
+// (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
 //     last attempt is older than StaleAfter (10 min), in batches of 100,
@@ -304,7 +304,7 @@ func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress
 }
 
 // recover resets syncs stuck in syncing with no live lock and no progress
-// for StuckAfter, and queues them again (seed 001 crash recovery).
+// for StuckAfter, and queues them again (design 001 crash recovery).
 func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 	stuck, err := s.d.Store.StuckSyncs(ctx, now.Add(-s.cfg.StuckAfter))
 	if err != nil {

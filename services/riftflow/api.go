@@ -40,7 +40,7 @@ import (
 //	                                    200 {"status":"fresh"|"syncing"}; 404 unknown account
 //	GET  /v1/sync/{request_id}/events   progress as Server-Sent Events until completed/failed/rejected;
 //	                                    replayed for a late client, at once when already finished
-//	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (seed 002), newest first
+//	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (design 002), newest first
 //
 // A 409 is also announced on lol.ingest.rejected and logged in the jobs
 // table (status rejected).
@@ -224,7 +224,7 @@ func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"puuid": r.PathValue("puuid"), "active": false})
 }
 
-// postLogin is seed 001's stale-login trigger.
+// postLogin is design 001's stale-login trigger.
 func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {

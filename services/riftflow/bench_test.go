@@ -9,7 +9,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/sim"
 )
 
-// Pipeline rate-limit benchmarks (issue 3 "Measured, not asserted"); the
+// Pipeline rate-limit benchmarks (measured, not asserted); the
 // figures are in docs/rate-limiting.md. Run with `make bench` or
 //
 //	cd services/riftflow && go test -run '^$' -bench PipelineBudget -benchtime 1x

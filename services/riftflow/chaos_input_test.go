@@ -117,9 +117,9 @@ func TestHostileRiotPayloads(t *testing.T) {
 	src := sim.FindFixtures()
 	if src == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("CI: ../shared/riot-fixtures not found")
+			t.Fatal("CI: testdata/riot-fixtures not found")
 		}
-		t.Skip("../shared/riot-fixtures not found")
+		t.Skip("testdata/riot-fixtures not found")
 	}
 	// Drift three real retained matches of recorded players off na1 (the
 	// synthetic backlog clones na1 matches), and serve poison, truncated

@@ -1,6 +1,6 @@
 package riftflow
 
-// The chaos suite (issue 7): the whole pipeline on the simulator with a
+// The chaos suite: the whole pipeline on the simulator with a
 // synthetic backlog, one fault per case injected mid-run, then a
 // Jepsen-style check of the END STATE against the simulator's truth
 // (checkEnd): every listed match stored exactly once with Truth's

@@ -580,7 +580,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
 	key := fs.String("key", "", "API key clients must send (default: generated and printed)")
-	fixtures := fs.String("fixtures", sim.FindFixtures(), "extra fixtures folder laid out like shared/riot-fixtures")
+	fixtures := fs.String("fixtures", sim.FindFixtures(), "recorded Riot responses, laid out like testdata/riot-fixtures")
 	app := fs.String("app-limit", sim.DefaultAppLimit, "application rate limit, Riot's header format")
 	synthetic := fs.Int("synthetic-players", 0, "add synthetic players (clones of recorded matches)")
 	perPlayer := fs.Int("synthetic-matches", 500, "matches per synthetic player")

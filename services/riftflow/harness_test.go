@@ -76,7 +76,7 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	if o.sim.FixturesDir == "" {
 		o.sim.FixturesDir = sim.FindFixtures()
 		if o.sim.FixturesDir == "" && os.Getenv("CI") == "true" {
-			t.Fatal("CI: ../shared/riot-fixtures not found")
+			t.Fatal("CI: testdata/riot-fixtures not found")
 		}
 	}
 	if o.sim.Limits.App == "" {

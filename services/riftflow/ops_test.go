@@ -118,7 +118,7 @@ next:
 }
 
 // TestMetricsAfterIngest ingests one request through the five services and
-// scrapes the process's /metrics: the seed 002 set (throughput, failure
+// scrapes the process's /metrics: the design 002 set (throughput, failure
 // and retry counters per stage, queue length per consumer), the Riot rate
 // limiter's budget and its 429s by type, persist batch latency and size,
 // and sync duration. The simulator answers a tenth of the requests with a

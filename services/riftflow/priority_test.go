@@ -16,7 +16,7 @@ import (
 // player on the same route completes while most of the backlog is still
 // waiting. Interactive fetches have their own queue per region
 // (lol.match.fetch.<region>.interactive), and the rate limiter serves
-// interactive calls first (issue 3, "Priority").
+// interactive calls first.
 func TestInteractiveBeatsBackfill(t *testing.T) {
 	const backlog = 400
 	h := startHarness(t, harnessOptions{sim: sim.Options{

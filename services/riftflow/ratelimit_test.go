@@ -25,7 +25,7 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-// Pipeline-level rate-limit tests (issue 3). Each runs the pipeline
+// Pipeline-level rate-limit tests. Each runs the pipeline
 // in-process (harness, services started here without the stack's own
 // fetcher) plus N match-fetcher "processes": in-process instances, each
 // with its own NATS connection, its own Riot client and its own limiter
@@ -339,7 +339,7 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 	t.Logf("riftflow status --ratelimit:\n%s", out.String())
 }
 
-// TestLongWaitDoesNotStall (issue 3 item 6): asia's application budget is
+// TestLongWaitDoesNotStall: asia's application budget is
 // paused by a 429 with a 30 s Retry-After (another user of the key used
 // it up). Americas keeps fetching; asia's fetches are rescheduled as
 // message schedules, so they hold no MaxAckPending slot, and none reaches

@@ -1,6 +1,6 @@
 package riftflow
 
-// Secrets (issue 7 §3): the Riot API key must appear nowhere but the
+// Secrets: the Riot API key must appear nowhere but the
 // X-Riot-Token request header. The five services run as OS processes with a
 // distinctive key and a Postgres password; every output of the run is
 // collected and searched: process stderr (logs, error strings), spans
