@@ -154,7 +154,7 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, fmt.Errorf("natsx: connect %s: %s", redact.String(url), redact.String(r.err.Error()))
+			return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), r.err)
 		}
 		log.Info("nats connected", "name", c.Name, "url", r.nc.ConnectedUrlRedacted())
 		return r.nc, nil
