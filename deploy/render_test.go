@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -210,5 +209,3 @@ func containers(p *corev1.PodSpec) []*corev1.Container {
 	}
 	return out
 }
-
-func describe(kind, name string) string { return fmt.Sprintf("%s/%s", kind, name) }

@@ -27,11 +27,10 @@ const lagTimeout = 2 * time.Second
 // each with the attributes consumer and stream. These are the numbers KEDA
 // scales on (lagThreshold against num_pending + num_ack_pending).
 type consumerLag struct {
-	mu    sync.Mutex
-	cons  []*lagEntry
-	now   func() time.Time
-	reg   metric.Registration
-	ready bool
+	mu   sync.Mutex
+	cons []*lagEntry
+	now  func() time.Time
+	reg  metric.Registration
 }
 
 type lagEntry struct {

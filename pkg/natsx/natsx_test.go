@@ -217,7 +217,7 @@ func TestPublishInjectsProducerSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range producer.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["messaging.system"] != "nats" || attrs["messaging.destination.name"] != "p.one" || attrs["messaging.message.id"] != "id-1" {
 		t.Errorf("attributes %v", attrs)

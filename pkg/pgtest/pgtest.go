@@ -398,7 +398,7 @@ func findBinaries() (string, error) {
 // /usr/lib/postgresql/15/bin; 0 when there is none.
 func versionOf(p string) int {
 	for _, part := range strings.Split(p, string(filepath.Separator)) {
-		part = strings.TrimLeft(part, "postgresql@-pgsql")
+		part = strings.TrimLeft(part, "postgreql@-") // the letters of "postgresql", "pgsql", "@" and "-"
 		if n, err := strconv.Atoi(part); err == nil {
 			return n
 		}

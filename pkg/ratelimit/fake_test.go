@@ -273,5 +273,3 @@ func newShared(t testing.TB, js jetstream.JetStream, o SharedOptions) *Shared {
 	t.Cleanup(s.Close)
 	return s
 }
-
-func fmtTooMany(m map[string]int) string { return fmt.Sprint(m) }

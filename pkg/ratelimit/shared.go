@@ -65,10 +65,9 @@ type Shared struct {
 }
 
 type kvStore struct {
-	e       *engine
-	kv      jetstream.KeyValue
-	o       SharedOptions
-	rejSeen int // status last read from KV, guarded by e.mu
+	e  *engine
+	kv jetstream.KeyValue
+	o  SharedOptions
 	// afterProbeRead, when set (tests only), runs in startProbe between the
 	// KV read and applying its result, to order a concurrent release there.
 	afterProbeRead func()

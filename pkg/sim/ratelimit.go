@@ -51,8 +51,6 @@ var DefaultMethodLimits = map[string]string{
 	MethodSummonerByPUUID: "1600:60",
 }
 
-type limitPair struct{ limit, secs int }
-
 // ParseLimits parses a Riot rate-limit header value "20:1,100:120" into
 // (limit, window seconds) pairs.
 func ParseLimits(spec string) ([][2]int, error) {

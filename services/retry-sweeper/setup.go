@@ -43,7 +43,7 @@ func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(Config{Interval: e.Interval, StaleAfter: e.StaleAfter, QueueSlack: e.QueueSlack, StuckAfter: e.StuckAfter, BatchSize: e.BatchSize, MaxAttempts: e.MaxAttempts},
+	return New(Config(e),
 		Deps{JS: inf.JS, Advisories: adv, Store: inf.Store, Locks: locks, CronLocks: cron, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
 			Logger: inf.Logger("retry-sweeper"), Tracer: inf.Tracer("retry-sweeper"), Now: inf.Now})
 }
