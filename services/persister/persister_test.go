@@ -144,9 +144,8 @@ func (e *env) publishMatch(doc map[string]any, matchID string, edit func(map[str
 	}
 }
 
-// redeliveries is how many deliveries of the persister's consumer were
-// redeliveries (its consumer sequence runs ahead of the stream sequence).
-func (e *env) redeliveries() int {
+// consumerInfo is the persister consumer's state.
+func (e *env) consumerInfo() *jetstream.ConsumerInfo {
 	e.t.Helper()
 	c, err := e.js.Consumer(e.t.Context(), streams.StreamFetched, streams.ConsumerPersister)
 	if err != nil {
@@ -156,22 +155,18 @@ func (e *env) redeliveries() int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return ci
+}
+
+// redeliveries is how many deliveries of the persister's consumer were
+// redeliveries (its consumer sequence runs ahead of the stream sequence).
+func (e *env) redeliveries() int {
+	ci := e.consumerInfo()
 	return int(ci.Delivered.Consumer) - int(ci.Delivered.Stream)
 }
 
 // delivered is the last stream sequence the persister's consumer delivered.
-func (e *env) delivered() int {
-	e.t.Helper()
-	c, err := e.js.Consumer(e.t.Context(), streams.StreamFetched, streams.ConsumerPersister)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ci, err := c.Info(e.t.Context())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return int(ci.Delivered.Stream)
-}
+func (e *env) delivered() int { return int(e.consumerInfo().Delivered.Stream) }
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
