@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all build run test test-short bench fuzz chaos check lint vet fmt clean tools
+.PHONY: all build run test test-short bench fuzz chaos check lint vet fmt clean tools images
 
 all: build
 
@@ -60,6 +60,12 @@ fuzz:
 ## chaos: the full fault-injection suite (a short version runs in make test)
 chaos:
 	cd services/riftflow && RIFTFLOW_CHAOS=full $(GO) test -count=1 -timeout 60m -run Chaos -v ./...
+
+## images: one container image per binary from the single Dockerfile (needs Docker)
+IMAGE_PREFIX ?= riftflow
+images:
+	@set -e; for s in $(SERVICES) riftflow; do \
+		echo "=== image $(IMAGE_PREFIX)/$$s"; docker build --build-arg SERVICE=$$s -t $(IMAGE_PREFIX)/$$s .; done
 
 ## vet: go vet over every module; fails on any finding
 vet:
