@@ -240,19 +240,22 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) nats
 // releases those of completed ones.
 func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
 	for _, p := range progress {
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
-			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
-		}
+		// A finished sync's lock is released before its final event goes
+		// out: a client that starts the next sync on that event must not
+		// find the account still locked (409).
 		if p.Status == "completed" || p.Status == "failed" {
 			if v, err := synclock.Get(ctx, s.d.Locks, p.PUUID); err == nil && v.RequestID == p.RequestID && !v.Since.IsZero() {
 				s.syncDuration.Record(ctx, s.d.Now().Sub(v.Since).Seconds(), metric.WithAttributes(attribute.String("status", p.Status)))
 			}
 			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
 			s.d.Logger.InfoContext(ctx, "sync finished", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
-			continue
+		} else {
+			synclock.Renew(ctx, s.d.Locks, p.PUUID, p.RequestID, s.cfg.LockTTL)
 		}
-		synclock.Renew(ctx, s.d.Locks, p.PUUID, p.RequestID, s.cfg.LockTTL)
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
+			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
+		}
 	}
 }
 

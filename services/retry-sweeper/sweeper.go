@@ -292,13 +292,14 @@ func (s *Service) queueFloor(ctx context.Context, region string) (queueFloor, er
 // TTL before the account can sync again.
 func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
 	for _, p := range progress {
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
-			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
-		}
+		// Release before the final event, as the persister does.
 		if p.Status == "completed" || p.Status == "failed" {
 			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
 			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
+		}
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
+			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -511,13 +512,18 @@ func (e *chaosEnv) pgctl(args ...string) error {
 
 // restartPostgres stops the private cluster (pg_ctl stop -m fast: every
 // session is terminated), waits pause, and starts it on the same port.
-func (e *chaosEnv) restartPostgres(pause time.Duration) {
+func (e *chaosEnv) restartPostgres(pause time.Duration) { e.bouncePostgres("fast", pause) }
+
+// bouncePostgres stops the private cluster with pg_ctl stop -m mode
+// ("fast", or "immediate": a crash, with recovery at the next start), waits
+// pause, and starts it on the same port.
+func (e *chaosEnv) bouncePostgres(mode string, pause time.Duration) {
 	e.t.Helper()
-	if err := e.pgctl("stop", "-w", "-m", "fast", "-D", e.pgDir); err != nil {
+	if err := e.pgctl("stop", "-w", "-m", mode, "-D", e.pgDir); err != nil {
 		e.t.Fatal(err)
 	}
 	e.pgRestarts++
-	e.t.Logf("Postgres stopped (pg_ctl stop -m fast)")
+	e.t.Logf("Postgres stopped (pg_ctl stop -m %s) for %s", mode, pause)
 	time.Sleep(pause)
 	o := fmt.Sprintf("-p %d -c unix_socket_directories=''", e.pgPort)
 	if err := e.pgctl("start", "-w", "-t", "60", "-D", e.pgDir, "-l", filepath.Join(e.pgDir, "server.log"), "-o", o); err != nil {
@@ -761,9 +767,11 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 		if l.status != "success" {
 			r.FinalFailed++
 			r.Reasons[reasonClass(l.reason)]++
-			if m.MatchOK {
-				// Riot serves this match: a final failure is a loss, even
-				// with a reason (a transient fault was taken for poison).
+			if m.MatchOK && transientReason(l.reason) {
+				// Riot serves this match, and the reason is one retrying
+				// fixes (a 5xx, a timeout, the database): a loss, even
+				// with a reason. (A payload the simulator corrupted on
+				// purpose is rightly final.)
 				r.WronglyGone++
 				t.Errorf("WRONGLY GONE %s: ledger %s (%s), but Riot serves it", id, l.status, l.reason)
 			}
@@ -809,7 +817,7 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 			}
 		default:
 			r.Reasons["timeline: "+reasonClass(tl.reason)]++
-			if m.TimelineOK {
+			if m.TimelineOK && transientReason(tl.reason) {
 				r.WronglyGone++
 				t.Errorf("WRONGLY GONE %s timeline: ledger %s (%s), but Riot serves it", id, tl.status, tl.reason)
 			}
@@ -845,6 +853,13 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	}
 	return r
 }
+
+// transientRe matches ledger reasons that retrying later would fix.
+var transientRe = regexp.MustCompile(`(?i)\b50[0-9]\b|timeout|deadline exceeded|connection|\bEOF\b|SQLSTATE|circuit breaker|unavailable`)
+
+// transientReason reports whether a final ledger reason is one that
+// retrying later would fix: such a match was wrongly marked gone.
+func transientReason(reason string) bool { return transientRe.MatchString(reason) }
 
 // reasonClass shortens a ledger reason for the report.
 func reasonClass(s string) string {

@@ -198,6 +198,24 @@ func TestChaosPostgresRestart(t *testing.T) {
 	e.check("Postgres restart during persist", start, fmt.Sprintf("%d Postgres restarts (3 s down each)", e.pgRestarts))
 }
 
+// TestChaosPostgresCrashOutage crashes Postgres (pg_ctl stop -m immediate)
+// while the separate service processes work the backlog, and keeps it down
+// for 45 s: longer than the old persister's and lister's whole delivery
+// budget (10 naks of 2 s, 5 of 1 s), which lost matches and syncs. The
+// settle policy pauses the persister and the lister on a failed ping and
+// backs off, so nothing is lost, duplicated or marked gone.
+func TestChaosPostgresCrashOutage(t *testing.T) {
+	players, per := chaosSize()
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true})
+	total := players * per
+	start := time.Now()
+	e.ingestAll(1, players)
+	e.waitStored(fraction(total, 0.25), settleTimeout())
+	e.bouncePostgres("immediate", 45*time.Second)
+	e.waitSettled(settleTimeout())
+	e.check("Postgres crash, 45 s down", start, fmt.Sprintf("%d Postgres crash (pg_ctl stop -m immediate, 45 s down)", e.pgRestarts))
+}
+
 // jumpClock is a clock that can jump forward.
 type jumpClock struct{ off atomic.Int64 }
 
