@@ -12,11 +12,8 @@
 //     attempt N+1 is scheduled after Backoff[N-1] (30 s, 60 s, 120 s, 300 s)
 //     as a JetStream message schedule, and the message is acked, so waiting
 //     retries hold no MaxAckPending slot;
-//   - after MaxAttempts (5) failed attempts a fetch that Riot answered 404
-//     each time is permanently_unfetchable; one that failed with 5xx or
-//     timeouts stays temporary_failure and the retry-sweeper tries it
-//     again later, for as long as Riot fails (a transient failure is never
-//     final);
+//   - after MaxAttempts (5) failed attempts the fetch is
+//     permanently_unfetchable and nothing retries it again;
 //   - a rate-limit wait (429, or a budget wait longer than the limiter's
 //     MaxWait) is rescheduled at Riot's Retry-After and is NOT an attempt;
 //   - retention is checked before calling: a match known to be older than
@@ -73,9 +70,7 @@ type Config struct {
 	// Backoff is the delay before attempt N+1 after failed attempt N
 	// (the last entry repeats). Default 30s, 60s, 120s, 300s (design 000).
 	Backoff []time.Duration
-	// MaxAttempts failed attempts end the in-process retries (5): a 404
-	// streak becomes permanently_unfetchable, any other failure is left
-	// temporary_failure for the retry-sweeper.
+	// MaxAttempts failed attempts make a fetch permanently_unfetchable (5).
 	MaxAttempts       int
 	MatchRetention    time.Duration
 	TimelineRetention time.Duration
@@ -329,15 +324,8 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, re *riot.Error) natsx.Result {
 	reason := re.Error()
 	if cmd.Attempt >= s.cfg.MaxAttempts {
-		if re.Kind == riot.KindNotFound {
-			return s.finish(ctx, cmd, bus.PermanentlyUnfetchable, re.Status,
-				fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
-		}
-		// A 5xx or a transport error says nothing about the match: it is
-		// never final. The in-process retries stop here; the retry-sweeper
-		// tries again after SWEEP_STALE_AFTER, for as long as Riot fails.
-		return s.finish(ctx, cmd, bus.TemporaryFailure, re.Status,
-			fmt.Sprintf("%d attempts failed, left to the retry-sweeper: %s", cmd.Attempt, reason), nil)
+		return s.finish(ctx, cmd, bus.PermanentlyUnfetchable, re.Status,
+			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
 	}
 	if err := s.publishResult(ctx, cmd, bus.TemporaryFailure, re.Status, reason, nil); err != nil {
 		return natsx.Retry(err)

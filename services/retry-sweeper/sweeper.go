@@ -60,9 +60,8 @@ type Config struct {
 	QueueSlack time.Duration
 	StuckAfter time.Duration // default 10m
 	BatchSize  int           // default 100
-	// MaxAttempts mirrors the fetcher's: a due row already at it whose
-	// every failure was a 404 becomes permanently_unfetchable instead of
-	// being re-published; any other row is re-published.
+	// MaxAttempts mirrors the fetcher's: a due row already at it becomes
+	// permanently_unfetchable instead of being re-published.
 	MaxAttempts int
 }
 
@@ -189,9 +188,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
-			// Only 404s make a fetch final (Riot does not have the match);
-			// a 5xx or timeout streak is retried for as long as it lasts.
-			if f.Status == string(bus.TemporaryFailure) && f.RetryCount >= s.cfg.MaxAttempts && f.NotFound >= f.RetryCount {
+			if f.Status == string(bus.TemporaryFailure) && f.RetryCount >= s.cfg.MaxAttempts {
 				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts (sweeper)", f.RetryCount), f.Attempt+1)
 				if err != nil {
 					return rep, err
@@ -355,8 +352,8 @@ type advisory struct {
 // advisory about a fetch message into a ledger entry, so nothing ends
 // silently:
 //   - a FetchCommand (FETCH stream) that exhausted its deliveries becomes a
-//     failed attempt: temporary_failure (the sweeper retries it later),
-//     whatever its attempt count;
+//     failed attempt: temporary_failure (the sweeper retries it later), or
+//     permanently_unfetchable once it reaches MaxAttempts;
 //   - a FetchResult (FETCHED stream) the persister could not write is
 //     recorded with its own outcome, except that a success whose rows were
 //     never stored becomes temporary_failure, so it is fetched again.
@@ -444,7 +441,9 @@ func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, b
 		}
 	case bus.TemporaryFailure, bus.Success, "": // "" is a FetchCommand
 		lu.Status = string(bus.TemporaryFailure)
-
+		if r.Outcome == "" && lu.Attempt >= s.cfg.MaxAttempts {
+			lu.Status = string(bus.PermanentlyUnfetchable)
+		}
 	default:
 		return store.LedgerUpdate{}, false
 	}

