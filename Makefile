@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 SERVICES := resolver matchid-lister match-fetcher persister retry-sweeper
 # Every module of the go.work workspace.
-MODULES := pkg streams migrations deploy $(addprefix services/,$(SERVICES) riftflow)
+MODULES := pkg internal streams migrations deploy $(addprefix services/,$(SERVICES) riftflow)
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
 # make test fuzzes each target for a count of executions, not a duration:
@@ -87,7 +87,7 @@ tools:
 
 ## check: gofmt, go vet, staticcheck and govulncheck over every module; fails on findings
 check: tools
-	@echo "=== gofmt"; out=$$(gofmt -l pkg services streams deploy migrations); \
+	@echo "=== gofmt"; out=$$(gofmt -l pkg internal services streams deploy migrations); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@$(MAKE) --no-print-directory vet
 	@set -e; for m in $(MODULES); do echo "=== staticcheck $$m"; (cd $$m && $(TOOLS)/staticcheck ./...); done
@@ -99,7 +99,7 @@ check: tools
 lint: check
 
 fmt:
-	gofmt -l -w pkg services streams deploy migrations
+	gofmt -l -w pkg internal services streams deploy migrations
 
 clean:
 	rm -rf $(BIN) .data bench.out

@@ -69,6 +69,7 @@ require (
 require github.com/riftflow/riftflow/streams v0.0.0
 
 replace (
+	github.com/riftflow/riftflow/internal => ../internal
 	github.com/riftflow/riftflow/pkg => ../pkg
 	github.com/riftflow/riftflow/streams => ../streams
 )

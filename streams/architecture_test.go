@@ -18,11 +18,16 @@ func TestArchitectureDiagram(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(raw)
-	start, end := strings.Index(doc, "```mermaid"), strings.LastIndex(doc, "```")
-	if start < 0 || end <= start {
+	start := strings.Index(doc, "```mermaid")
+	if start < 0 {
 		t.Fatal("docs/architecture.md has no mermaid block")
 	}
-	diagram := strings.ReplaceAll(doc[start:end], "&gt;", ">")
+	body := doc[start+len("```mermaid"):]
+	end := strings.Index(body, "```")
+	if end < 0 {
+		t.Fatal("docs/architecture.md: the mermaid block is not closed")
+	}
+	diagram := strings.ReplaceAll(body[:end], "&gt;", ">")
 
 	set, err := Load(Options{})
 	if err != nil {

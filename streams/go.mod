@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/nats-io/nats.go v1.55.0
+	github.com/riftflow/riftflow/internal v0.0.0
 	github.com/riftflow/riftflow/pkg v0.0.0
 )
 
@@ -31,3 +32,5 @@ require (
 )
 
 replace github.com/riftflow/riftflow/pkg => ../pkg
+
+replace github.com/riftflow/riftflow/internal => ../internal

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/riftflow/riftflow/internal/natsembed"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
@@ -20,7 +21,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func startJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	s, err := natsx.StartServer(natsx.EmbeddedOptions{Name: "streams", StoreDir: t.TempDir(), Port: -1, NoLog: true})
+	s, err := natsembed.StartServer(natsembed.Options{Name: "streams", StoreDir: t.TempDir(), Port: -1, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestApplyOnThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	c, err := natsx.StartCluster(3, t.TempDir())
+	c, err := natsembed.StartCluster(3, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

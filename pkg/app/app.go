@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -162,7 +161,7 @@ func (inf *Infra) DeadLetter() *natsx.DeadLetter {
 }
 
 // ConnectNATS connects to cfg.URL, or in-process to srv when it is non-nil.
-func ConnectNATS(ctx context.Context, cfg config.NATS, srv *server.Server, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+func ConnectNATS(ctx context.Context, cfg config.NATS, srv nats.InProcessConnProvider, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	cc := natsx.ConnConfig{URL: cfg.URL, Name: name, User: cfg.User, Password: cfg.Password.Reveal(),
 		Token: cfg.Token.Reveal(), NKeySeedFile: cfg.NKeySeedFile, CredsFile: cfg.CredsFile,
 		TLSCAFile: cfg.TLSCA, TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey, InProcess: srv, Logger: log}
@@ -360,8 +359,9 @@ type BuildOptions struct {
 	NeedDB   bool
 	NeedRiot bool
 	Log      *slog.Logger
-	// NATSServer, when set, is used in-process instead of NATS_URL.
-	NATSServer *server.Server
+	// NATSServer, when set, is used in-process instead of NATS_URL (an
+	// embedded server from internal/natsembed, in riftflow up and tests).
+	NATSServer nats.InProcessConnProvider
 }
 
 // Build creates an Infra from env. The returned func closes everything.

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/internal/natsembed"
 )
 
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	c, err := StartCluster(3, t.TempDir())
+	c, err := natsembed.StartCluster(3, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestClusterFailover(t *testing.T) {
 }
 
 func TestWebSocketListener(t *testing.T) {
-	s, err := StartServer(EmbeddedOptions{StoreDir: t.TempDir(), NoLog: true, Port: -1, WebSocketPort: -1})
+	s, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true, Port: -1, WebSocketPort: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -35,8 +34,9 @@ type ConnConfig struct {
 	// TLSCertFile and TLSKeyFile are a PEM client certificate and key
 	// (mutual TLS). Both or neither.
 	TLSCertFile, TLSKeyFile string
-	// InProcess connects to an embedded server without a socket.
-	InProcess *server.Server
+	// InProcess connects to an in-process server without a socket (a
+	// *server.Server from internal/natsembed satisfies it).
+	InProcess nats.InProcessConnProvider
 	// Logger receives connection events; default slog.Default().
 	Logger *slog.Logger
 }

@@ -26,6 +26,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/internal/natsembed"
 )
 
 // spans records every span ended in this test binary.
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 // handle on an in-process connection.
 func startJS(t *testing.T) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := StartServer(EmbeddedOptions{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
+	s, err := natsembed.StartServer(natsembed.Options{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func startJS(t *testing.T) (*server.Server, *nats.Conn, jetstream.JetStream) {
 }
 
 func TestConnectUserPassword(t *testing.T) {
-	s, err := StartServer(EmbeddedOptions{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
+	s, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
 		o.Username, o.Password = "svc", "s3cret"
 	}})
 	if err != nil {
@@ -92,7 +94,7 @@ func TestConnectTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := StartServer(EmbeddedOptions{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
+	s, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true, Configure: func(o *server.Options) {
 		o.TLS = true
 		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}})

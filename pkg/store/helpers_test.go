@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/pgtest"
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 

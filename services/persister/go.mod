@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/riftflow/riftflow/internal v0.0.0
 	github.com/riftflow/riftflow/pkg v0.0.0
 	github.com/riftflow/riftflow/streams v0.0.0
 	go.opentelemetry.io/otel v1.47.0
@@ -72,6 +73,7 @@ require (
 )
 
 replace (
+	github.com/riftflow/riftflow/internal => ../../internal
 	github.com/riftflow/riftflow/migrations => ../../migrations
 	github.com/riftflow/riftflow/pkg => ../../pkg
 	github.com/riftflow/riftflow/streams => ../../streams

@@ -15,9 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/persister"
 	"github.com/riftflow/riftflow/streams"
@@ -39,7 +40,7 @@ type env struct {
 
 func newEnv(t *testing.T, urlParams string) *env {
 	t.Helper()
-	srv, err := natsx.StartServer(natsx.EmbeddedOptions{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
+	srv, err := natsembed.StartServer(natsembed.Options{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}

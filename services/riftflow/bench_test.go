@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/sim"
 )
 
 // Pipeline rate-limit benchmarks (measured, not asserted); the

@@ -32,10 +32,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/pgcluster"
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/pgtest"
-	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -207,9 +208,9 @@ type chaosEnv struct {
 	key  string
 
 	// NATS: one server, or a cluster.
-	natsOpts natsx.EmbeddedOptions
+	natsOpts natsembed.Options
 	natsSrv  *server.Server
-	cluster  *natsx.Cluster
+	cluster  *natsembed.Cluster
 	natsURL  string
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -296,7 +297,7 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 
 	// NATS.
 	if o.nodes == 3 {
-		c, err := natsx.StartCluster(3, filepath.Join(e.dir, "nats"))
+		c, err := natsembed.StartCluster(3, filepath.Join(e.dir, "nats"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,8 +305,8 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 		t.Cleanup(c.Shutdown)
 		e.natsURL = strings.Join(c.URLs(), ",")
 	} else {
-		e.natsOpts = natsx.EmbeddedOptions{Name: "chaos", StoreDir: filepath.Join(e.dir, "nats"), Port: 0, NoLog: true}
-		srv, err := natsx.StartServer(e.natsOpts)
+		e.natsOpts = natsembed.Options{Name: "chaos", StoreDir: filepath.Join(e.dir, "nats"), Port: 0, NoLog: true}
+		srv, err := natsembed.StartServer(e.natsOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -448,7 +449,7 @@ func (e *chaosEnv) restartNATS(pause time.Duration) {
 	e.natsRestarts++
 	e.t.Logf("NATS server down (stored %d)", e.stored())
 	time.Sleep(pause)
-	srv, err := natsx.StartServer(e.natsOpts)
+	srv, err := natsembed.StartServer(e.natsOpts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ func (e *chaosEnv) restartNATS(pause time.Duration) {
 }
 
 // startOwnPostgres starts a private cluster in a directory the postgres OS
-// user can reach (pgtest.Ensure initdb's it and starts it on a free port).
+// user can reach (pgcluster.Ensure initdb's it and starts it on a free port).
 func (e *chaosEnv) startOwnPostgres() {
 	t := e.t
 	dir, err := os.MkdirTemp("", "rfchaospg")
@@ -466,7 +467,7 @@ func (e *chaosEnv) startOwnPostgres() {
 	}
 	e.pgDir = dir
 	t.Setenv("DATABASE_URL", "") // Ensure must start our own cluster
-	url, stop, err := pgtest.Ensure(e.ctx, pgtest.Options{DataDir: dir, Logger: e.log})
+	url, stop, err := pgcluster.Ensure(e.ctx, pgcluster.Options{DataDir: dir, Logger: e.log})
 	if err != nil {
 		os.RemoveAll(dir)
 		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "no PostgreSQL") {
@@ -486,7 +487,7 @@ func (e *chaosEnv) startOwnPostgres() {
 	})
 }
 
-// pgctl runs pg_ctl as the postgres OS user when we are root, as pgtest does.
+// pgctl runs pg_ctl as the postgres OS user when we are root, as pgcluster does.
 func (e *chaosEnv) pgctl(args ...string) error {
 	bin, err := exec.LookPath("pg_ctl")
 	if err != nil {

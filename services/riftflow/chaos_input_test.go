@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/sim"
 )
 
 // driftFixtures builds a fixtures folder that links every file of src and

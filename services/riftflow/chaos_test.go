@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/streams"
 )
 

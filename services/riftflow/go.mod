@@ -6,6 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/riftflow/riftflow/internal v0.0.0
 	github.com/riftflow/riftflow/pkg v0.0.0
 	github.com/riftflow/riftflow/services/match-fetcher v0.0.0
 	github.com/riftflow/riftflow/services/matchid-lister v0.0.0
@@ -78,6 +79,7 @@ require (
 )
 
 replace (
+	github.com/riftflow/riftflow/internal => ../../internal
 	github.com/riftflow/riftflow/migrations => ../../migrations
 	github.com/riftflow/riftflow/pkg => ../../pkg
 	github.com/riftflow/riftflow/services/match-fetcher => ../match-fetcher

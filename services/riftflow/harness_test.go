@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/pgtest"
-	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/streams"
 )
 

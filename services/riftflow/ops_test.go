@@ -20,12 +20,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/pgtest"
-	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -233,7 +234,7 @@ func TestServiceBinaryReadyAndDrains(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	srv, err := natsx.StartServer(natsx.EmbeddedOptions{Name: "ops-test", StoreDir: t.TempDir(), Host: "127.0.0.1", Port: 0, NoLog: true})
+	srv, err := natsembed.StartServer(natsembed.Options{Name: "ops-test", StoreDir: t.TempDir(), Host: "127.0.0.1", Port: 0, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/sim"
 )
 
 // TestInteractiveBeatsBackfill: with a background backlog that needs the

@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
-	"github.com/riftflow/riftflow/pkg/sim"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -114,7 +114,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	for i := range o.fetchers {
 		name := fmt.Sprintf("match-fetcher-%d", i)
 		plog := log.With("proc", name)
-		nc, js, err := app.ConnectNATS(ctx, env.NATS, h.st.NATS, name, plog)
+		nc, js, err := app.ConnectNATS(ctx, env.NATS, h.st.InProcess(), name, plog)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/telemetry/telemetrytest"
 )
 

@@ -20,12 +20,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/pgcluster"
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/pgtest"
-	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/pkg/store"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
@@ -84,6 +85,16 @@ type Stack struct {
 	closers []func()
 }
 
+// InProcess is the embedded server as a connection provider for
+// app.ConnectNATS and app.BuildOptions, or nil when NATS_URL was used (a nil
+// *server.Server must not become a non-nil interface).
+func (st *Stack) InProcess() nats.InProcessConnProvider {
+	if st.NATS == nil {
+		return nil
+	}
+	return st.NATS
+}
+
 // Runner is a service's Run.
 type Runner interface {
 	Run(ctx context.Context) error
@@ -118,7 +129,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 				port = 0
 			}
 		}
-		srv, err := natsx.StartServer(natsx.EmbeddedOptions{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
+		srv, err := natsembed.StartServer(natsembed.Options{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
 			Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true})
 		if err != nil {
 			return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -147,7 +158,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if env.Postgres.URL == "" {
 		log.Warn("EPHEMERAL DATABASE: --ephemeral-db starts a throwaway Postgres cluster; do not keep data you need in it",
 			"dir", filepath.Join(o.DataDir, "pg"))
-		url, stop, err := pgtest.Ensure(ctx, pgtest.Options{DataDir: filepath.Join(o.DataDir, "pg"), Logger: log, Fsync: o.PgFsync})
+		url, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{DataDir: filepath.Join(o.DataDir, "pg"), Logger: log, Fsync: o.PgFsync})
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
@@ -206,7 +217,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.NATS, "riftflow-streams-apply", log)
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.InProcess(), "riftflow-streams-apply", log)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -216,7 +227,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, fmt.Errorf("streams apply: %w", err)
 	}
 
-	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: log, NATSServer: st.NATS})
+	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: log, NATSServer: st.InProcess()})
 	if err != nil {
 		return nil, err
 	}

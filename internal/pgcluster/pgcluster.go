@@ -1,12 +1,9 @@
-// Package pgtest provides a real PostgreSQL server for tests and for
-// `make run`: the one at DATABASE_URL when it is reachable, otherwise a
-// throwaway cluster started from the local PostgreSQL binaries (initdb,
-// pg_ctl) on a free loopback port.
-//
-// Tests use Main from TestMain (one cluster per test binary) and NewDatabase
-// for a fresh, migrated database per test. With CI=true a missing server is
-// a failure, never a skip.
-package pgtest
+// Package pgcluster provides a real PostgreSQL server for development: the
+// one at DATABASE_URL when it is reachable, otherwise a throwaway cluster
+// started from the local PostgreSQL binaries (initdb, pg_ctl) on a free
+// loopback port. `riftflow up --ephemeral-db` (make run) and the test
+// helpers in internal/pgtest use it; it does not import package testing.
+package pgcluster
 
 import (
 	"context"
@@ -47,7 +44,7 @@ type Options struct {
 
 // ErrNoPostgres is returned (wrapped) by Ensure when DATABASE_URL is unset or
 // unreachable and no PostgreSQL binaries were found.
-var ErrNoPostgres = errors.New("pgtest: no PostgreSQL available: set DATABASE_URL to a reachable server, " +
+var ErrNoPostgres = errors.New("pgcluster: no PostgreSQL available: set DATABASE_URL to a reachable server, " +
 	"or install the PostgreSQL server binaries (initdb, pg_ctl), e.g. `apt install postgresql` " +
 	"or `brew install postgresql@16`")
 
@@ -86,7 +83,7 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 	c := &cluster{bins: bins, log: log, fsync: opts.Fsync}
 	if os.Geteuid() == 0 {
 		if c.runAs, err = user.Lookup("postgres"); err != nil {
-			return "", nil, fmt.Errorf("pgtest: initdb refuses to run as root and there is no `postgres` OS user "+
+			return "", nil, fmt.Errorf("pgcluster: initdb refuses to run as root and there is no `postgres` OS user "+
 				"(create one with `useradd -r postgres`, run as a normal user, or set DATABASE_URL): %w", err)
 		}
 	}
@@ -95,14 +92,14 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 	if temp {
 		// Short path: the unix socket lives in here (max ~107 bytes).
 		if c.dir, err = os.MkdirTemp("", "rfpg"); err != nil {
-			return "", nil, fmt.Errorf("pgtest: %w", err)
+			return "", nil, fmt.Errorf("pgcluster: %w", err)
 		}
 	} else {
 		if c.dir, err = filepath.Abs(opts.DataDir); err != nil {
-			return "", nil, fmt.Errorf("pgtest: %w", err)
+			return "", nil, fmt.Errorf("pgcluster: %w", err)
 		}
 		if err := os.MkdirAll(c.dir, 0o700); err != nil {
-			return "", nil, fmt.Errorf("pgtest: %w", err)
+			return "", nil, fmt.Errorf("pgcluster: %w", err)
 		}
 	}
 	cleanup := func() {
@@ -123,7 +120,7 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 		alt := filepath.Join(os.TempDir(), "riftflow-pg-"+hex.EncodeToString(sum[:6]))
 		log.Warn("postgres: the postgres OS user cannot reach the data dir; using another", "wanted", c.dir, "using", alt)
 		if err := os.MkdirAll(alt, 0o700); err != nil {
-			return "", nil, fmt.Errorf("pgtest: %w", err)
+			return "", nil, fmt.Errorf("pgcluster: %w", err)
 		}
 		c.dir = alt
 		if port, ok := c.running(); ok {
@@ -222,7 +219,7 @@ func (c *cluster) run(ctx context.Context, name string, args ...string) error {
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pgtest: %s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+		return fmt.Errorf("pgcluster: %s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -242,14 +239,14 @@ func (c *cluster) chown() error {
 		return os.Lchown(p, uid, gid)
 	})
 	if err != nil {
-		return fmt.Errorf("pgtest: chown %s to postgres: %w", c.dir, err)
+		return fmt.Errorf("pgcluster: chown %s to postgres: %w", c.dir, err)
 	}
 	if err := c.run(context.Background(), "pg_ctl", "--version"); err != nil {
 		return err
 	}
 	cmd := c.command(context.Background(), "pg_ctl", "status", "-D", c.dir)
 	if out, _ := cmd.CombinedOutput(); strings.Contains(string(out), "ermission denied") {
-		return fmt.Errorf("pgtest: the postgres OS user cannot reach %s (a parent directory is not "+
+		return fmt.Errorf("pgcluster: the postgres OS user cannot reach %s (a parent directory is not "+
 			"traversable); use a DataDir under /tmp or chmod o+x its parents: %w", c.dir, errNotTraversable)
 	}
 	return nil
@@ -264,7 +261,7 @@ func (c *cluster) initdb(ctx context.Context) error {
 		return err
 	}
 	conf := []string{
-		"# riftflow pgtest",
+		"# riftflow pgcluster",
 		"listen_addresses = '127.0.0.1'",
 		"shared_buffers = 128MB",
 		"max_connections = 200",
@@ -276,14 +273,14 @@ func (c *cluster) initdb(ctx context.Context) error {
 	}
 	f, err := os.OpenFile(filepath.Join(c.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("pgtest: write postgresql.conf: %w", err)
+		return fmt.Errorf("pgcluster: write postgresql.conf: %w", err)
 	}
 	return nil
 }
@@ -358,7 +355,7 @@ func ping(ctx context.Context, dbURL string, timeout time.Duration) error {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil

@@ -487,10 +487,10 @@ func TestFindFixtures(t *testing.T) {
 	}
 	t.Setenv("RIFTFLOW_FIXTURES", "")
 	dir := t.TempDir()
-	if err := mkdirs(dir+"/repo/testdata/riot-fixtures/match", dir+"/repo/pkg/sim"); err != nil {
+	if err := mkdirs(dir+"/repo/testdata/riot-fixtures/match", dir+"/repo/internal/sim"); err != nil {
 		t.Fatal(err)
 	}
-	t.Chdir(dir + "/repo/pkg/sim")
+	t.Chdir(dir + "/repo/internal/sim")
 	if got := FindFixtures(); got != dir+"/repo/testdata/riot-fixtures" {
 		t.Fatalf("walk: %q", got)
 	}

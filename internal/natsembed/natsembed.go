@@ -1,4 +1,10 @@
-package natsx
+// Package natsembed runs nats-server inside the process: one JetStream
+// server for `riftflow up` and tests (StartServer), or a loopback JetStream
+// cluster for failover tests (StartCluster). It is the only riftflow package
+// that imports github.com/nats-io/nats-server/v2/server, and it lives under
+// internal/ so that no service binary links it; services connect to a
+// nats-server over NATS_URL.
+package natsembed
 
 import (
 	"context"
@@ -18,8 +24,8 @@ import (
 // connections.
 const readyTimeout = 10 * time.Second
 
-// EmbeddedOptions configures an embedded nats-server with JetStream enabled.
-type EmbeddedOptions struct {
+// Options configures an embedded nats-server with JetStream enabled.
+type Options struct {
 	// Name is the server name (must be unique within a cluster). Default "riftflow".
 	Name string
 	// StoreDir is the JetStream file-store directory. Required.
@@ -27,7 +33,7 @@ type EmbeddedOptions struct {
 	// Host is the client listen host. Default "127.0.0.1".
 	Host string
 	// Port is the client port: 0 picks a random free port, -1 does not
-	// listen at all (in-process connections only, see ConnConfig.InProcess).
+	// listen at all (in-process connections only, see natsx.ConnConfig.InProcess).
 	Port int
 	// WebSocketPort enables NATS over WebSocket (browsers read progress
 	// events this way): 0 = off, -1 = random port. TLS is not configured, so
@@ -46,10 +52,10 @@ type EmbeddedOptions struct {
 	Configure func(*server.Options)
 }
 
-// serverOptions turns EmbeddedOptions into server.Options.
-func (o EmbeddedOptions) serverOptions() (*server.Options, error) {
+// serverOptions turns Options into server.Options.
+func (o Options) serverOptions() (*server.Options, error) {
 	if o.StoreDir == "" {
-		return nil, errors.New("natsx: EmbeddedOptions.StoreDir is required")
+		return nil, errors.New("natsembed: Options.StoreDir is required")
 	}
 	so := &server.Options{
 		ServerName:        o.Name,
@@ -98,7 +104,7 @@ func (o EmbeddedOptions) serverOptions() (*server.Options, error) {
 // StartServer starts an embedded nats-server with JetStream and waits until
 // it accepts connections (up to 10 s). The caller owns the server: call
 // Shutdown and WaitForShutdown when done.
-func StartServer(o EmbeddedOptions) (*server.Server, error) {
+func StartServer(o Options) (*server.Server, error) {
 	so, err := o.serverOptions()
 	if err != nil {
 		return nil, err
@@ -109,7 +115,7 @@ func StartServer(o EmbeddedOptions) (*server.Server, error) {
 func startServer(so *server.Options, logs bool) (*server.Server, error) {
 	s, err := server.NewServer(so)
 	if err != nil {
-		return nil, fmt.Errorf("natsx: new server %q: %w", so.ServerName, err)
+		return nil, fmt.Errorf("natsembed: new server %q: %w", so.ServerName, err)
 	}
 	if logs {
 		s.ConfigureLogger()
@@ -118,7 +124,7 @@ func startServer(so *server.Options, logs bool) (*server.Server, error) {
 	if !s.ReadyForConnections(readyTimeout) {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, fmt.Errorf("natsx: server %q not ready after %s", so.ServerName, readyTimeout)
+		return nil, fmt.Errorf("natsembed: server %q not ready after %s", so.ServerName, readyTimeout)
 	}
 	return s, nil
 }
@@ -140,7 +146,7 @@ type Cluster struct {
 // valid.
 func StartCluster(n int, baseDir string) (*Cluster, error) {
 	if n < 1 {
-		return nil, errors.New("natsx: StartCluster needs n ≥ 1")
+		return nil, errors.New("natsembed: StartCluster needs n ≥ 1")
 	}
 	ports, err := freePorts(2 * n)
 	if err != nil {
@@ -154,7 +160,7 @@ func StartCluster(n int, baseDir string) (*Cluster, error) {
 	for i := range n {
 		dir := filepath.Join(baseDir, fmt.Sprintf("n%d", i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("natsx: cluster store dir: %w", err)
+			return nil, fmt.Errorf("natsembed: cluster store dir: %w", err)
 		}
 		o := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i),
@@ -256,7 +262,7 @@ func (c *Cluster) WaitLeader(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("natsx: no JetStream meta leader (leaders=%d current=%d/%d): %w", leaders, current, running, ctx.Err())
+			return fmt.Errorf("natsembed: no JetStream meta leader (leaders=%d current=%d/%d): %w", leaders, current, running, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -282,7 +288,7 @@ func freePorts(n int) ([]int, error) {
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("natsx: free port: %w", err)
+			return nil, fmt.Errorf("natsembed: free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)

@@ -1,3 +1,8 @@
+// Package pgtest gives tests a fresh, migrated PostgreSQL database each:
+// Main from TestMain ensures one server per test binary (internal/pgcluster:
+// DATABASE_URL or a throwaway local cluster with fsync off) and NewDatabase
+// clones a migrated template per test. With CI=true a missing server is a
+// failure, never a skip. Only _test.go files import this package.
 package pgtest
 
 import (
@@ -13,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
@@ -37,7 +43,7 @@ func Main(m *testing.M) {
 	mainCalled = true
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	u, stop, err := Ensure(ctx, Options{Logger: logger})
+	u, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{Logger: logger})
 	cancel()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -89,7 +95,7 @@ func NewDatabase(t testing.TB) string {
 			return
 		}
 		tmplName = name
-		u, err := DatabaseURL(adminURL, name)
+		u, err := pgcluster.DatabaseURL(adminURL, name)
 		if err != nil {
 			tmplErr = err
 			return
@@ -105,7 +111,7 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() { dropDatabase(adminURL, name) })
-	u, err := DatabaseURL(adminURL, name)
+	u, err := pgcluster.DatabaseURL(adminURL, name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -147,4 +153,22 @@ func randomHex() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Query runs sql (one row, one column) on the database at url and returns
+// the value as text; it fails the test on any error.
+func Query(t testing.TB, url, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
 }

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/riftflow/riftflow/pkg/sim"
+	"github.com/riftflow/riftflow/internal/sim"
 )
 
 // Start a simulator on a random loopback port and resolve the shipped demo
