@@ -160,15 +160,7 @@ func TestSyntheticBacklog(t *testing.T) {
 		}
 		if tl.code == 200 {
 			withTL++
-			var x struct {
-				Metadata struct {
-					MatchID      string
-					Participants []string
-				} `json:"metadata"`
-				Info struct {
-					GameID int64 `json:"gameId"`
-				} `json:"info"`
-			}
+			var x timelineHead
 			tl.json(t, &x)
 			if x.Metadata.MatchID != mt.ID || fmt.Sprintf("NA1_%d", x.Info.GameID) != mt.ID || x.Metadata.Participants[0] != acc.PUUID {
 				t.Fatalf("timeline not patched: %+v", x.Metadata.MatchID)

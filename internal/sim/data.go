@@ -44,6 +44,10 @@ type match struct {
 	nPart       int      // len(info.participants)
 	puuids      []string // humans: metadata.participants ∪ info.participants minus "BOT"
 
+	// tlFrom is the recorded match whose timeline is served, re-keyed to
+	// this match, when this match has no recorded one (Options.DeriveTimelines).
+	tlFrom *match
+
 	// synthetic only
 	tmpl   *match
 	gameID int64
@@ -55,7 +59,38 @@ func (m *match) hasTimeline() bool {
 	if m.tmpl != nil {
 		return m.tmpl.tl != nil
 	}
-	return m.tl != nil
+	return m.tl != nil || m.tlFrom != nil
+}
+
+// deriveTimelines gives every real match without a recorded timeline the
+// timeline of a recorded match (of its platform when there is one, chosen
+// deterministically), served re-keyed to it; see Options.DeriveTimelines.
+func (ds *dataset) deriveTimelines() {
+	var all []*match
+	byPlat := map[riot.Platform][]*match{}
+	for _, m := range ds.matches {
+		if m.tmpl == nil && m.tl != nil && m.origCreated != 0 {
+			all = append(all, m)
+			byPlat[m.platform] = append(byPlat[m.platform], m)
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
+	for _, l := range byPlat {
+		sort.Slice(l, func(i, j int) bool { return l[i].id < l[j].id })
+	}
+	for _, m := range ds.matches {
+		if m.tmpl != nil || m.tl != nil || m.raw == nil || m.origCreated == 0 {
+			continue
+		}
+		from := byPlat[m.platform]
+		if len(from) == 0 {
+			from = all
+		}
+		m.tlFrom = from[int(m.origCreated/1000)%len(from)]
+	}
 }
 
 // player is a PUUID seen in the data.

@@ -32,3 +32,21 @@ func parseID(id string) (string, string, error) {
 	p, r, err := riot.ParseMatchID(id)
 	return string(p), string(r), err
 }
+
+// timelineHead is the part of a TimelineDto the tests check.
+type timelineHead struct {
+	Metadata struct {
+		MatchID      string
+		Participants []string
+	} `json:"metadata"`
+	Info struct {
+		GameID       int64 `json:"gameId"`
+		Participants []struct {
+			ParticipantID int
+			PUUID         string
+		}
+		Frames []struct {
+			Events []struct{ RealTimestamp int64 }
+		}
+	} `json:"info"`
+}

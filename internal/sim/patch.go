@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // patch describes how a served payload differs from the recorded one. The
@@ -19,6 +20,7 @@ type patch struct {
 	puuid      string
 	gameName   string
 	tagLine    string
+	puuids     []string // with matchID: every participant's PUUID, in participantId order (nil = keep)
 }
 
 var matchTimeKeys = []string{"gameCreation", "gameStartTimestamp", "gameEndTimestamp"}
@@ -186,8 +188,42 @@ func patchTimeline(raw []byte, p patch) ([]byte, error) {
 				info["participants"] = mustEncode(parts)
 			}
 		}
+		if p.puuids != nil {
+			replaceTimelinePUUIDs(meta, info, p.puuids)
+		}
 		top["metadata"] = mustEncode(meta)
 	}
 	top["info"] = mustEncode(info)
 	return encode(top)
+}
+
+// replaceTimelinePUUIDs sets metadata.participants and
+// info.participants[i].puuid of a TimelineDto to puuids (in participantId
+// order), as far as both lists go.
+func replaceTimelinePUUIDs(meta, info map[string]json.RawMessage, puuids []string) {
+	meta["participants"] = mustEncode(puuids)
+	var parts []map[string]json.RawMessage
+	if err := json.Unmarshal(info["participants"], &parts); err != nil {
+		return
+	}
+	for i := range min(len(parts), len(puuids)) {
+		parts[i]["puuid"] = mustEncode(puuids[i])
+	}
+	info["participants"] = mustEncode(parts)
+}
+
+// deriveTimeline serves m.tlFrom's recorded timeline as m's (see
+// Options.DeriveTimelines): re-keyed to m's match ID, game ID, platform and
+// participants, its realTimestamps moved to m's served gameCreation.
+func deriveTimeline(m *match) ([]byte, error) {
+	var h matchHead
+	if err := json.Unmarshal(m.raw, &h); err != nil {
+		return nil, err
+	}
+	from := m.tlFrom
+	return patchTimeline(from.tl, patch{
+		shift:   m.created - from.origCreated,
+		matchID: m.id, gameID: h.Info.GameID, platformID: strings.ToUpper(string(m.platform)),
+		slot: -1, puuids: h.Metadata.Participants,
+	})
 }

@@ -468,9 +468,12 @@ func (s *Sim) body(m *match, timeline bool) ([]byte, []byte, error) {
 		if m.origCreated == 0 {
 			p.shift = 0
 		}
-		if timeline {
+		switch {
+		case timeline && m.tl == nil && m.tlFrom != nil:
+			pl.plain, pl.err = deriveTimeline(m)
+		case timeline:
 			pl.plain, pl.err = patchTimeline(m.tl, p)
-		} else {
+		default:
 			pl.plain, pl.err = patchMatch(m.raw, p)
 		}
 		if pl.err == nil {

@@ -126,6 +126,15 @@ type Options struct {
 	// Synthetic adds a synthetic backlog (clones of real payloads).
 	Synthetic Synthetic
 
+	// DeriveTimelines serves a timeline for every recorded match that has
+	// none recorded: the recorded timeline of another match (of the same
+	// platform when there is one), with metadata.matchId, info.gameId,
+	// info.platformId, the participants' PUUIDs and realTimestamps rewritten
+	// to the match. The frames are the other match's. The recordings hold
+	// few timelines (1 of the demo player's 16 matches); `make run` sets this
+	// so every stored match has one. Truth reports them as HasTimeline.
+	DeriveTimelines bool
+
 	// Logger receives operational events (blacklisting, fault changes).
 	// Default: slog.Default(). Request lines are not logged.
 	Logger *slog.Logger
@@ -193,6 +202,9 @@ func New(opts Options) (*Sim, error) {
 		s.shift = target - ds.newest
 	}
 	ds.applyShift(s.shift)
+	if opts.DeriveTimelines {
+		ds.deriveTimelines()
+	}
 	if opts.Synthetic.Players > 0 {
 		if err := ds.addSynthetic(opts.Synthetic, s.now()); err != nil {
 			return nil, err

@@ -508,3 +508,53 @@ func TestAcceptsGzip(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveTimelines: with DeriveTimelines a recorded match without a
+// recorded timeline (NA1_5027407435) gets one re-keyed to it: its match ID,
+// game ID, its participants' PUUIDs and realTimestamps near its own
+// gameCreation; a match with a recorded timeline keeps it. Without the
+// option it is a 404 (TestTimeline).
+func TestDeriveTimelines(t *testing.T) {
+	s, _ := newSim(t, Options{DeriveTimelines: true})
+	for _, m := range s.Truth().Players[DemoPUUID].Matches {
+		if !m.HasTimeline {
+			t.Errorf("%s: no timeline with DeriveTimelines", m.ID)
+		}
+	}
+	const id = "NA1_5027407435"
+	var match struct {
+		Metadata struct{ Participants []string } `json:"metadata"`
+		Info     struct{ GameCreation, GameEndTimestamp int64 }
+	}
+	get(t, s, "/americas/lol/match/v5/matches/"+id).json(t, &match)
+	r := get(t, s, "/americas/lol/match/v5/matches/"+id+"/timeline")
+	if r.code != 200 {
+		t.Fatalf("derived timeline: %d %s", r.code, r.body)
+	}
+	var tl timelineHead
+	r.json(t, &tl)
+	if tl.Metadata.MatchID != id || tl.Info.GameID != 5027407435 || len(tl.Info.Frames) == 0 {
+		t.Fatalf("derived timeline shape %s %d %d", tl.Metadata.MatchID, tl.Info.GameID, len(tl.Info.Frames))
+	}
+	if !slices.Equal(tl.Metadata.Participants, match.Metadata.Participants) {
+		t.Fatalf("metadata.participants %v, want the match's %v", tl.Metadata.Participants, match.Metadata.Participants)
+	}
+	for i, p := range tl.Info.Participants {
+		if p.PUUID != match.Metadata.Participants[i] {
+			t.Fatalf("info.participants[%d].puuid %s, want %s", i, p.PUUID, match.Metadata.Participants[i])
+		}
+	}
+	for _, f := range tl.Info.Frames {
+		for _, e := range f.Events {
+			if e.RealTimestamp != 0 && (e.RealTimestamp < match.Info.GameCreation || e.RealTimestamp > match.Info.GameCreation+3*time.Hour.Milliseconds()) {
+				t.Fatalf("realTimestamp %d outside the match (created %d)", e.RealTimestamp, match.Info.GameCreation)
+			}
+		}
+	}
+	const recorded = "NA1_4924008147"
+	var own struct{ Metadata struct{ MatchID string } }
+	get(t, s, "/americas/lol/match/v5/matches/"+recorded+"/timeline").json(t, &own)
+	if own.Metadata.MatchID != recorded {
+		t.Fatalf("recorded timeline replaced: %s", own.Metadata.MatchID)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -153,19 +152,18 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	config.Log(log, "riftflow", env)
 	started := time.Now()
-	if *demo && env.Riot.APIKey == "" && os.Getenv("FETCH_BACKOFF") == "" {
-		// Most recorded matches have no recorded timeline, so the simulator
-		// answers 404 for them and each ends permanently_unfetchable after
-		// five attempts. Compress the retry schedule (30s…300s) so the demo
-		// shows that path in seconds.
-		os.Setenv("FETCH_BACKOFF", "1s,1s,1s,1s")
-		fmt.Fprintln(stdout, "demo: FETCH_BACKOFF=1s,1s,1s,1s (the default is 30s,60s,120s,300s)")
-	}
 	if *ephemeral {
 		fmt.Fprintf(stdout, "EPHEMERAL DATABASE: a throwaway Postgres under %s (--ephemeral-db); set DATABASE_URL to keep data\n",
 			filepath.Join(dataDir(), "pg"))
 	}
-	st, err := StartStack(ctx, StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, AnchorDemo: *demo, EphemeralDB: *ephemeral})
+	so := StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, EphemeralDB: *ephemeral}
+	var plan []demoPhase
+	if *demo && env.Riot.APIKey == "" {
+		if plan, err = simDemo(&so); err != nil {
+			return err
+		}
+	}
+	st, err := StartStack(ctx, so)
 	if err != nil {
 		return err
 	}
@@ -205,7 +203,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return drainWait(done, env.Ops.ShutdownTimeout)
 	}
 
-	err = runDemo(ctx, st, stdout, *timeout, started)
+	err = runDemo(ctx, st, plan, stdout, *timeout, started)
 	cancel()
 	if derr := drainWait(done, env.Ops.ShutdownTimeout); err == nil {
 		err = derr
@@ -227,66 +225,6 @@ func orInProcess(s string) string {
 		return "(in-process)"
 	}
 	return s
-}
-
-// runDemo ingests the demo player and prints progress and a summary.
-func runDemo(ctx context.Context, st *Stack, out io.Writer, timeout time.Duration, started time.Time) error {
-	req := bus.IngestRequest{Mode: bus.ModeFull, LookbackDays: 730, Count: 1000, Trigger: "cli", RequestedBy: "make run"}
-	if st.Sim != nil {
-		p, ok := st.Sim.DemoPlayer()
-		if !ok {
-			return errors.New("the simulator has no demo player")
-		}
-		req.RiotID, req.Platform = p.GameName+"#"+p.TagLine, p.Platform
-		fmt.Fprintf(out, "ingesting %s on %s (%d recorded matches), mode full, lookback 730 days\n", req.RiotID, req.Platform, p.Matches)
-	} else {
-		id := os.Getenv("RIFTFLOW_DEMO_RIOT_ID")
-		if id == "" {
-			return errors.New("with a real RIOT_API_KEY, set RIFTFLOW_DEMO_RIOT_ID='Name#TAG' and RIFTFLOW_DEMO_PLATFORM for --demo")
-		}
-		req.RiotID, req.Platform = id, os.Getenv("RIFTFLOW_DEMO_PLATFORM")
-	}
-	req.RequestID = "demo-" + randHex(6)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	final, err := publishAndWait(ctx, st.Infra.NC, st.Infra.Subjects, req, out)
-	if err != nil {
-		return err
-	}
-	if final.Status != "completed" {
-		return fmt.Errorf("sync %s: %s", final.Status, final.Error)
-	}
-	s, err := st.Infra.Store.AccountStatus(ctx, final.PUUID)
-	if err != nil {
-		return err
-	}
-	rs := st.Infra.RiotStats
-	fmt.Fprintf(out, "\nsummary for %s#%s (%s)\n", s.GameName, s.TagLine, final.PUUID[:12]+"…")
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  matches stored\t%d\n  participants stored\t%d\n  timelines stored\t%d\n", s.Matches, s.Participants, s.Timelines)
-	fmt.Fprintf(tw, "  fetch ledger\t%s\n", ledgerLine(s.Ledger))
-	fmt.Fprintf(tw, "  Riot requests\t%d\n  429 responses\t%d\n  5xx responses\t%d\n", rs.Requests.Load(), rs.RateLimited.Load(), rs.ServerErrors.Load())
-	fmt.Fprintf(tw, "  elapsed\t%s\n", time.Since(started).Round(10*time.Millisecond))
-	return tw.Flush()
-}
-
-func ledgerLine(m map[string]int) string {
-	if len(m) == 0 {
-		return "(nothing new)"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s %d", k, m[k])
-	}
-	return b.String()
 }
 
 // publishAndWait publishes req on lol.ingest.request and follows its

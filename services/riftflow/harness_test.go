@@ -34,6 +34,7 @@ type harness struct {
 	cancel context.CancelFunc
 	done   chan error
 	logs   *bytes.Buffer
+	plan   []demoPhase // with harnessOptions.demo
 }
 
 type harnessOptions struct {
@@ -41,6 +42,7 @@ type harnessOptions struct {
 	env   map[string]string // extra environment (FETCH_BACKOFF, ...)
 	now   func() time.Time
 	noRun bool
+	demo  bool // set the stack up as riftflow up --demo does (simDemo)
 }
 
 // fastEnv compresses every retry schedule so fault tests run in seconds.
@@ -83,13 +85,20 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 		o.sim.Limits.App = "500:10,30000:600"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := StartStack(ctx, StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, Sim: o.sim,
-		MemoryStreams: true, Now: o.now, Log: log})
+	so := StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, Sim: o.sim, MemoryStreams: true, Now: o.now, Log: log}
+	var plan []demoPhase
+	if o.demo {
+		if plan, err = simDemo(&so); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+	}
+	st, err := StartStack(ctx, so)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs}
+	h := &harness{t: t, st: st, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs, plan: plan}
 	t.Cleanup(h.stop)
 	if !o.noRun {
 		go func() { h.done <- st.Run(ctx) }()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -115,21 +114,7 @@ func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
 	tw.Flush()
 }
 
-func fmt429(m map[string]int64) string {
-	if len(m) == 0 {
-		return "0"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
+func fmt429(m map[string]int64) string { return countsLine(m, "0") }
 
 func orDash(s string) string {
 	if s == "" {

@@ -61,13 +61,12 @@ type StackOptions struct {
 	// DATABASE_URL is an error, so a typo never sends writes to a database
 	// that disappears.
 	EphemeralDB bool
-	// AnchorDemo re-dates the simulator's data so the demo player's newest
-	// match was played a day ago (by default the newest match of all the
-	// loaded data is), so the demo exercises storing, not only retention.
-	AnchorDemo bool
-	// Now replaces the services' clock (tests).
+	// Now replaces the services' clock (tests, and the demo's clock at the
+	// recorded dates).
 	Now func() time.Time
-	Log *slog.Logger
+	// demoClock is the clock behind Now and Sim.Now in a demo (see demo.go).
+	demoClock *demoClock
+	Log       *slog.Logger
 }
 
 // Stack is a running pipeline.
@@ -82,7 +81,9 @@ type Stack struct {
 	DBURL        string
 	Services     []Runner
 
-	closers []func()
+	demoClock   *demoClock // set during a demo against the simulator
+	ephemeralDB bool
+	closers     []func()
 }
 
 // InProcess is the embedded server as a connection provider for
@@ -103,7 +104,7 @@ type Runner interface {
 // StartStack starts the infrastructure, applies migrations and streams, and
 // builds the five services. Call Run to run them and Close afterwards.
 func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
-	st := &Stack{}
+	st := &Stack{demoClock: o.demoClock, ephemeralDB: o.EphemeralDB}
 	ok := false
 	defer func() {
 		if !ok {
@@ -188,15 +189,6 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		s, err := sim.New(so)
 		if err != nil {
 			return nil, fmt.Errorf("simulator: %w", err)
-		}
-		if o.AnchorDemo && so.Shift == 0 {
-			if shift, ok := demoShift(s); ok {
-				s.Close()
-				so.Shift = shift
-				if s, err = sim.New(so); err != nil {
-					return nil, fmt.Errorf("simulator: %w", err)
-				}
-			}
 		}
 		base, err := s.Start("127.0.0.1:0")
 		if err != nil {
@@ -283,25 +275,6 @@ func (st *Stack) Close() {
 		st.closers[i]()
 	}
 	st.closers = nil
-}
-
-// demoShift is the sim shift that puts the demo player's newest match one
-// day before now.
-func demoShift(s *sim.Sim) (time.Duration, bool) {
-	p, ok := s.DemoPlayer()
-	if !ok {
-		return 0, false
-	}
-	pt, ok := s.Truth().Players[p.PUUID]
-	if !ok || len(pt.Matches) == 0 {
-		return 0, false
-	}
-	var newest int64
-	for _, m := range pt.Matches {
-		newest = max(newest, m.GameCreation)
-	}
-	recorded := time.UnixMilli(newest).Add(-s.Shift())
-	return time.Since(recorded) - 24*time.Hour, true
 }
 
 func portFree(host string, port int) bool {
