@@ -286,19 +286,53 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	return c, lim, stats, nil
 }
 
-// Main runs one standalone service: it loads Env, sets up logging and
-// telemetry, connects to NATS (NATS_URL) and, when needDB, Postgres
-// (DATABASE_URL), builds the Riot client when needRiot, serves the ops
-// endpoints, and calls run with a context cancelled on SIGINT/SIGTERM. run
-// must drain and return within SHUTDOWN_TIMEOUT. Main exits the process.
-func Main(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) {
-	if err := mainErr(service, needDB, needRiot, run); err != nil {
+// Service is a stage built by its FromInfra: Run consumes until ctx ends,
+// then drains and returns.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// Constructor builds a stage from the shared infrastructure (a stage's
+// FromInfra, through Stage).
+type Constructor func(ctx context.Context, inf *Infra) (Service, error)
+
+// Stage turns a stage's FromInfra, which returns its own type, into a
+// Constructor: app.Stage(persister.FromInfra).
+func Stage[S Service](fromInfra func(context.Context, *Infra) (S, error)) Constructor {
+	return func(ctx context.Context, inf *Infra) (Service, error) {
+		s, err := fromInfra(ctx, inf)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
+// Needs says what a service connects to besides NATS.
+type Needs struct {
+	DB   bool // Postgres at DATABASE_URL
+	Riot bool // the Riot API (RIOT_API_KEY) with the shared rate limiter
+}
+
+// Main is the one skeleton of the five service binaries; their main is
+//
+//	func main() { app.Main("persister", app.Needs{DB: true}, app.Stage(persister.FromInfra)) }
+//
+// It loads Env, sets up logging and telemetry, connects to NATS (NATS_URL)
+// and what needs asks for, serves the ops endpoints (HTTP_ADDR), builds the
+// stage and runs it with a context cancelled on SIGINT/SIGTERM; the stage
+// must drain within SHUTDOWN_TIMEOUT. Main exits the process, with status 1
+// and the error on stderr when anything fails.
+func Main(service string, needs Needs, build Constructor) {
+	if err := run(service, needs, build); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) error {
+// run is Main without the exit: configuration, infrastructure, ops
+// endpoints, then the stage until a signal.
+func run(service string, needs Needs, build Constructor) error {
 	env, err := LoadEnv()
 	if err != nil {
 		return err
@@ -313,14 +347,26 @@ func mainErr(service string, needDB, needRiot bool, run func(ctx context.Context
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	inf, closeInf, err := Build(ctx, env, BuildOptions{Service: service, NeedDB: needDB, NeedRiot: needRiot, Log: log})
+	inf, closeInf, err := Build(ctx, env, BuildOptions{Service: service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: log})
 	if err != nil {
 		return err
 	}
 	defer closeInf()
+	stopOps := serveOps(ctx, inf, env.Ops.HTTPAddr, log)
+	defer stopOps()
 
-	// Once SIGTERM arrives the pod leaves the Service's endpoints (/readyz
-	// 503) while consumers drain; /healthz stays 200 so it is not killed.
+	s, err := build(ctx, inf)
+	if err != nil {
+		return err
+	}
+	return runUntilDrained(ctx, s, env.Ops.ShutdownTimeout, log)
+}
+
+// serveOps serves /healthz, /readyz and /metrics at addr until the
+// returned stop is called. Once ctx ends (SIGTERM) /readyz answers 503, so
+// the pod leaves its Service's endpoints while consumers drain; /healthz
+// stays 200 so it is not killed.
+func serveOps(ctx context.Context, inf *Infra, addr string, log *slog.Logger) (stop func()) {
 	inf.Ops.AddCheck("shutdown", func(context.Context) error {
 		if ctx.Err() != nil {
 			return errors.New("shutting down")
@@ -328,22 +374,27 @@ func mainErr(service string, needDB, needRiot bool, run func(ctx context.Context
 		return nil
 	})
 	opsCtx, opsStop := context.WithCancel(context.Background())
-	defer opsStop()
 	go func() {
-		if err := inf.Ops.Serve(opsCtx, env.Ops.HTTPAddr); err != nil {
+		if err := inf.Ops.Serve(opsCtx, addr); err != nil {
 			log.Error("ops server", "err", err)
 		}
 	}()
+	return opsStop
+}
 
+// runUntilDrained runs s; once ctx ends it gives s drain to return.
+// A stop by ctx is a nil error.
+func runUntilDrained(ctx context.Context, s Service, drain time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, inf) }()
+	go func() { errc <- s.Run(ctx) }()
+	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
-		log.Info("shutting down: draining consumers", "timeout", env.Ops.ShutdownTimeout)
+		log.Info("shutting down: draining consumers", "timeout", drain)
 		select {
 		case err = <-errc:
-		case <-time.After(env.Ops.ShutdownTimeout):
+		case <-time.After(drain):
 			err = errors.New("drain did not finish within SHUTDOWN_TIMEOUT")
 		}
 	}

@@ -229,13 +229,8 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	st.Infra = inf
 
-	builders := []func(context.Context, *app.Infra) (Runner, error){
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return resolver.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return lister.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return fetcher.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return persister.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return sweeper.FromInfra(ctx, inf) },
-	}
+	builders := []app.Constructor{app.Stage(resolver.FromInfra), app.Stage(lister.FromInfra),
+		app.Stage(fetcher.FromInfra), app.Stage(persister.FromInfra), app.Stage(sweeper.FromInfra)}
 	for _, b := range builders {
 		r, err := b(ctx, inf)
 		if err != nil {

@@ -2,18 +2,8 @@
 package main
 
 import (
-	"context"
-
 	"github.com/riftflow/riftflow/pkg/app"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 )
 
-func main() {
-	app.Main("match-fetcher", false, true, func(ctx context.Context, inf *app.Infra) error {
-		s, err := fetcher.FromInfra(ctx, inf)
-		if err != nil {
-			return err
-		}
-		return s.Run(ctx)
-	})
-}
+func main() { app.Main("match-fetcher", app.Needs{Riot: true}, app.Stage(fetcher.FromInfra)) }
