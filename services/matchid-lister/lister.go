@@ -164,86 +164,145 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 }
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
-	var cmd bus.SyncCommand
-	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
-		if err == nil {
-			err = errors.New("missing puuid or request_id")
-		}
-		return s.reject(ctx, "", 400, fmt.Errorf("invalid sync command: %w", err), m)
-	}
-	platform, err := riot.ParsePlatform(cmd.Platform)
-	if err != nil {
-		return s.reject(ctx, cmd.RequestID, 400, err, m)
+	cmd, platform, res, ok := s.decode(ctx, m)
+	if !ok {
+		return res
 	}
 	region := platform.Region()
 	log := s.d.Logger.With("request_id", cmd.RequestID, "puuid", cmd.PUUID)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("riot.puuid", cmd.PUUID),
 		attribute.String("riftflow.request_id", cmd.RequestID), attribute.String("riot.region", string(region)))
 
-	// 1. The per-account lock.
+	if res, ok := s.begin(ctx, cmd, platform, m, log); !ok {
+		return res
+	}
+	w, res, ok := s.window(ctx, cmd, log)
+	if !ok {
+		return res
+	}
+	l, res, ok := s.listNew(ctx, cmd, region, w, m, log)
+	if !ok {
+		return res
+	}
+	claimed, res, ok := s.claimAndPublish(ctx, cmd, w, l.fresh, log)
+	if !ok {
+		return res
+	}
+	if l.complete {
+		s.advanceCursor(ctx, cmd, w, log)
+	}
+	log.InfoContext(ctx, "matches listed", "listed", l.listed, "new", len(l.fresh), "published", len(claimed.Publish),
+		"total", claimed.Total, "done", claimed.Done, "window_start_s", w.startS, "window_end_s", w.endS, "complete", l.complete,
+		"riot_cap_reached", l.capped)
+	s.publishProgress(ctx, cmd, claimed, log)
+	return natsx.Ack()
+}
+
+// decode reads the SyncCommand; a malformed one is rejected (400).
+func (s *Service) decode(ctx context.Context, m jetstream.Msg) (bus.SyncCommand, riot.Platform, natsx.Result, bool) {
+	var cmd bus.SyncCommand
+	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
+		if err == nil {
+			err = errors.New("missing puuid or request_id")
+		}
+		return cmd, "", s.reject(ctx, "", 400, fmt.Errorf("invalid sync command: %w", err), m), false
+	}
+	platform, err := riot.ParsePlatform(cmd.Platform)
+	if err != nil {
+		return cmd, "", s.reject(ctx, cmd.RequestID, 400, err, m), false
+	}
+	return cmd, platform, natsx.Result{}, true
+}
+
+// begin claims the per-account lock (a held one: 409) and opens the sync
+// in the job log.
+func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.Platform, m jetstream.Msg, log *slog.Logger) (natsx.Result, bool) {
 	if holder, err := synclock.Claim(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL, s.d.Now()); err != nil {
 		if !errors.Is(err, natsx.ErrLocked) {
 			log.WarnContext(ctx, "lock claim failed, will retry", "err", err)
-			return natsx.Retry(fmt.Errorf("claim sync lock: %w", err))
+			return natsx.Retry(fmt.Errorf("claim sync lock: %w", err)), false
 		}
 		reason := fmt.Errorf("account %s is already syncing (request %s)", cmd.PUUID, holder)
 		s.recordRejected(ctx, cmd, reason)
-		return s.reject(ctx, cmd.RequestID, 409, reason, m)
+		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
 	}
 
 	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
-		Platform: string(platform), Region: string(region), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
+		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
 		RequestedAt: cmd.Requested,
 	}); err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
-		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err)))
+		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err))), false
 	}
 	if cmd.Trigger == bus.TriggerRecovery {
 		s.closeAbandoned(ctx, cmd)
 	}
+	return natsx.Result{}, true
+}
 
-	// 2. Cursor and window.
+// listWindow is the time window a sync lists (epoch SECONDS, Riot's
+// startTime/endTime) and the cursor it may advance.
+type listWindow struct {
+	now          time.Time
+	startS, endS int64
+	cur          Cursor
+	curRev       uint64
+}
+
+// window reads the account's cursor and computes the window: Lookback days
+// back from now, or, for a latest sync, from the cursor less Overlap.
+func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Logger) (listWindow, natsx.Result, bool) {
 	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
 	if err != nil {
 		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
-		return natsx.Retry(fmt.Errorf("read cursor: %w", err))
+		return listWindow{}, natsx.Retry(fmt.Errorf("read cursor: %w", err)), false
 	}
 	now := s.d.Now()
-	endS := now.Unix()
-	startS := now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	w := listWindow{now: now, endS: now.Unix(), startS: now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix(),
+		cur: cur, curRev: curRev}
 	if cmd.Mode == bus.ModeLatest && cur.ListedUntilS > 0 {
-		if c := cur.ListedUntilS - int64(s.cfg.Overlap/time.Second); c > startS {
-			startS = c
+		if c := cur.ListedUntilS - int64(s.cfg.Overlap/time.Second); c > w.startS {
+			w.startS = c
 		}
 	}
+	return w, natsx.Result{}, true
+}
 
-	// 3. Page through the match IDs, newest first.
+// listing is what listNew found.
+type listing struct {
+	fresh            []string // match IDs this sync covers (new, or listed earlier but not final)
+	listed           int      // IDs Riot listed
+	complete, capped bool     // every page was read; Riot's ~1000-ID cap was reached
+}
+
+// listNew pages through the account's match IDs in the window, newest
+// first, keeping those the ledger has no final outcome for, up to
+// cmd.Count.
+func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.Region, w listWindow, m jetstream.Msg, log *slog.Logger) (listing, natsx.Result, bool) {
 	ctxRiot := ctx
 	if cmd.Priority == bus.Background {
 		ctxRiot = riot.WithBackground(ctx)
 	}
-	var fresh []string
-	listed, complete, capped := 0, false, false
-pages:
+	var l listing
 	for start := 0; ; {
 		if start >= riotListCap {
 			// Riot serves no more than ~1000 IDs: everything it will
 			// show was seen; the listing is complete as far as it can be.
-			complete, capped = true, true
-			break
+			l.complete, l.capped = true, true
+			return l, natsx.Result{}, true
 		}
 		want := 100
-		q := riot.MatchIDsQuery{Start: start, Count: want, StartTime: startS, EndTime: endS, Queue: cmd.Queue, Type: cmd.Type}
+		q := riot.MatchIDsQuery{Start: start, Count: want, StartTime: w.startS, EndTime: w.endS, Queue: cmd.Queue, Type: cmd.Type}
 		ids, err := s.d.Riot.MatchIDsByPUUID(ctxRiot, region, cmd.PUUID, q)
 		if err != nil {
-			return s.riotFailure(ctx, cmd, err, m)
+			return l, s.riotFailure(ctx, cmd, err, m), false
 		}
-		listed += len(ids)
+		l.listed += len(ids)
 		known, err := s.d.Store.MatchStatuses(ctx, ids)
 		if err != nil {
 			log.WarnContext(ctx, "ledger lookup failed, will retry", "err", err)
-			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("ledger lookup: %w", err)))
+			return l, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("ledger lookup: %w", err))), false
 		}
 		for _, id := range ids {
 			if _, _, err := riot.ParseMatchID(id); err != nil {
@@ -255,57 +314,64 @@ pages:
 			}
 			// New, or listed earlier but not final yet (in flight for
 			// another sync, or orphaned by a dead one): this sync covers it.
-			if len(fresh) >= cmd.Count {
+			if len(l.fresh) >= cmd.Count {
 				// More matches than this run may take: the cursor stays.
-				break pages
+				return l, natsx.Result{}, true
 			}
-			fresh = append(fresh, id)
+			l.fresh = append(l.fresh, id)
 		}
 		if len(ids) < want {
-			complete = true
-			break
+			l.complete = true
+			return l, natsx.Result{}, true
 		}
 		start += len(ids)
 	}
-	// 4. Claim in the ledger and publish.
+}
+
+// claimAndPublish claims the matches in the ledger for this sync and
+// publishes one fetch command per match it must fetch.
+func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w listWindow, fresh []string, log *slog.Logger) (store.ClaimResult, natsx.Result, bool) {
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
-		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err)))
+		return store.ClaimResult{}, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err))), false
 	} else if len(adopted) > 0 {
 		log.InfoContext(ctx, "adopted matches an abandoned sync never published", "count", len(adopted))
 	}
 	res, err := s.d.Store.ClaimMatches(ctx, cmd.RequestID, cmd.PUUID, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "claim matches failed, will retry", "err", err)
-		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("claim matches: %w", err)))
+		return res, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("claim matches: %w", err))), false
 	}
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
 		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
-			ListedAfterS: startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority}
+			ListedAfterS: w.startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id)); err != nil {
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
-			return natsx.Retry(fmt.Errorf("publish fetch command: %w", err))
+			return res, natsx.Retry(fmt.Errorf("publish fetch command: %w", err)), false
 		}
 	}
+	return res, natsx.Result{}, true
+}
 
-	// 5. The cursor moves only past a window whose every match was published.
-	if complete {
-		next := cur
-		next.ListedUntilS = endS
-		if cmd.Mode == bus.ModeFull {
-			next.LastFullBackfill = now
-		}
-		if err := s.saveCursor(ctx, cmd.PUUID, next, curRev); err != nil {
-			log.WarnContext(ctx, "cursor not advanced", "err", err)
-		}
+// advanceCursor moves the cursor past a window whose every match was
+// published.
+func (s *Service) advanceCursor(ctx context.Context, cmd bus.SyncCommand, w listWindow, log *slog.Logger) {
+	next := w.cur
+	next.ListedUntilS = w.endS
+	if cmd.Mode == bus.ModeFull {
+		next.LastFullBackfill = w.now
 	}
-	log.InfoContext(ctx, "matches listed", "listed", listed, "new", len(fresh), "published", len(res.Publish),
-		"total", res.Total, "done", res.Done, "window_start_s", startS, "window_end_s", endS, "complete", complete,
-		"riot_cap_reached", capped)
+	if err := s.saveCursor(ctx, cmd.PUUID, next, w.curRev); err != nil {
+		log.WarnContext(ctx, "cursor not advanced", "err", err)
+	}
+}
 
+// publishProgress announces the sync's progress; a sync with nothing left
+// to fetch is completed here and its lock released first.
+func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res store.ClaimResult, log *slog.Logger) {
 	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "syncing", Progress: res.Done, Total: res.Total, At: s.d.Now()}
 	if res.Completed {
 		ev.Status = "completed"
@@ -314,7 +380,6 @@ pages:
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev); err != nil {
 		log.WarnContext(ctx, "publish progress failed", "err", err)
 	}
-	return natsx.Ack()
 }
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
