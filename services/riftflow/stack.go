@@ -111,95 +111,125 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 			st.Close()
 		}
 	}()
-	log := o.Log
-	if log == nil {
-		log = slog.Default()
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, err
 	}
 	env := o.Env
-
-	// NATS.
-	if env.NATS.URL == "" {
-		port := o.NATSPort
-		if port == 0 {
-			port = 4222
-			if !portFree("127.0.0.1", port) {
-				log.Info("port 4222 is taken; the embedded NATS server takes a random port")
-				port = 0
-			}
-		}
-		srv, err := natsembed.StartServer(natsembed.Options{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
-			Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true})
-		if err != nil {
-			return nil, fmt.Errorf("embedded NATS: %w", err)
-		}
-		st.NATS = srv
-		st.closers = append(st.closers, func() { srv.Shutdown(); srv.WaitForShutdown() })
-		if port >= 0 {
-			st.NATSURL = srv.ClientURL()
-			writeFile(o.DataDir, "nats.url", st.NATSURL)
-			st.WebSocketURL = srv.WebsocketURL()
-			writeFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
-		}
-		log.Info("embedded NATS JetStream started", "url", st.NATSURL, "store", filepath.Join(o.DataDir, "nats"))
-	} else {
-		st.NATSURL = env.NATS.URL
+	steps := []func() error{
+		func() error { return st.startNATS(o, env.NATS.URL) },
+		func() error { return st.startPostgres(ctx, o, &env) },
+		func() error { return st.startRiot(o, &env) },
+		func() error { return st.applyStreams(ctx, o, env) },
+		func() error { return st.buildServices(ctx, o, env) },
 	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return st, nil
+}
 
-	// Postgres.
+// startNATS starts the embedded JetStream server, on port 4222 when it is
+// free (or o.NATSPort), unless natsURL names a server.
+func (st *Stack) startNATS(o StackOptions, natsURL string) error {
+	if natsURL != "" {
+		st.NATSURL = natsURL
+		return nil
+	}
+	port := o.NATSPort
+	if port == 0 {
+		port = 4222
+		if !portFree("127.0.0.1", port) {
+			o.Log.Info("port 4222 is taken; the embedded NATS server takes a random port")
+			port = 0
+		}
+	}
+	srv, err := natsembed.StartServer(natsembed.Options{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
+		Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true})
+	if err != nil {
+		return fmt.Errorf("embedded NATS: %w", err)
+	}
+	st.NATS = srv
+	st.closers = append(st.closers, func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if port >= 0 {
+		st.NATSURL = srv.ClientURL()
+		writeFile(o.DataDir, "nats.url", st.NATSURL)
+		st.WebSocketURL = srv.WebsocketURL()
+		writeFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
+	}
+	o.Log.Info("embedded NATS JetStream started", "url", st.NATSURL, "store", filepath.Join(o.DataDir, "nats"))
+	return nil
+}
+
+// startPostgres uses DATABASE_URL or, with EphemeralDB, starts a throwaway
+// cluster under DataDir/pg (setting env's URL), then migrates.
+func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *app.Env) error {
 	if env.Postgres.URL == "" && !o.EphemeralDB {
-		return nil, errors.New("DATABASE_URL is not set: point it at your Postgres, or pass --ephemeral-db " +
+		return errors.New("DATABASE_URL is not set: point it at your Postgres, or pass --ephemeral-db " +
 			"to start a throwaway cluster under " + filepath.Join(o.DataDir, "pg") + " (its data is not meant to be kept)")
 	}
 	if env.Postgres.URL != "" && o.EphemeralDB {
-		return nil, errors.New("give DATABASE_URL or --ephemeral-db, not both")
+		return errors.New("give DATABASE_URL or --ephemeral-db, not both")
 	}
 	if env.Postgres.URL == "" {
-		log.Warn("EPHEMERAL DATABASE: --ephemeral-db starts a throwaway Postgres cluster; do not keep data you need in it",
+		o.Log.Warn("EPHEMERAL DATABASE: --ephemeral-db starts a throwaway Postgres cluster; do not keep data you need in it",
 			"dir", filepath.Join(o.DataDir, "pg"))
-		url, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{DataDir: filepath.Join(o.DataDir, "pg"), Logger: log, Fsync: o.PgFsync})
+		url, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{DataDir: filepath.Join(o.DataDir, "pg"), Logger: o.Log, Fsync: o.PgFsync})
 		if err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return fmt.Errorf("postgres: %w", err)
 		}
 		st.closers = append(st.closers, func() {
 			if err := stop(); err != nil {
-				log.Warn("stopping the throwaway Postgres", "err", err)
+				o.Log.Warn("stopping the throwaway Postgres", "err", err)
 			}
 		})
 		env.Postgres.URL = secret(url)
 		writeFile(o.DataDir, "database.url", url)
 	}
 	st.DBURL = env.Postgres.URL.Reveal()
-	if err := store.Migrate(ctx, st.DBURL, log); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+	if err := store.Migrate(ctx, st.DBURL, o.Log); err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
+	return nil
+}
 
-	// The Riot API, or its simulator.
-	if env.Riot.APIKey == "" {
-		so := o.Sim
-		so.APIKey = "RGAPI-sim-" + randHex(8)
-		if so.FixturesDir == "" {
-			so.FixturesDir = sim.FindFixtures()
-		}
-		if so.Logger == nil {
-			so.Logger = log
-		}
-		s, err := sim.New(so)
-		if err != nil {
-			return nil, fmt.Errorf("simulator: %w", err)
-		}
-		base, err := s.Start("127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("simulator: %w", err)
-		}
-		st.Sim = s
-		st.closers = append(st.closers, func() { s.Close() })
-		env.Riot.APIKey, env.Riot.BaseURL = secret(so.APIKey), base
-		log.Info("Riot API simulator serving recorded data", "base_url", base, "players", len(s.Players()))
+// startRiot starts the Riot API simulator on a loopback port when env has
+// no RIOT_API_KEY, and points env's Riot client at it.
+func (st *Stack) startRiot(o StackOptions, env *app.Env) error {
+	if env.Riot.APIKey != "" {
+		return nil
 	}
+	so := o.Sim
+	so.APIKey = "RGAPI-sim-" + randHex(8)
+	if so.FixturesDir == "" {
+		so.FixturesDir = sim.FindFixtures()
+	}
+	if so.Logger == nil {
+		so.Logger = o.Log
+	}
+	s, err := sim.New(so)
+	if err != nil {
+		return fmt.Errorf("simulator: %w", err)
+	}
+	base, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("simulator: %w", err)
+	}
+	st.Sim = s
+	st.closers = append(st.closers, func() { s.Close() })
+	env.Riot.APIKey, env.Riot.BaseURL = secret(so.APIKey), base
+	o.Log.Info("Riot API simulator serving recorded data", "base_url", base, "players", len(s.Players()))
+	return nil
+}
 
+// applyStreams creates or updates the streams, consumers and buckets
+// declared in streams/.
+func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env) error {
 	so := o.StreamOptions
 	so.Prefix, so.Replicas = env.NATS.SubjectPrefix, max(env.NATS.StreamReplicas, so.Replicas)
 	if o.MemoryStreams {
@@ -207,39 +237,39 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	set, err := streams.Load(so)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.InProcess(), "riftflow-streams-apply", log)
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.InProcess(), "riftflow-streams-apply", o.Log)
 	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
+		return fmt.Errorf("nats: %w", err)
 	}
-	err = streams.Apply(ctx, js, set, log)
-	nc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("streams apply: %w", err)
+	defer nc.Close()
+	if err := streams.Apply(ctx, js, set, o.Log); err != nil {
+		return fmt.Errorf("streams apply: %w", err)
 	}
+	return nil
+}
 
-	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: log, NATSServer: st.InProcess()})
+// buildServices builds the shared infrastructure and the five services on it.
+func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env) error {
+	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: o.Log, NATSServer: st.InProcess()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st.closers = append(st.closers, closeInf)
 	if o.Now != nil {
 		inf.Now = o.Now
 	}
 	st.Infra = inf
-
-	builders := []app.Constructor{app.Stage(resolver.FromInfra), app.Stage(lister.FromInfra),
-		app.Stage(fetcher.FromInfra), app.Stage(persister.FromInfra), app.Stage(sweeper.FromInfra)}
-	for _, b := range builders {
-		r, err := b(ctx, inf)
+	for _, build := range []app.Constructor{app.Stage(resolver.FromInfra), app.Stage(lister.FromInfra),
+		app.Stage(fetcher.FromInfra), app.Stage(persister.FromInfra), app.Stage(sweeper.FromInfra)} {
+		r, err := build(ctx, inf)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		st.Services = append(st.Services, r)
 	}
-	ok = true
-	return st, nil
+	return nil
 }
 
 // Run runs every service until ctx ends, then waits for them to drain.
