@@ -292,7 +292,13 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 // (DATABASE_URL), builds the Riot client when needRiot, serves the ops
 // endpoints, and calls run with a context cancelled on SIGINT/SIGTERM. run
 // must drain and return within SHUTDOWN_TIMEOUT. Main exits the process.
+//
+// `<service> version` prints the stamped version (telemetry.Version) and exits.
 func Main(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) {
+	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
+		fmt.Println(service, telemetry.ReadBuildInfo())
+		return
+	}
 	if err := mainErr(service, needDB, needRiot, run); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
 		os.Exit(1)
