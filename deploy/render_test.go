@@ -5,9 +5,9 @@ import (
 	"regexp"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -75,9 +75,9 @@ type cnpgCluster struct {
 				Owner    string `json:"owner"`
 			} `json:"initdb"`
 		} `json:"bootstrap"`
-		Resources  corev1.ResourceRequirements `json:"resources"`
-		Backup *struct {
-			RetentionPolicy string `json:"retentionPolicy,omitempty"`
+		Resources corev1.ResourceRequirements `json:"resources"`
+		Backup    *struct {
+			RetentionPolicy   string `json:"retentionPolicy,omitempty"`
 			BarmanObjectStore *struct {
 				DestinationPath string `json:"destinationPath"`
 				EndpointURL     string `json:"endpointURL,omitempty"`
