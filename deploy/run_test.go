@@ -245,7 +245,9 @@ func (r *rendered) workloadContainers() []workloadContainer {
 			out = append(out, workloadContainer{"Job", n, &j.Spec.Template.Spec, c})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].kind+out[i].name+out[i].c.Name < out[j].kind+out[j].name+out[j].c.Name })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].kind+out[i].name+out[i].c.Name < out[j].kind+out[j].name+out[j].c.Name
+	})
 	return out
 }
 
