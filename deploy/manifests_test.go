@@ -604,7 +604,7 @@ func TestNATSHelmValues(t *testing.T) {
 	if !c.Monitor.Enabled || c.Monitor.Port != 8222 {
 		t.Errorf("monitor = %+v, want enabled on 8222 (KEDA reads /jsz there)", c.Monitor)
 	}
-	var exp struct {
+	type exporter struct {
 		PromExporter struct {
 			Enabled    bool `json:"enabled"`
 			PodMonitor struct {
@@ -612,11 +612,19 @@ func TestNATSHelmValues(t *testing.T) {
 			} `json:"podMonitor"`
 		} `json:"promExporter"`
 	}
+	var exp, expProd exporter
+	rawProd, err := os.ReadFile(filepath.Join("nats", "values-prod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := yaml.Unmarshal(raw, &exp); err != nil {
 		t.Fatal(err)
 	}
-	if !exp.PromExporter.Enabled || !exp.PromExporter.PodMonitor.Enabled {
-		t.Errorf("promExporter = %+v, want the NATS exporter and its PodMonitor on", exp.PromExporter)
+	if err := yaml.Unmarshal(rawProd, &expProd); err != nil {
+		t.Fatal(err)
+	}
+	if !exp.PromExporter.Enabled || !expProd.PromExporter.PodMonitor.Enabled {
+		t.Errorf("promExporter = %+v / prod %+v, want the NATS exporter on, and its PodMonitor in prod", exp.PromExporter, expProd.PromExporter)
 	}
 	for _, f := range []string{"values-dev.yaml", "values-prod.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("nats", f))
