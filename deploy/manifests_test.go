@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -202,6 +203,9 @@ func checkWorkload(t *testing.T, r *rendered, w workload) {
 			t.Error("trigger account is empty")
 		}
 	}
+	if fb := so.Spec.Fallback; fb == nil || fb.FailureThreshold < 1 || fb.Replicas < 1 {
+		t.Errorf("ScaledObject %s: want a fallback (replicas kept while the scaler cannot read the lag), got %+v", w.name, fb)
+	}
 	if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
 		t.Error("minReplicaCount must be >= 1: the services keep periodic work and readiness")
 	}
@@ -209,6 +213,68 @@ func checkWorkload(t *testing.T, r *rendered, w workload) {
 		t.Error("maxReplicaCount unset or below minReplicaCount")
 	} else if w.maxScaled > 0 && *so.Spec.MaxReplicaCount > w.maxScaled {
 		t.Errorf("maxReplicaCount = %d, want <= %d", *so.Spec.MaxReplicaCount, w.maxScaled)
+	}
+}
+
+// checkMemLimit: GOMEMLIMIT is the container's memory limit, through the
+// downward API, so the Go GC tightens before the kernel OOM-kills the pod.
+func checkMemLimit(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
+			return
+		}
+	}
+	t.Errorf("container %s: GOMEMLIMIT does not come from resourceFieldRef limits.memory", c.Name)
+}
+
+// TestAPIAndPolicies: the HTTP API runs as its own Deployment (riftflow
+// serve) behind a Service, and a NetworkPolicy covers every riftflow pod.
+func TestAPIAndPolicies(t *testing.T) {
+	for _, dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			r := render(t, dir)
+			d, ok := r.deployments["riftflow-api"]
+			if !ok {
+				t.Fatal("Deployment riftflow-api missing")
+			}
+			c := &d.Spec.Template.Spec.Containers[0]
+			if !strings.HasPrefix(c.Image, "riftflow/riftflow") || strings.Join(c.Args, " ") != "serve" {
+				t.Errorf("riftflow-api runs %s %v, want riftflow/riftflow serve", c.Image, c.Args)
+			}
+			checkProbe(t, c, "readiness", c.ReadinessProbe, "/readyz")
+			checkProbe(t, c, "liveness", c.LivenessProbe, "/healthz")
+			checkSecurity(t, &d.Spec.Template.Spec, c)
+			if secretRef(c, "DATABASE_URL") == nil {
+				t.Error("riftflow-api: DATABASE_URL must come from a secretKeyRef")
+			}
+			svc, ok := r.services["riftflow-api"]
+			if !ok {
+				t.Fatal("Service riftflow-api missing")
+			}
+			if sel := labels.SelectorFromSet(svc.Spec.Selector); !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				t.Errorf("Service riftflow-api selects %v, not the API pods", svc.Spec.Selector)
+			}
+			if _, ok := r.pdbs["riftflow-api"]; !ok {
+				t.Error("PodDisruptionBudget riftflow-api missing")
+			}
+			for _, d := range r.deployments {
+				if d.Labels["app.kubernetes.io/part-of"] == "riftflow" {
+					checkMemLimit(t, &d.Spec.Template.Spec.Containers[0])
+				}
+			}
+			var covered bool
+			for _, np := range r.netpols {
+				sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+				if err == nil && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					covered = true
+				}
+			}
+			if !covered {
+				t.Error("no NetworkPolicy selects the riftflow pods")
+			}
+		})
 	}
 }
 
@@ -328,10 +394,7 @@ func TestMigrateJob(t *testing.T) {
 	for _, dir := range kustomizations {
 		t.Run(dir, func(t *testing.T) {
 			r := render(t, dir)
-			j, ok := r.jobs["riftflow-migrate"]
-			if !ok {
-				t.Fatal("Job riftflow-migrate missing")
-			}
+			j := r.migrateJob(t)
 			pod := &j.Spec.Template.Spec
 			if len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
 				t.Fatalf("want one initContainer (migrate) and one container (streams apply), got %d and %d",
@@ -407,7 +470,7 @@ func TestProdOverlay(t *testing.T) {
 	// Every container that talks to NATS sees NATS_CREDS_FILE and
 	// NATS_TLS_CA, and both files are mounted from Secrets.
 	check := func(where string, pod *corev1.PodSpec, c *corev1.Container) {
-		for _, name := range []string{"NATS_CREDS_FILE", "NATS_TLS_CA"} {
+		for _, name := range []string{"NATS_NKEY_SEED_FILE", "NATS_TLS_CA"} {
 			path, ok := r.env(t, c, name)
 			if !ok || path == "" {
 				t.Errorf("%s: %s unset", where, name)
@@ -422,8 +485,26 @@ func TestProdOverlay(t *testing.T) {
 		d := r.deployments[w.name]
 		check("Deployment/"+w.name, &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0])
 	}
-	j := r.jobs["riftflow-migrate"]
+	j := r.migrateJob(t)
 	check("Job/riftflow-migrate streams apply", &j.Spec.Template.Spec, &j.Spec.Template.Spec.Containers[0])
+	d := r.deployments["riftflow-api"]
+	check("Deployment/riftflow-api", &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0])
+	if got := r.configMapValue(t, "riftflow-config", "STREAM_REPLICAS"); got != "3" {
+		t.Errorf("prod: STREAM_REPLICAS = %q, want 3 (streams and KV buckets on every NATS node)", got)
+	}
+	if c.Spec.Backup == nil || c.Spec.Backup.BarmanObjectStore == nil || c.Spec.Backup.RetentionPolicy == "" {
+		t.Error("prod: the Cluster archives no WAL and keeps no backups")
+	}
+	var scheduled bool
+	for _, b := range r.backups {
+		scheduled = scheduled || b.Spec.Cluster.Name == "riftflow-pg"
+	}
+	if !scheduled {
+		t.Error("prod: no ScheduledBackup for riftflow-pg")
+	}
+	if len(r.podMonitors) == 0 || len(r.rules) == 0 {
+		t.Error("prod: no PodMonitor or PrometheusRule (components/monitoring)")
+	}
 
 	for name, so := range r.scaledObjects {
 		for i, tr := range so.Spec.Triggers {
@@ -432,6 +513,30 @@ func TestProdOverlay(t *testing.T) {
 			}
 		}
 	}
+}
+
+// migrateJob is the one migrate Job of r. The overlays name it after the
+// riftflow/riftflow image tag, so that each release applies a new Job (a
+// Job's pod template is immutable).
+func (r *rendered) migrateJob(t *testing.T) *batchv1.Job {
+	t.Helper()
+	var found []string
+	for name := range r.jobs {
+		if strings.HasPrefix(name, "riftflow-migrate") {
+			found = append(found, name)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one riftflow-migrate Job, got %v", found)
+	}
+	j := r.jobs[found[0]]
+	img := j.Spec.Template.Spec.Containers[0].Image
+	if _, tag, ok := strings.Cut(img, ":"); ok {
+		if want := "riftflow-migrate-" + strings.ReplaceAll(tag, ".", "-"); found[0] != want {
+			t.Errorf("Job %s runs %s: name it %s so the next release applies a new Job", found[0], img, want)
+		}
+	}
+	return j
 }
 
 func (r *rendered) configMapValue(t *testing.T, name, key string) string {
@@ -499,14 +604,51 @@ func TestNATSHelmValues(t *testing.T) {
 	if !c.Monitor.Enabled || c.Monitor.Port != 8222 {
 		t.Errorf("monitor = %+v, want enabled on 8222 (KEDA reads /jsz there)", c.Monitor)
 	}
+	type exporter struct {
+		PromExporter struct {
+			Enabled    bool `json:"enabled"`
+			PodMonitor struct {
+				Enabled bool `json:"enabled"`
+			} `json:"podMonitor"`
+		} `json:"promExporter"`
+	}
+	var exp, expProd exporter
+	rawProd, err := os.ReadFile(filepath.Join("nats", "values-prod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(rawProd, &expProd); err != nil {
+		t.Fatal(err)
+	}
+	if !exp.PromExporter.Enabled || !expProd.PromExporter.PodMonitor.Enabled {
+		t.Errorf("promExporter = %+v / prod %+v, want the NATS exporter on, and its PodMonitor in prod", exp.PromExporter, expProd.PromExporter)
+	}
 	for _, f := range []string{"values-dev.yaml", "values-prod.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("nats", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m map[string]any
+		var m struct {
+			Config struct {
+				Resolver struct {
+					Enabled bool `json:"enabled"`
+				} `json:"resolver"`
+				Merge map[string]any `json:"merge"`
+			} `json:"config"`
+		}
 		if err := yaml.Unmarshal(raw, &m); err != nil {
 			t.Errorf("%s: %v", f, err)
+		}
+		// An account resolver needs an operator JWT: without one in the
+		// same values the server exits with "no operator key found".
+		if m.Config.Resolver.Enabled && m.Config.Merge["operator"] == nil {
+			t.Errorf("%s: config.resolver is enabled without config.merge.operator: the server will not start", f)
+		}
+		if f == "values-prod.yaml" && m.Config.Merge["00$include"] != "auth.conf" {
+			t.Errorf("%s: config.merge lacks the include of auth.conf (the riftflow account and users)", f)
 		}
 	}
 }

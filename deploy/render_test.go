@@ -2,11 +2,14 @@ package deploy_test
 
 import (
 	"path/filepath"
+	"regexp"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +35,14 @@ type scaledObject struct {
 		MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
 		PollingInterval *int32 `json:"pollingInterval,omitempty"`
 		CooldownPeriod  *int32 `json:"cooldownPeriod,omitempty"`
-		Triggers        []struct {
+		// Fallback is the replica count KEDA keeps while the scaler fails
+		// FailureThreshold times in a row (NATS monitoring unreachable).
+		Fallback *struct {
+			FailureThreshold int32  `json:"failureThreshold"`
+			Replicas         int32  `json:"replicas"`
+			Behavior         string `json:"behavior,omitempty"`
+		} `json:"fallback,omitempty"`
+		Triggers []struct {
 			Type     string            `json:"type"`
 			Name     string            `json:"name,omitempty"`
 			Metadata map[string]string `json:"metadata"`
@@ -65,10 +75,42 @@ type cnpgCluster struct {
 				Owner    string `json:"owner"`
 			} `json:"initdb"`
 		} `json:"bootstrap"`
-		Resources  corev1.ResourceRequirements `json:"resources"`
-		Monitoring struct {
-			EnablePodMonitor bool `json:"enablePodMonitor"`
-		} `json:"monitoring"`
+		Resources corev1.ResourceRequirements `json:"resources"`
+		Backup    *struct {
+			RetentionPolicy   string `json:"retentionPolicy,omitempty"`
+			BarmanObjectStore *struct {
+				DestinationPath string `json:"destinationPath"`
+				EndpointURL     string `json:"endpointURL,omitempty"`
+				S3Credentials   *struct {
+					AccessKeyID     corev1.SecretKeySelector `json:"accessKeyId"`
+					SecretAccessKey corev1.SecretKeySelector `json:"secretAccessKey"`
+				} `json:"s3Credentials,omitempty"`
+				Wal *struct {
+					Compression string `json:"compression,omitempty"`
+				} `json:"wal,omitempty"`
+				Data *struct {
+					Compression string `json:"compression,omitempty"`
+				} `json:"data,omitempty"`
+			} `json:"barmanObjectStore,omitempty"`
+		} `json:"backup,omitempty"`
+	} `json:"spec"`
+}
+
+// cnpgScheduledBackup is CloudNativePG's postgresql.cnpg.io/v1
+// ScheduledBackup, decoded strictly.
+type cnpgScheduledBackup struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		// Schedule has six fields: seconds first.
+		Schedule             string `json:"schedule"`
+		BackupOwnerReference string `json:"backupOwnerReference,omitempty"`
+		Immediate            bool   `json:"immediate,omitempty"`
+		Method               string `json:"method,omitempty"`
+		Cluster              struct {
+			Name string `json:"name"`
+		} `json:"cluster"`
 	} `json:"spec"`
 }
 
@@ -84,6 +126,13 @@ type rendered struct {
 	pdbs          map[string]*policyv1.PodDisruptionBudget
 	scaledObjects map[string]*scaledObject
 	clusters      map[string]*cnpgCluster
+	backups       map[string]*cnpgScheduledBackup
+	netpols       map[string]*networkingv1.NetworkPolicy
+	podMonitors   map[string]*monitoringv1.PodMonitor
+	rules         map[string]*monitoringv1.PrometheusRule
+	// docs holds every rendered document, in order (the process test and
+	// the schema checks read them).
+	docs [][]byte
 }
 
 // render builds the kustomization in dir in-process, as `kubectl kustomize`
@@ -107,12 +156,17 @@ func render(t *testing.T, dir string) *rendered {
 		pdbs:          map[string]*policyv1.PodDisruptionBudget{},
 		scaledObjects: map[string]*scaledObject{},
 		clusters:      map[string]*cnpgCluster{},
+		backups:       map[string]*cnpgScheduledBackup{},
+		netpols:       map[string]*networkingv1.NetworkPolicy{},
+		podMonitors:   map[string]*monitoringv1.PodMonitor{},
+		rules:         map[string]*monitoringv1.PrometheusRule{},
 	}
 	for _, res := range m.Resources() {
 		doc, err := res.AsYAML()
 		if err != nil {
 			t.Fatalf("%s: %v", res.CurId(), err)
 		}
+		r.docs = append(r.docs, doc)
 		gvk := res.GetGvk()
 		key := gvk.ApiVersion() + "/" + gvk.Kind
 		name := res.GetName()
@@ -125,7 +179,9 @@ func render(t *testing.T, dir string) *rendered {
 		case "batch/v1/Job":
 			dst = put(r.jobs, name)
 		case "v1/ConfigMap":
+			// Also kept under its name without the generator's hash.
 			dst = put(r.configMaps, name)
+			r.configMaps[hashSuffix.ReplaceAllString(name, "")] = r.configMaps[name]
 		case "v1/Secret":
 			dst = put(r.secrets, name)
 		case "v1/Service":
@@ -138,6 +194,14 @@ func render(t *testing.T, dir string) *rendered {
 			dst = put(r.scaledObjects, name)
 		case "postgresql.cnpg.io/v1/Cluster":
 			dst = put(r.clusters, name)
+		case "postgresql.cnpg.io/v1/ScheduledBackup":
+			dst = put(r.backups, name)
+		case "networking.k8s.io/v1/NetworkPolicy":
+			dst = put(r.netpols, name)
+		case "monitoring.coreos.com/v1/PodMonitor":
+			dst = put(r.podMonitors, name)
+		case "monitoring.coreos.com/v1/PrometheusRule":
+			dst = put(r.rules, name)
 		default:
 			t.Errorf("%s: %s %s has no validation; add it to render", dir, key, name)
 			continue
@@ -148,6 +212,9 @@ func render(t *testing.T, dir string) *rendered {
 	}
 	return r
 }
+
+// hashSuffix is the content hash kustomize appends to a generated name.
+var hashSuffix = regexp.MustCompile(`-[bcdfghkmnt2456789]{10}$`)
 
 // put allocates a value for name in m and returns a pointer to decode into.
 func put[T any](m map[string]*T, name string) *T {

@@ -323,7 +323,13 @@ type Needs struct {
 // stage and runs it with a context cancelled on SIGINT/SIGTERM; the stage
 // must drain within SHUTDOWN_TIMEOUT. Main exits the process, with status 1
 // and the error on stderr when anything fails.
+//
+// `<service> version` prints the stamped version (telemetry.ReadBuildInfo) and exits.
 func Main(service string, needs Needs, build Constructor) {
+	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
+		fmt.Println(service, telemetry.ReadBuildInfo())
+		return
+	}
 	if err := run(service, needs, build); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
 		os.Exit(1)

@@ -247,6 +247,7 @@ func (r *runner) msgAttrs(m jetstream.Msg) ([]attribute.KeyValue, uint64) {
 		semconv.MessagingSystemKey.String("nats"),
 		semconv.MessagingDestinationName(m.Subject()),
 		semconv.MessagingConsumerGroupName(r.consumer),
+		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
 		attribute.String("nats.stream", r.stream),
 	}
@@ -354,7 +355,7 @@ func (r *runner) call(ctx context.Context, m jetstream.Msg, h Handler) (res Resu
 func (r *runner) handleOne(ctx context.Context, m jetstream.Msg, h Handler) {
 	attrs, delivered := r.msgAttrs(m)
 	ctx = Extract(ctx, m.Headers())
-	ctx, span := r.tracer.Start(ctx, "process "+m.Subject(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	ctx, span := r.tracer.Start(ctx, "process "+r.stream, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	defer span.End()
 	r.recordDelivery(ctx, delivered)
 
@@ -584,7 +585,7 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 	for i, m := range msgs {
 		attrs, delivered := r.msgAttrs(m)
 		attrs = append(attrs, semconv.MessagingBatchMessageCount(len(msgs)))
-		_, ms := r.tracer.Start(Extract(ctx, m.Headers()), "process "+m.Subject(),
+		_, ms := r.tracer.Start(Extract(ctx, m.Headers()), "process "+r.stream,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 		msgSpans[i] = ms
 		links = append(links, trace.Link{SpanContext: ms.SpanContext()})
@@ -595,6 +596,7 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 		trace.WithAttributes(
 			semconv.MessagingSystemKey.String("nats"),
 			semconv.MessagingConsumerGroupName(r.consumer),
+			semconv.MessagingOperationName("process"),
 			semconv.MessagingOperationTypeProcess,
 			semconv.MessagingBatchMessageCount(len(msgs)),
 			attribute.String("nats.stream", r.stream),

@@ -214,7 +214,7 @@ func TestPublishInjectsProducerSpan(t *testing.T) {
 	if producer == nil {
 		t.Fatalf("no ended span matches the injected traceparent %q", raw.Header.Get("traceparent"))
 	}
-	if producer.SpanKind() != trace.SpanKindProducer || producer.Name() != "send p.one" {
+	if producer.SpanKind() != trace.SpanKindProducer || producer.Name() != "send P" {
 		t.Errorf("span %q kind %v", producer.Name(), producer.SpanKind())
 	}
 	attrs := map[string]string{}

@@ -78,11 +78,15 @@ func PublishMsg(ctx context.Context, js jetstream.JetStream, m *nats.Msg, opts .
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	ctx, span := otel.Tracer(tracerName).Start(ctx, "send "+m.Subject,
+	// The span name stays low-cardinality ("send" and then "send <stream>"
+	// once the stream is known from the ack); the subject, which carries
+	// PUUIDs and match IDs, is the messaging.destination.name attribute.
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "send",
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			semconv.MessagingSystemKey.String("nats"),
 			semconv.MessagingDestinationName(m.Subject),
+			semconv.MessagingOperationName("send"),
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingMessageBodySize(len(m.Data)),
 		))
@@ -98,6 +102,7 @@ func PublishMsg(ctx context.Context, js jetstream.JetStream, m *nats.Msg, opts .
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
+	span.SetName("send " + ack.Stream)
 	span.SetAttributes(attribute.String("nats.stream", ack.Stream), attribute.Int64("nats.sequence", int64(ack.Sequence)))
 	if ack.Duplicate {
 		span.SetAttributes(attribute.Bool("nats.duplicate", true))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // DefaultAddr is the ops server address when HTTP_ADDR is unset.
@@ -74,9 +75,17 @@ func (o *Ops) AddCheck(name string, check CheckFunc) {
 	o.checks[name] = check
 }
 
-// Handle mounts h on pattern (http.ServeMux syntax, e.g. "/v1/"). It panics
-// if pattern conflicts with one already registered, as http.ServeMux does.
-func (o *Ops) Handle(pattern string, h http.Handler) { o.mux.Handle(pattern, h) }
+// Handle mounts h on pattern (http.ServeMux syntax, e.g. "POST /v1/sync").
+// It panics if pattern conflicts with one already registered, as
+// http.ServeMux does. The handler is instrumented with otelhttp: a server
+// span named after the pattern (low cardinality: "GET /v1/accounts/{puuid}",
+// never the PUUID itself), the caller's W3C trace context continued, and
+// the http.server.request.duration histogram (seconds). /healthz, /readyz
+// and /metrics are not traced.
+func (o *Ops) Handle(pattern string, h http.Handler) {
+	o.mux.Handle(pattern, otelhttp.NewHandler(h, pattern,
+		otelhttp.WithSpanNameFormatter(func(string, *http.Request) string { return pattern })))
+}
 
 // Handler returns the handler serving every mounted route.
 func (o *Ops) Handler() http.Handler { return o.mux }

@@ -31,7 +31,8 @@ type Config struct {
 	// OTEL_SERVICE_NAME is set; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 	// override it, as the OpenTelemetry specification asks.
 	ServiceName string
-	// ServiceVersion is the service.version resource attribute. Optional.
+	// ServiceVersion is the service.version resource attribute. Optional;
+	// empty means the stamped [Version].
 	ServiceVersion string
 	// Logger receives errors reported by the OpenTelemetry SDK (failed
 	// exports, for instance). Optional; nil means slog.Default().
@@ -65,6 +66,9 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if cfg.ServiceVersion == "" {
+		cfg.ServiceVersion = Version
+	}
 	base, err := resource.Merge(resource.Default(), resource.NewSchemaless(serviceAttrs(cfg.ServiceName, cfg.ServiceVersion)...))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
@@ -96,11 +100,18 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if err := t.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("telemetry: process collector: %w", err)
 	}
+	if err := t.registry.Register(newBuildInfoCollector(mainName)); err != nil {
+		return nil, fmt.Errorf("telemetry: build info: %w", err)
+	}
 	reader, err := otelprom.New(otelprom.WithRegisterer(t.registry))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(reader), sdkmetric.WithResource(res)}
+	for _, v := range durationViews() {
+		opts = append(opts, sdkmetric.WithView(v))
+	}
+	t.mp = sdkmetric.NewMeterProvider(opts...)
 
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("opentelemetry", "err", err)
@@ -290,3 +301,35 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 type sharedExporter struct{ sdktrace.SpanExporter }
 
 func (sharedExporter) Shutdown(context.Context) error { return nil }
+
+// Bucket boundaries, in seconds, for the latency histograms that declare
+// none themselves. The SDK's default boundaries (0, 5, 10, 25, ... 10000)
+// suit milliseconds: in seconds every observation would land in le=5.
+var (
+	// LatencyBuckets fit sub-second work (a handler, a Riot call, a batch
+	// transaction): the OpenTelemetry HTTP and messaging semantic
+	// conventions' recommended boundaries, extended to 30 s.
+	LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30}
+	// WaitBuckets fit rate-limiter waits, which run from nothing to the
+	// length of a Riot window (120 s).
+	WaitBuckets = []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+)
+
+// durationHistograms names every histogram in seconds whose instrument does
+// not set its own boundaries, with the boundaries it gets.
+var durationHistograms = map[string][]float64{
+	"riftflow.message.process.duration": LatencyBuckets,
+	"riftflow.persist.batch.duration":   LatencyBuckets,
+	"riot.client.duration":              LatencyBuckets,
+	"http.server.request.duration":      LatencyBuckets,
+	"riftflow.ratelimit.wait":           WaitBuckets,
+}
+
+func durationViews() []sdkmetric.View {
+	views := make([]sdkmetric.View, 0, len(durationHistograms))
+	for name, b := range durationHistograms {
+		views = append(views, sdkmetric.NewView(sdkmetric.Instrument{Name: name, Kind: sdkmetric.InstrumentKindHistogram},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: b}}))
+	}
+	return views
+}

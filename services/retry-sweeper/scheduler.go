@@ -458,8 +458,26 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 	}
 	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: kv, Subjects: inf.Subjects,
 		Logger: inf.Logger("scheduler"), Tracer: inf.Tracer("scheduler"), Now: inf.Now}
-	if inf.Riot != nil {
+	switch {
+	case inf.Riot != nil:
 		d.Riot = inf.Riot
+	case inf.Env.Riot.APIKey != "":
+		// The standalone retry-sweeper: its process built no Riot client
+		// (the sweeper needs none), but the rank job does. It takes the
+		// same client as every other process: RIOT_API_KEY on the limiter
+		// shared through NATS KV, so its league-v4 calls count against the
+		// key's budgets with the fetchers'.
+		c, lim, stats, err := app.NewRiot(ctx, inf.Env.Riot, inf.JS, inf.Log)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: Riot client for the rank job: %w", err)
+		}
+		inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
+		if closer, ok := lim.(interface{ Close() }); ok {
+			context.AfterFunc(ctx, closer.Close)
+		}
+		d.Riot = c
+	default:
+		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
 	}
 	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
 		WeeklyReport: e.WeeklyReport, Poll: e.Poll}, d)

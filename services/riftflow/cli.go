@@ -44,7 +44,10 @@ Usage:
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
   riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
                                                      replay dead letters to their original subjects
+  riftflow serve                                     the HTTP API alone (/v1/..., SSE, /healthz, /metrics)
+                                                     over NATS_URL and DATABASE_URL, for a Deployment
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
+  riftflow version                                   print the stamped version
 
 Configuration comes from the environment; see README.md. Without NATS_URL,
 DATABASE_URL or RIOT_API_KEY, 'up' starts its own embedded NATS, throwaway
@@ -78,6 +81,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	case "sim":
 		err = cmdSim(ctx, args[1:], stdout, stderr)
+	case "serve":
+		err = cmdServe(ctx, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "riftflow", telemetry.ReadBuildInfo())
 	case "retry":
 		err = cmdRetry(ctx, args[1:], stdout, stderr)
 	default:
@@ -512,6 +519,36 @@ func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "applied %d streams, %d consumers, %d KV buckets\n", len(set.Streams), len(set.Consumers), len(set.Buckets))
 	return nil
+}
+
+// cmdServe is `riftflow serve`: the HTTP API of `riftflow up` (POST
+// /v1/sync, the SSE progress stream, account link/unlink/login, the job
+// log) with /healthz, /readyz and /metrics on HTTP_ADDR, as its own
+// process over NATS_URL and DATABASE_URL. The five services run elsewhere
+// (their own Deployments); serve publishes requests and reads progress.
+// It returns once ctx ends and the server has shut down.
+func cmdServe(ctx context.Context, stderr io.Writer) error {
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, env).With("service", "riftflow-api")
+	config.Log(log, "riftflow-api", env)
+	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow-api", NeedDB: true, Log: log})
+	if err != nil {
+		return err
+	}
+	defer closeInf()
+	// The API opens the sync-locks and riot-ids buckets and reads the
+	// EVENTS stream: not ready until `riftflow streams apply` made them.
+	inf.Ops.AddCheck("streams", func(ctx context.Context) error {
+		_, err := inf.JS.Stream(ctx, streams.StreamEvents)
+		return err
+	})
+	inf.Ops.AddCheck("shutdown", func(context.Context) error { return ctx.Err() })
+	NewAPI(inf).Mount(inf.Ops)
+	log.Info("HTTP API serving", "addr", env.Ops.HTTPAddr)
+	return inf.Ops.Serve(ctx, env.Ops.HTTPAddr)
 }
 
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {

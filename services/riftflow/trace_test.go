@@ -12,6 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/telemetry/telemetrytest"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // TestOneTracePerRequest runs the five services with the real OTLP/HTTP
@@ -52,7 +53,8 @@ func TestOneTracePerRequest(t *testing.T) {
 	// made by natsx.PublishMsg, as `riftflow ingest` and POST /v1/ingest do).
 	var root telemetrytest.Span
 	for _, s := range recv.Spans() {
-		if s.Name == "send "+subj.IngestRequest() && s.Attributes["messaging.message.id"] == "ingest:"+reqID {
+		if s.Name == "send "+streams.StreamIngest && s.Attributes["messaging.destination.name"] == subj.IngestRequest() &&
+			s.Attributes["messaging.message.id"] == "ingest:"+reqID {
 			root = s
 		}
 	}
@@ -107,31 +109,31 @@ func TestOneTracePerRequest(t *testing.T) {
 			s = p
 		}
 	}
-	platform := strings.ToLower(p.Platform)
 	// The chain of one match: publish → resolver → SyncCommand → lister →
 	// FetchCommand → fetcher (Riot call) → FetchResult → persister batch →
 	// the Postgres writes (otelpgx), all parent to child.
 	var region string
 	for _, s := range spans {
-		if s.Service == "match-fetcher" && strings.HasPrefix(s.Name, "process "+subj.Fetch("")) && s.Attributes["riot.region"] != "" {
+		if s.Service == "match-fetcher" && s.Name == "process "+streams.StreamFetch && s.Attributes["riot.region"] != "" {
 			region = s.Attributes["riot.region"]
 		}
 	}
 	if region == "" {
 		t.Fatal("no match-fetcher consumer span with riot.region")
 	}
+	// Span names are "<operation> <stream>" (low-cardinality; the subject
+	// is messaging.destination.name). An ingest request is interactive:
+	// its fetches take the region's interactive queue, on FETCH.
 	want := strings.Join([]string{
 		"persister: process batch persister",
-		"persister: process " + subj.Fetched(region),
-		"match-fetcher: send " + subj.Fetched(region),
-		// An ingest request is interactive: its fetches take the region's
-		// interactive queue.
-		"match-fetcher: process " + subj.FetchFor(region, bus.Interactive),
-		"matchid-lister: send " + subj.FetchFor(region, bus.Interactive),
-		"matchid-lister: process " + subj.Sync(platform),
-		"resolver: send " + subj.Sync(platform),
-		"resolver: process " + subj.IngestRequest(),
-		root.Service + ": send " + subj.IngestRequest(),
+		"persister: process " + streams.StreamFetched,
+		"match-fetcher: send " + streams.StreamFetched,
+		"match-fetcher: process " + streams.StreamFetch,
+		"matchid-lister: send " + streams.StreamFetch,
+		"matchid-lister: process " + streams.StreamSync,
+		"resolver: send " + streams.StreamSync,
+		"resolver: process " + streams.StreamIngest,
+		root.Service + ": send " + streams.StreamIngest,
 	}, "\n")
 	var writes, riotCalls int
 	found := false
@@ -162,7 +164,7 @@ func TestOneTracePerRequest(t *testing.T) {
 	// (and its writes) or links to the batch that does.
 	results := 0
 	for _, s := range spans {
-		if s.Service != "match-fetcher" || !strings.HasPrefix(s.Name, "send "+subj.Fetched("")) {
+		if s.Service != "match-fetcher" || s.Name != "send "+streams.StreamFetched {
 			continue
 		}
 		results++
@@ -177,7 +179,7 @@ func TestOneTracePerRequest(t *testing.T) {
 			continue
 		}
 		if consumer.Attributes["nats.result"] != "ack" || consumer.Attributes["nats.delivery_count"] == "" ||
-			consumer.Attributes["messaging.destination.name"] != strings.TrimPrefix(s.Name, "send ") {
+			consumer.Attributes["messaging.destination.name"] != s.Attributes["messaging.destination.name"] {
 			t.Errorf("persister span %s: attributes %v", consumer.Name, consumer.Attributes)
 		}
 		holdsBatch := false
@@ -192,8 +194,12 @@ func TestOneTracePerRequest(t *testing.T) {
 		t.Errorf("%d fetch results in the trace, want at least %d (one per match)", results, ev.Total)
 	}
 
-	// Attributes operators search by.
+	// Attributes operators search by; span names stay low-cardinality
+	// (identifiers are attributes, never part of a name).
 	for _, s := range spans {
+		if strings.Contains(s.Name, p.PUUID) || strings.Contains(s.Name, "_") && strings.Contains(s.Name, s.Attributes["riot.match_id"]) && s.Attributes["riot.match_id"] != "" {
+			t.Errorf("span name %q carries an identifier", s.Name)
+		}
 		if s.Kind == "SPAN_KIND_CONSUMER" && !strings.HasPrefix(s.Name, "process batch") {
 			if s.Attributes["messaging.destination.name"] == "" || s.Attributes["nats.delivery_count"] == "" {
 				t.Errorf("consumer span %s: %s lacks destination or delivery count: %v", s.Service, s.Name, s.Attributes)
