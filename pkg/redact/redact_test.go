@@ -11,6 +11,7 @@ func TestString(t *testing.T) {
 		"token s3cret-nats-token in a message":                                             "token [redacted] in a message",
 		"nats://host:4222 and mail@example.com stay":                                       "nats://host:4222 and mail@example.com stay",
 		"abc is a word": "abc is a word",
+		"Authorization: Bearer rft_0123456789abcdef_" + "abcdefghijABCDEFGHIJ0123456789-_abcdefghijk": "Authorization: Bearer rft_****",
 	} {
 		if got := String(in); got != want {
 			t.Errorf("String(%q)\n = %q\nwant %q", in, got, want)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,8 +35,13 @@ import (
 const usage = `riftflow keeps a Postgres database filled with League of Legends data from the Riot API.
 
 Usage:
-  riftflow up [--demo]          run the whole pipeline in one process (until Ctrl-C;
-                                --demo ingests the recorded demo player, prints a summary, exits)
+  riftflow up [--demo] [--ephemeral-db] [--http-addr 127.0.0.1:8080] [--expose]
+                                run the whole pipeline in one process (until Ctrl-C;
+                                --demo ingests the recorded demo player, prints a summary, exits);
+                                prints an admin API token; the API listens on loopback unless --expose
+  riftflow token create --name N --scopes read,sync   a bearer token for the HTTP API (shown once)
+  riftflow token list [--json]                       tokens (never the secret), scopes, last use
+  riftflow token revoke ID                           revoke a token at once
   riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--wait]
   riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
@@ -47,9 +53,10 @@ Usage:
                                                      replay dead letters to their original subjects
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
 
-Configuration comes from the environment; see README.md. Without NATS_URL,
-DATABASE_URL or RIOT_API_KEY, 'up' starts its own embedded NATS, throwaway
-Postgres and simulator; the other commands find them through .data/.
+Configuration comes from the environment; see README.md and docs/security.md.
+Without NATS_URL or RIOT_API_KEY, 'up' starts its own embedded NATS and the
+simulator; without DATABASE_URL it needs --ephemeral-db for a throwaway
+Postgres. The other commands find them through .data/.
 `
 
 // Main runs the CLI with args (without the program name) and returns the
@@ -81,6 +88,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdSim(ctx, args[1:], stdout, stderr)
 	case "retry":
 		err = cmdRetry(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = cmdToken(ctx, args[1:], stdout)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
@@ -139,7 +148,13 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
 	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
+	httpAddr := fs.String("http-addr", "", "the API's listen address (default HTTP_ADDR if set, else "+defaultAPIAddr+")")
+	expose := fs.Bool("expose", false, "allow an --http-addr/HTTP_ADDR beyond loopback (the API is authenticated, but not encrypted: put TLS in front)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	addr, err := apiAddr(*httpAddr, os.Getenv("HTTP_ADDR"), *expose)
+	if err != nil {
 		return err
 	}
 	env, err := app.LoadEnv()
@@ -173,17 +188,26 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	api := NewAPI(st.Infra)
 	api.Mount(st.Infra.Ops)
-	opsCtx, opsStop := context.WithCancel(context.Background())
-	defer opsStop()
-	addr := env.Ops.HTTPAddr
-	if _, port, _ := strings.Cut(addr, ":"); port != "" && port != "0" && !portFree("", atoiOr(port, 0)) {
+	token, err := localToken(ctx, st)
+	if err != nil {
+		return err
+	}
+	if _, port, _ := net.SplitHostPort(addr); isLoopback(addr) && port != "0" && !portFree(strings.TrimSuffix(addr, ":"+port), atoiOr(port, 0)) {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := listen(addr)
 	if err != nil {
 		return err
 	}
-	go st.Infra.Ops.ServeListener(opsCtx, ln)
+	opsCtx, opsStop := context.WithCancel(context.Background())
+	defer opsStop()
+	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log)
+	go srv.Serve(ln)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -191,6 +215,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { done <- st.Run(runCtx) }()
 
 	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", orInProcess(st.NATSURL), "http://"+ln.Addr().String())
+	fmt.Fprintf(stdout, "API token for %s (scope admin, revoked at the next `riftflow up`; also in %s):\n  %s\n",
+		localUser(), filepath.Join(dataDir(), "api.token"), token)
 	if st.WebSocketURL != "" {
 		fmt.Fprintf(stdout, "progress for browsers: NATS over WebSocket at %s (subscribe to %s)\n", st.WebSocketURL, st.Infra.Subjects.ProgressAll())
 	}
