@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -117,16 +119,34 @@ func newLogger(w io.Writer, env app.Env) *slog.Logger {
 
 func secret(s string) config.Secret { return config.Secret(s) }
 
-// natsURL is NATS_URL, or the URL a local `riftflow up` wrote.
-func natsURL(env app.Env) (string, error) {
+// localNATS fills env.NATS from the files a local `riftflow up` wrote when
+// NATS_URL is unset: .data/nats.url (the CLI user) or, for admin commands
+// (streams apply, retry --dead), .data/nats-admin.url. The user and
+// password in the file become NATS_USER and NATS_PASSWORD.
+func localNATS(env *app.Env, admin bool) error {
 	if env.NATS.URL != "" {
-		return env.NATS.URL, nil
+		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(dataDir(), "nats.url"))
+	name := "nats.url"
+	if admin {
+		name = "nats-admin.url"
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir(), name))
 	if err != nil {
-		return "", errors.New("NATS_URL is not set and no local `riftflow up` was found (.data/nats.url)")
+		return fmt.Errorf("NATS_URL is not set and no local `riftflow up` was found (.data/%s)", name)
 	}
-	return strings.TrimSpace(string(b)), nil
+	u, err := url.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf(".data/%s: %s", name, redact.String(err.Error()))
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		redact.Register(pw)
+		env.NATS.User, env.NATS.Password = u.User.Username(), config.Secret(pw)
+		u.User = nil
+	}
+	env.NATS.URL = u.String()
+	return nil
 }
 
 // dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
@@ -418,11 +438,9 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	url, err := natsURL(env)
-	if err != nil {
+	if err := localNATS(&env, false); err != nil {
 		return err
 	}
-	env.NATS.URL = url
 	if telemetry.ExportEnabled() {
 		// OTEL_EXPORTER_OTLP_ENDPOINT is set: export the publish span, so
 		// the trace in Jaeger starts at this command.
@@ -580,11 +598,9 @@ func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	url, err := natsURL(env)
-	if err != nil {
+	if err := localNATS(&env, true); err != nil {
 		return err
 	}
-	env.NATS.URL = url
 	log := newLogger(stderr, env)
 	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,8 +24,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/pgtest"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/sim"
 	"github.com/riftflow/riftflow/pkg/store"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
@@ -81,6 +85,8 @@ type Stack struct {
 	DBURL        string
 	Services     []Runner
 
+	// users are the embedded server's NATS users (nil with NATS_URL).
+	users   *stackUsers
 	closers []func()
 }
 
@@ -108,8 +114,23 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	env := o.Env
 
+	so := o.StreamOptions
+	so.Prefix, so.Replicas = env.NATS.SubjectPrefix, max(env.NATS.StreamReplicas, so.Replicas)
+	if o.MemoryStreams {
+		so.MemoryStorage = true
+	}
+	set, err := streams.Load(so)
+	if err != nil {
+		return nil, err
+	}
+
 	// NATS.
 	if env.NATS.URL == "" {
+		users, err := natsUsers(set)
+		if err != nil {
+			return nil, err
+		}
+		st.users = users
 		port := o.NATSPort
 		if port == 0 {
 			port = 4222
@@ -119,7 +140,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 			}
 		}
 		srv, err := natsx.StartServer(natsx.EmbeddedOptions{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
-			Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true})
+			Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true,
+			Configure: func(so *server.Options) {
+				so.Users = users.server
+				so.Websocket.NoAuthUser = streams.UserWeb
+			}})
 		if err != nil {
 			return nil, fmt.Errorf("embedded NATS: %w", err)
 		}
@@ -127,7 +152,10 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		st.closers = append(st.closers, func() { srv.Shutdown(); srv.WaitForShutdown() })
 		if port >= 0 {
 			st.NATSURL = srv.ClientURL()
-			writeFile(o.DataDir, "nats.url", st.NATSURL)
+			// Local tools connect as the CLI user (ingest, status) or the
+			// admin (streams apply, retry --dead); the files are 0600.
+			writeFile(o.DataDir, "nats.url", withUser(st.NATSURL, streams.UserCLI, users.password[streams.UserCLI]))
+			writeFile(o.DataDir, "nats-admin.url", withUser(st.NATSURL, streams.UserAdmin, users.password[streams.UserAdmin]))
 			st.WebSocketURL = srv.WebsocketURL()
 			writeFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
 		}
@@ -197,16 +225,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		log.Info("Riot API simulator serving recorded data", "base_url", base, "players", len(s.Players()))
 	}
 
-	so := o.StreamOptions
-	so.Prefix, so.Replicas = env.NATS.SubjectPrefix, max(env.NATS.StreamReplicas, so.Replicas)
-	if o.MemoryStreams {
-		so.MemoryStorage = true
-	}
-	set, err := streams.Load(so)
-	if err != nil {
-		return nil, err
-	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.NATS, "riftflow-streams-apply", log)
+	nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, streams.UserAdmin), st.NATS, "riftflow-streams-apply", log)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -216,7 +235,13 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, fmt.Errorf("streams apply: %w", err)
 	}
 
-	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: log, NATSServer: st.NATS})
+	// The CLI/API's infrastructure; with the embedded server the Riot
+	// client and its shared limiter are built on the fetcher's connection
+	// below, as the Riot callers' user owns the rate-limit state.
+	cliEnv := env
+	cliEnv.NATS = st.natsAs(env.NATS, streams.UserCLI)
+	inf, closeInf, err := app.Build(ctx, cliEnv, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
+		Log: log, NATSServer: st.NATS})
 	if err != nil {
 		return nil, err
 	}
@@ -226,15 +251,46 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	st.Infra = inf
 
-	builders := []func(context.Context, *app.Infra) (Runner, error){
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return resolver.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return lister.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return fetcher.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return persister.FromInfra(ctx, inf) },
-		func(ctx context.Context, inf *app.Infra) (Runner, error) { return sweeper.FromInfra(ctx, inf) },
+	builders := []struct {
+		user  string
+		build func(context.Context, *app.Infra) (Runner, error)
+	}{
+		{streams.UserResolver, func(ctx context.Context, inf *app.Infra) (Runner, error) { return resolver.FromInfra(ctx, inf) }},
+		{streams.UserMatchIDLister, func(ctx context.Context, inf *app.Infra) (Runner, error) { return lister.FromInfra(ctx, inf) }},
+		{streams.UserMatchFetcher, func(ctx context.Context, inf *app.Infra) (Runner, error) { return fetcher.FromInfra(ctx, inf) }},
+		{streams.UserPersister, func(ctx context.Context, inf *app.Infra) (Runner, error) { return persister.FromInfra(ctx, inf) }},
+		{streams.UserRetrySweeper, func(ctx context.Context, inf *app.Infra) (Runner, error) { return sweeper.FromInfra(ctx, inf) }},
 	}
-	for _, b := range builders {
-		r, err := b(ctx, inf)
+	infras := make([]*app.Infra, len(builders))
+	for i, b := range builders {
+		infras[i] = inf
+		if st.users == nil {
+			continue // NATS_URL: every service shares the configured credentials
+		}
+		// Each service on its own connection, as its own NATS user.
+		nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, b.user), st.NATS, b.user, log)
+		if err != nil {
+			return nil, fmt.Errorf("nats (%s): %w", b.user, err)
+		}
+		st.closers = append(st.closers, nc.Close)
+		own := *inf
+		own.NC, own.JS = nc, js
+		infras[i] = &own
+		if b.user == streams.UserMatchFetcher {
+			c, lim, stats, err := app.NewRiot(ctx, env.Riot, js, log)
+			if err != nil {
+				return nil, err
+			}
+			if sh, ok := lim.(*ratelimit.Shared); ok {
+				st.closers = append(st.closers, sh.Close)
+			}
+			inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
+		}
+	}
+	for i, b := range builders {
+		own := infras[i]
+		own.Riot, own.Limiter, own.RiotStats = inf.Riot, inf.Limiter, inf.RiotStats
+		r, err := b.build(ctx, own)
 		if err != nil {
 			return nil, err
 		}
@@ -242,6 +298,60 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	ok = true
 	return st, nil
+}
+
+// stackUsers are the embedded server's NATS users: streams.Permissions
+// with a random password each.
+type stackUsers struct {
+	server   []*server.User
+	password map[string]string
+}
+
+// natsUsers makes the embedded server's users from the permission table,
+// with random 256-bit passwords registered with pkg/redact.
+func natsUsers(set *streams.Set) (*stackUsers, error) {
+	perms, err := streams.Permissions(set)
+	if err != nil {
+		return nil, err
+	}
+	u := &stackUsers{password: map[string]string{}}
+	for _, p := range perms {
+		pw := randHex(32)
+		redact.Register(pw)
+		u.password[p.User] = pw
+		sp := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
+		if len(p.Publish) == 0 {
+			sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
+		} else {
+			sp.Publish = &server.SubjectPermission{Allow: p.Publish}
+		}
+		u.server = append(u.server, &server.User{Username: p.User, Password: pw, Permissions: sp})
+	}
+	return u, nil
+}
+
+// natsAs is cfg with user's credentials when the stack runs its own server
+// with users, else cfg unchanged.
+func (st *Stack) natsAs(cfg config.NATS, user string) config.NATS {
+	if st.users == nil {
+		return cfg
+	}
+	cfg.User, cfg.Password, cfg.Token, cfg.NKeySeedFile, cfg.CredsFile = user, config.Secret(st.users.password[user]), "", "", ""
+	return cfg
+}
+
+// NATSConfig is the NATS configuration to connect to the stack's server
+// as user (a streams.User* name); with NATS_URL, the configured one.
+func (st *Stack) NATSConfig(user string) config.NATS { return st.natsAs(st.Infra.Env.NATS, user) }
+
+// withUser puts user:password into a nats:// URL.
+func withUser(raw, user, password string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String()
 }
 
 // Run runs every service until ctx ends, then waits for them to drain.
