@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -166,15 +165,26 @@ func (a *API) postSync(w http.ResponseWriter, r *http.Request) {
 		bodyErr(w, err)
 		return
 	}
-	req, err := bus.DecodeIngestRequest(body)
+	req, err := decodeSync(body)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	a.submit(w, r, req)
+}
+
+// decodeSync parses POST /v1/sync's body: a bus.IngestRequest, normalised
+// (bus.DecodeIngestRequest), whose trigger is "http" unless it names one.
+// Errors wrap bus.ErrBadRequest.
+func decodeSync(body []byte) (bus.IngestRequest, error) {
+	req, err := bus.DecodeIngestRequest(body)
+	if err != nil {
+		return req, err
+	}
 	if req.Trigger == "nats" {
 		req.Trigger = "http"
 	}
-	a.submit(w, r, req)
+	return req, nil
 }
 
 // submit answers 409 when another request holds the account's lock, else
@@ -235,31 +245,10 @@ type linkBody struct {
 }
 
 func (a *API) postLink(w http.ResponseWriter, r *http.Request) {
-	puuid := r.PathValue("puuid")
-	var b linkBody
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		bodyErr(w, fmt.Errorf("invalid JSON: %w", err))
+	req, acct, err := decodeLink(r.PathValue("puuid"), r.Body)
+	if err != nil {
+		bodyErr(w, err)
 		return
-	}
-	// Validate through the ingest request the link turns into.
-	req := bus.IngestRequest{PUUID: puuid, Platform: b.Platform, Mode: bus.ModeFull, Trigger: "link"}
-	if err := req.Normalize(); err != nil {
-		writeErr(w, http.StatusBadRequest, err)
-		return
-	}
-	acct := store.Account{PUUID: puuid, Platform: req.Platform}
-	if p, err := riot.ParsePlatform(req.Platform); err == nil {
-		acct.Region = string(p.Region())
-	}
-	if b.RiotID != "" {
-		id, err := riot.ParseRiotID(b.RiotID)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
-			return
-		}
-		acct.GameName, acct.TagLine = id.GameName, id.TagLine
 	}
 	if err := a.inf.Store.LinkAccount(r.Context(), acct); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
@@ -269,7 +258,41 @@ func (a *API) postLink(w http.ResponseWriter, r *http.Request) {
 	a.submit(w, r, req)
 }
 
+// decodeLink parses POST /v1/accounts/{puuid}/link: the full sync it
+// starts and the account row to store. The PUUID and platform are
+// validated through the ingest request (bus.IngestRequest.Normalize).
+// Errors: invalid JSON, an unknown field, a bad PUUID, platform or Riot ID,
+// or a body over the limit (an *http.MaxBytesError in the chain).
+func decodeLink(puuid string, body io.Reader) (bus.IngestRequest, store.Account, error) {
+	var b linkBody
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return bus.IngestRequest{}, store.Account{}, fmt.Errorf("invalid JSON: %w", err)
+	}
+	req := bus.IngestRequest{PUUID: puuid, Platform: b.Platform, Mode: bus.ModeFull, Trigger: "link"}
+	if err := req.Normalize(); err != nil {
+		return req, store.Account{}, err
+	}
+	acct := store.Account{PUUID: puuid, Platform: req.Platform}
+	if p, err := riot.ParsePlatform(req.Platform); err == nil {
+		acct.Region = string(p.Region())
+	}
+	if b.RiotID != "" {
+		id, err := riot.ParseRiotID(b.RiotID)
+		if err != nil {
+			return req, store.Account{}, err
+		}
+		acct.GameName, acct.TagLine = id.GameName, id.TagLine
+	}
+	return req, acct, nil
+}
+
 func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		return
+	}
 	err := a.inf.Store.UnlinkAccount(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account"))
@@ -284,6 +307,10 @@ func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
 
 // postLogin is design 001's stale-login trigger.
 func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
+		return
+	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
@@ -372,6 +399,10 @@ func (a *API) knownPUUID(ctx context.Context, req bus.IngestRequest) string {
 }
 
 func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		return
+	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account"))
@@ -405,7 +436,7 @@ func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
 func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("request_id")
-	if !validRequestID(id) {
+	if !validID(id, bus.MaxRequestIDLen) {
 		writeProblem(w, http.StatusNotFound, "no such request")
 		return
 	}
@@ -537,14 +568,16 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// validRequestID reports whether id can be a request id: 1-128 bytes of
-// letters, digits and "-_.:" (bus.IngestRequest ids are such).
-func validRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
+// validID reports whether a path parameter can name a request (request
+// id) or an account (PUUID): 1 to max bytes of letters, digits, '-' and '_'
+// (what bus.IngestRequest.Normalize accepts). Anything else cannot exist:
+// 404 without a lookup.
+func validID(id string, max int) bool {
+	if id == "" || len(id) > max {
 		return false
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
 		}
 	}
