@@ -299,8 +299,9 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 // endpoints, and calls run with a context cancelled on SIGINT/SIGTERM. run
 // must drain and return within SHUTDOWN_TIMEOUT. Main exits the process.
 func Main(service string, needDB, needRiot bool, run func(ctx context.Context, inf *Infra) error) {
+	defer redact.Panics(os.Stderr)
 	if err := mainErr(service, needDB, needRiot, run); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", service, redact.String(err.Error()))
 		os.Exit(1)
 	}
 }

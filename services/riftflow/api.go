@@ -19,6 +19,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
@@ -145,8 +146,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeErr answers code with {"error": err}, the text redacted (a
+// Postgres or NATS error may quote a URL).
 func writeErr(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, map[string]string{"error": redact.String(err.Error())})
 }
 
 // bodyErr answers a request body that could not be read: 413 over

@@ -96,7 +96,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "riftflow %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "riftflow %s: %s\n", args[0], redact.String(err.Error()))
 		return 1
 	}
 	return 0

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -277,4 +278,92 @@ func TestNATSPermissions(t *testing.T) {
 		}
 	}
 	t.Logf("%d log lines, %d bytes scanned for %d secrets", len(lines), len(out), len(secrets))
+}
+
+// deploy/nats/auth.conf, the Kubernetes NATS server's users, loads in
+// nats-server with the passwords from the environment and enforces the
+// same table: the fetcher's results pass, the resolver's forgery is
+// refused, a wrong password is not let in.
+func TestAuthConfEnforced(t *testing.T) {
+	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "auth.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	main := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\ninclude ./auth.conf\n", freePort(t), filepath.Join(dir, "js"))
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pw := map[string]string{}
+	for _, g := range streams.Grants {
+		pw[g.User] = randHex(16)
+		t.Setenv(streams.PasswordEnv(g.User), pw[g.User])
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Users) != len(streams.Grants) {
+		t.Fatalf("auth.conf has %d users, the table %d", len(opts.Users), len(streams.Grants))
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server with auth.conf did not start")
+	}
+	connect := func(user, password string) (*nats.Conn, chan error, error) {
+		errs := make(chan error, 4)
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if err == nil {
+			t.Cleanup(nc.Close)
+		}
+		return nc, errs, err
+	}
+	if _, _, err := connect(streams.UserResolver, "wrong"); err == nil {
+		t.Error("a wrong password was let in")
+	}
+	admin, _, err := connect(streams.UserAdmin, pw[streams.UserAdmin])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.SubscribeSync("lol.match.fetched.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Flush()
+	fetcherConn, _, err := connect(streams.UserMatchFetcher, pw[streams.UserMatchFetcher])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcherConn.Publish("lol.match.fetched.americas", []byte("from the fetcher"))
+	fetcherConn.Flush()
+	if m, err := got.NextMsg(10 * time.Second); err != nil || string(m.Data) != "from the fetcher" {
+		t.Fatalf("the fetcher's result did not pass: %v", err)
+	}
+	resolverConn, rerrs, err := connect(streams.UserResolver, pw[streams.UserResolver])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolverConn.Publish("lol.match.fetched.americas", []byte("forged"))
+	resolverConn.Flush()
+	select {
+	case err := <-rerrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("resolver forgery: %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the resolver's forged result was not refused")
+	}
+	if m, err := got.NextMsg(500 * time.Millisecond); err == nil {
+		t.Errorf("a forged result was delivered: %s", m.Data)
+	}
 }
