@@ -61,11 +61,12 @@ bench:
 	cd pkg && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 ./store/ ./ratelimit/ | tee ../bench.out
 	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee -a ../../bench.out
 
-## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m)
+## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
+## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package
 fuzz:
 	@set -e; cd pkg; for spec in \
 		bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
-		riot:FuzzParseRiotID ratelimit:FuzzParseLimits; do \
+		riot:FuzzParseRiotID ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest; do \
 		p=$${spec%%:*}; f=$${spec##*:}; \
 		if grep -qs "func $$f(" ./$$p/*_test.go; then \
 			echo "=== fuzz $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$p/ || exit 1; \

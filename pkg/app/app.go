@@ -161,10 +161,16 @@ func (inf *Infra) DeadLetter() *natsx.DeadLetter {
 }
 
 // ConnectNATS connects to cfg.URL, or in-process to srv when it is non-nil.
+// A connection with a user (NATS_USER) takes its replies on
+// bus.InboxPrefix(user), the only inboxes the user's permissions allow
+// (streams.Grants).
 func ConnectNATS(ctx context.Context, cfg config.NATS, srv nats.InProcessConnProvider, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	cc := natsx.ConnConfig{URL: cfg.URL, Name: name, User: cfg.User, Password: cfg.Password.Reveal(),
 		Token: cfg.Token.Reveal(), NKeySeedFile: cfg.NKeySeedFile, CredsFile: cfg.CredsFile,
 		TLSCAFile: cfg.TLSCA, TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey, InProcess: srv, Logger: log}
+	if cfg.User != "" {
+		cc.InboxPrefix = bus.InboxPrefix(cfg.User)
+	}
 	if cc.URL == "" && srv == nil {
 		return nil, nil, errors.New("NATS_URL is not set")
 	}
@@ -326,12 +332,13 @@ type Needs struct {
 //
 // `<service> version` prints the stamped version (telemetry.ReadBuildInfo) and exits.
 func Main(service string, needs Needs, build Constructor) {
+	defer redact.Panics(os.Stderr)
 	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(service, telemetry.ReadBuildInfo())
 		return
 	}
 	if err := run(service, needs, build); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", service, redact.String(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -100,6 +100,12 @@ func (s Subjects) Dead() string { return s.p() + ".dead" }
 // WeeklyReport announces stored weekly reports.
 func (s Subjects) WeeklyReport() string { return s.p() + ".report.weekly" }
 
+// InboxPrefix is the reply-subject prefix of a NATS user's connections,
+// "_INBOX_<user>" instead of the shared "_INBOX": each service user may
+// subscribe only to its own inboxes (streams.Grants), so no user can read
+// another's JetStream replies.
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
 // Mode says how far back a sync lists matches.
 type Mode string
 

@@ -34,6 +34,9 @@ type ConnConfig struct {
 	// TLSCertFile and TLSKeyFile are a PEM client certificate and key
 	// (mutual TLS). Both or neither.
 	TLSCertFile, TLSKeyFile string
+	// InboxPrefix replaces "_INBOX" as the prefix of reply subjects
+	// (bus.InboxPrefix of the user, whose permissions allow only its own).
+	InboxPrefix string
 	// InProcess connects to an in-process server without a socket (a
 	// *server.Server from internal/natsembed satisfies it).
 	InProcess nats.InProcessConnProvider
@@ -118,6 +121,9 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 	}
 	if c.Token != "" {
 		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.NKeySeedFile != "" {
 		o, err := nats.NkeyOptionFromSeed(c.NKeySeedFile)

@@ -48,6 +48,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, dead string, f ReplayFi
 	if err != nil {
 		return res, fmt.Errorf("natsx: replay: %w", err)
 	}
+	if info.State.Msgs == 0 {
+		return res, nil // an empty stream has FirstSeq > LastSeq, or both 0
+	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && res.Replayed < f.Limit; seq++ {
 		m, err := st.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

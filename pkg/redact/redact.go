@@ -1,7 +1,8 @@
 // Package redact removes secrets from text before it leaves the process:
 // log lines, error messages, health reports.
 //
-// It removes three things: Riot API keys ("RGAPI-" and a UUID), the
+// It removes four things: Riot API keys ("RGAPI-" and a UUID), riftflow
+// API tokens ("rft_<id>_<secret>", see docs/security.md), the
 // password of any URL with user information ("nats://user:pw@host",
 // "postgres://user:pw@host/db" become "…user:xxxxx@host…"), and every value
 // registered with Register (the configured Riot key, NATS password and
@@ -11,7 +12,11 @@
 package redact
 
 import (
+	"fmt"
+	"io"
+	"os"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 )
@@ -19,12 +24,14 @@ import (
 // Masks used in place of what is removed.
 const (
 	MaskedRiotKey  = "RGAPI-****"
+	MaskedAPIToken = "rft_****"
 	MaskedPassword = "xxxxx"
 	MaskedSecret   = "[redacted]"
 )
 
 var (
 	riotKey  = regexp.MustCompile(`RGAPI-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}`)
+	apiToken = regexp.MustCompile(`rft_[0-9a-f]{16}_[A-Za-z0-9_-]{43}`)
 	userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^/@\s:,]*):([^/@\s,]*)@`)
 
 	mu      sync.RWMutex
@@ -54,11 +61,14 @@ func Register(values ...string) {
 	}
 }
 
-// String returns s with Riot API keys, URL passwords and registered secrets
-// masked.
+// String returns s with Riot API keys, API tokens, URL passwords and
+// registered secrets masked.
 func String(s string) string {
 	if strings.Contains(s, "RGAPI-") {
 		s = riotKey.ReplaceAllString(s, MaskedRiotKey)
+	}
+	if strings.Contains(s, "rft_") {
+		s = apiToken.ReplaceAllString(s, MaskedAPIToken)
 	}
 	if strings.Contains(s, "@") && strings.Contains(s, "://") {
 		s = userinfo.ReplaceAllString(s, "${1}:"+MaskedPassword+"@")
@@ -71,4 +81,19 @@ func String(s string) string {
 		}
 	}
 	return s
+}
+
+// Panics, deferred first thing in main, prints a panic of the main
+// goroutine and its stack through String, then exits with status 2 (as
+// an unrecovered panic does), so a secret in a panic value never reaches
+// the terminal or the container log. Panics of other goroutines are
+// outside its reach: riftflow's message handlers recover their own
+// (natsx) and log through a redacting logger.
+func Panics(w io.Writer) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "panic: %s\n\n%s", String(fmt.Sprint(r)), String(string(debug.Stack())))
+	os.Exit(2)
 }

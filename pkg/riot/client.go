@@ -724,13 +724,29 @@ func (c *Client) errorMessage(body []byte) string {
 	return m
 }
 
-// redact hides the key should an underlying error ever print it.
+// redact hides the key should an underlying error ever print it. The
+// result still matches the original's sentinels with errors.Is
+// (ErrCrossHostRedirect, context.DeadlineExceeded), but errors.As cannot
+// reach the original, whose text holds the key.
 func redact(err error, key string) error {
-	if err == nil || !strings.Contains(err.Error(), key) {
+	if err == nil || key == "" || !strings.Contains(err.Error(), key) {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), key, "[redacted]"))
+	return &redactedError{msg: strings.ReplaceAll(err.Error(), key, "[redacted]"), cause: err}
 }
+
+type redactedError struct {
+	msg   string
+	cause error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+// Is reports whether the original error matches target.
+func (e *redactedError) Is(target error) bool { return errors.Is(e.cause, target) }
+
+// GoString keeps %#v from printing the original.
+func (e *redactedError) GoString() string { return fmt.Sprintf("riot.redactedError(%q)", e.msg) }
 
 // String returns the kind's name, e.g. "rate_limited".
 func (k Kind) String() string {

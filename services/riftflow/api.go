@@ -19,6 +19,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
@@ -27,63 +28,109 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-// API is riftflow's HTTP API (served by `riftflow up` next to /healthz):
+// API is riftflow's HTTP API (served by `riftflow up` next to /healthz).
+// Every /v1 route needs a bearer token (auth.go, docs/security.md) with
+// the scope given in brackets; without one the answer is 401, with too
+// weak a scope 403, both RFC 9457 application/problem+json:
 //
-//	POST /v1/sync                       body: an IngestRequest; 202 {"request_id","events"}, 400, or
+//	POST /v1/sync                       [sync] body: an IngestRequest; 202 {"request_id","events"}, 400, or
 //	                                    409 {"error","request_id"} when another request syncs the account
-//	GET  /v1/accounts/{puuid}           the account's sync status, progress, counts (404 unknown)
-//	POST /v1/accounts/{puuid}/link      body {"platform", "riot_id"?}: the account becomes active
+//	GET  /v1/accounts/{puuid}           [read] the account's sync status, progress, counts (404 unknown)
+//	POST /v1/accounts/{puuid}/link      [sync] body {"platform", "riot_id"?}: the account becomes active
 //	                                    and a full sync starts now: 202 as POST /v1/sync, or 409
-//	POST /v1/accounts/{puuid}/unlink    active = false (scheduled jobs skip it): 200, 404
-//	POST /v1/accounts/{puuid}/login     a login: a latest sync (202) when the last sync is older
+//	POST /v1/accounts/{puuid}/unlink    [sync] active = false (scheduled jobs skip it): 200, 404
+//	POST /v1/accounts/{puuid}/login     [sync] a login: a latest sync (202) when the last sync is older
 //	                                    than LOGIN_SYNC_STALE_AFTER (default 1h) or never was, else
 //	                                    200 {"status":"fresh"|"syncing"}; 404 unknown account
-//	GET  /v1/sync/{request_id}/events   progress as Server-Sent Events until completed/failed/rejected;
-//	                                    replayed for a late client, at once when already finished
-//	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (design 002), newest first
+//	GET  /v1/sync/{request_id}/events   [read] progress as Server-Sent Events until completed/failed/rejected;
+//	                                    replayed for a late client, at once when already finished;
+//	                                    404 for a request id nobody submitted; 429 with Retry-After
+//	                                    beyond API_SSE_MAX_PER_TOKEN or API_SSE_MAX open streams
+//	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first
 //
-// A 409 is also announced on lol.ingest.rejected and logged in the jobs
-// table (status rejected).
+// Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
+// lol.ingest.rejected and logged in the jobs table (status rejected).
 type API struct {
-	inf *app.Infra
+	inf    *app.Infra
+	tokens *Tokens
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
+	// Limits are the HTTP limits (APIEnv).
+	Limits APILimits
+
+	streams   *streamGate
+	submitted *recentIDs
+}
+
+// APILimits bound what one client can hold of the API.
+type APILimits struct {
+	// MaxBody is the largest request body in bytes (API_MAX_BODY_BYTES).
+	MaxBody int64 `env:"API_MAX_BODY_BYTES" envDefault:"16384"`
+	// SSEPerToken and SSETotal cap the open event streams per token and in
+	// all (API_SSE_MAX_PER_TOKEN, API_SSE_MAX); each holds a JetStream
+	// consumer.
+	SSEPerToken int `env:"API_SSE_MAX_PER_TOKEN" envDefault:"8"`
+	SSETotal    int `env:"API_SSE_MAX" envDefault:"128"`
+	// SSEMaxAge ends an event stream after this long (API_SSE_MAX_AGE); the
+	// client reconnects and gets the replay.
+	SSEMaxAge time.Duration `env:"API_SSE_MAX_AGE" envDefault:"30m"`
+	// Keepalive is the SSE comment interval; every write extends the write
+	// deadline by twice this.
+	Keepalive time.Duration `env:"-"`
 }
 
 // APIEnv is the API's configuration.
 type APIEnv struct {
 	StaleAfter time.Duration `env:"LOGIN_SYNC_STALE_AFTER" envDefault:"1h"`
+	Limits     APILimits
 }
 
-// NewAPI builds the API over a running stack's infrastructure, reading
-// APIEnv (an unreadable value keeps the default).
+// NewAPI builds the API over a running stack's infrastructure (its Store
+// holds the tokens), reading APIEnv (an unreadable value keeps the
+// default).
 func NewAPI(inf *app.Infra) *API {
-	a := &API{inf: inf, StaleAfter: time.Hour}
+	a := &API{inf: inf, StaleAfter: time.Hour,
+		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
-	if err := config.Parse(&e); err == nil && e.StaleAfter > 0 {
-		a.StaleAfter = e.StaleAfter
+	if err := config.Parse(&e); err == nil {
+		if e.StaleAfter > 0 {
+			a.StaleAfter = e.StaleAfter
+		}
+		if e.Limits.MaxBody > 0 && e.Limits.SSEPerToken > 0 && e.Limits.SSETotal > 0 && e.Limits.SSEMaxAge > 0 {
+			a.Limits = e.Limits
+		}
 	}
+	a.Limits.Keepalive = 15 * time.Second
+	if inf.Store != nil {
+		a.tokens = NewTokens(inf.Store)
+	}
+	a.streams = &streamGate{perToken: map[string]int{}}
+	a.submitted = newRecentIDs(10000, time.Hour)
 	return a
 }
 
 // Mount registers the API's routes on the ops server.
-func (a *API) Mount(ops *telemetry.Ops) { a.routes(ops.Handle) }
+func (a *API) Mount(ops *telemetry.Ops) {
+	a.routes(func(pattern string, need Scope, h http.HandlerFunc) { ops.Handle(pattern, a.authorize(need, h)) })
+}
 
 // Handler serves the API's routes alone (tests, embedding).
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
-	a.routes(mux.Handle)
+	a.routes(func(pattern string, need Scope, h http.HandlerFunc) { mux.Handle(pattern, a.authorize(need, h)) })
 	return mux
 }
 
-func (a *API) routes(handle func(string, http.Handler)) {
-	handle("POST /v1/sync", http.HandlerFunc(a.postSync))
-	handle("GET /v1/accounts/{puuid}", http.HandlerFunc(a.getAccount))
-	handle("POST /v1/accounts/{puuid}/link", http.HandlerFunc(a.postLink))
-	handle("POST /v1/accounts/{puuid}/unlink", http.HandlerFunc(a.postUnlink))
-	handle("POST /v1/accounts/{puuid}/login", http.HandlerFunc(a.postLogin))
-	handle("GET /v1/sync/{request_id}/events", http.HandlerFunc(a.syncEvents))
-	handle("GET /v1/jobs", http.HandlerFunc(a.getJobs))
+// routes lists every route with the scope it needs; handle wraps each in
+// authorize, so a route cannot be added without choosing its scope.
+func (a *API) routes(handle func(pattern string, need Scope, h http.HandlerFunc)) {
+	handle("POST /v1/sync", ScopeSync, a.postSync)
+	handle("GET /v1/accounts/{puuid}", ScopeRead, a.getAccount)
+	handle("POST /v1/accounts/{puuid}/link", ScopeSync, a.postLink)
+	handle("POST /v1/accounts/{puuid}/unlink", ScopeSync, a.postUnlink)
+	handle("POST /v1/accounts/{puuid}/login", ScopeSync, a.postLogin)
+	handle("GET /v1/sync/{request_id}/events", ScopeRead, a.syncEvents)
+	handle("GET /v1/jobs", ScopeRead, a.getJobs)
 }
 
 func (a *API) now() time.Time {
@@ -99,25 +146,48 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeErr answers code with {"error": err}, the text redacted (a
+// Postgres or NATS error may quote a URL).
 func writeErr(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, map[string]string{"error": redact.String(err.Error())})
+}
+
+// bodyErr answers a request body that could not be read: 413 over
+// API_MAX_BODY_BYTES, else 400.
+func bodyErr(w http.ResponseWriter, err error) {
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit))
+		return
+	}
+	writeErr(w, http.StatusBadRequest, err)
 }
 
 func (a *API) postSync(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, bus.MaxRequestBytes+1))
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		bodyErr(w, err)
+		return
+	}
+	req, err := decodeSync(body)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	a.submit(w, r, req)
+}
+
+// decodeSync parses POST /v1/sync's body: a bus.IngestRequest, normalised
+// (bus.DecodeIngestRequest), whose trigger is "http" unless it names one.
+// Errors wrap bus.ErrBadRequest.
+func decodeSync(body []byte) (bus.IngestRequest, error) {
 	req, err := bus.DecodeIngestRequest(body)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
-		return
+		return req, err
 	}
 	if req.Trigger == "nats" {
 		req.Trigger = "http"
 	}
-	a.submit(w, r, req)
+	return req, nil
 }
 
 // submit answers 409 when another request holds the account's lock, else
@@ -147,6 +217,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	}
+	a.submitted.add(req.RequestID)
 	writeJSON(w, http.StatusAccepted, map[string]string{"request_id": req.RequestID,
 		"events": "/v1/sync/" + req.RequestID + "/events"})
 }
@@ -177,31 +248,10 @@ type linkBody struct {
 }
 
 func (a *API) postLink(w http.ResponseWriter, r *http.Request) {
-	puuid := r.PathValue("puuid")
-	var b linkBody
-	dec := json.NewDecoder(io.LimitReader(r.Body, bus.MaxRequestBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("invalid JSON: %w", err))
+	req, acct, err := decodeLink(r.PathValue("puuid"), r.Body)
+	if err != nil {
+		bodyErr(w, err)
 		return
-	}
-	// Validate through the ingest request the link turns into.
-	req := bus.IngestRequest{PUUID: puuid, Platform: b.Platform, Mode: bus.ModeFull, Trigger: "link"}
-	if err := req.Normalize(); err != nil {
-		writeErr(w, http.StatusBadRequest, err)
-		return
-	}
-	acct := store.Account{PUUID: puuid, Platform: req.Platform}
-	if p, err := riot.ParsePlatform(req.Platform); err == nil {
-		acct.Region = string(p.Region())
-	}
-	if b.RiotID != "" {
-		id, err := riot.ParseRiotID(b.RiotID)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
-			return
-		}
-		acct.GameName, acct.TagLine = id.GameName, id.TagLine
 	}
 	if err := a.inf.Store.LinkAccount(r.Context(), acct); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
@@ -211,7 +261,41 @@ func (a *API) postLink(w http.ResponseWriter, r *http.Request) {
 	a.submit(w, r, req)
 }
 
+// decodeLink parses POST /v1/accounts/{puuid}/link: the full sync it
+// starts and the account row to store. The PUUID and platform are
+// validated through the ingest request (bus.IngestRequest.Normalize).
+// Errors: invalid JSON, an unknown field, a bad PUUID, platform or Riot ID,
+// or a body over the limit (an *http.MaxBytesError in the chain).
+func decodeLink(puuid string, body io.Reader) (bus.IngestRequest, store.Account, error) {
+	var b linkBody
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return bus.IngestRequest{}, store.Account{}, fmt.Errorf("invalid JSON: %w", err)
+	}
+	req := bus.IngestRequest{PUUID: puuid, Platform: b.Platform, Mode: bus.ModeFull, Trigger: "link"}
+	if err := req.Normalize(); err != nil {
+		return req, store.Account{}, err
+	}
+	acct := store.Account{PUUID: puuid, Platform: req.Platform}
+	if p, err := riot.ParsePlatform(req.Platform); err == nil {
+		acct.Region = string(p.Region())
+	}
+	if b.RiotID != "" {
+		id, err := riot.ParseRiotID(b.RiotID)
+		if err != nil {
+			return req, store.Account{}, err
+		}
+		acct.GameName, acct.TagLine = id.GameName, id.TagLine
+	}
+	return req, acct, nil
+}
+
 func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		return
+	}
 	err := a.inf.Store.UnlinkAccount(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account"))
@@ -226,6 +310,10 @@ func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
 
 // postLogin is design 001's stale-login trigger.
 func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
+		return
+	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
@@ -314,6 +402,10 @@ func (a *API) knownPUUID(ctx context.Context, req bus.IngestRequest) string {
 }
 
 func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		return
+	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
 		writeErr(w, http.StatusNotFound, errors.New("no such account"))
@@ -329,22 +421,40 @@ func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
 // syncEvents streams one request's progress as Server-Sent Events: "event:
 // progress" with a bus.ProgressEvent, or "event: rejected" with a
 // bus.Rejection, each as JSON in "data:". It ends after the final event
-// (completed, failed, rejected).
+// (completed, failed, rejected), or after API_SSE_MAX_AGE (the client
+// reconnects and gets the replay).
 //
 // A client may connect at any time after POST /v1/sync. A request already
 // finished in the jobs table gets its outcome at once (progress counted
 // from sync_matches). Otherwise the events are replayed from the EVENTS
 // stream (an ordered consumer; the stream keeps an hour) and then followed
 // live, so a fast rejection by the resolver (an unknown Riot ID answers in
-// milliseconds) or the first progress events are not missed.
+// milliseconds) or the first progress events are not missed. A request id
+// that is not in the jobs table, was not submitted through this API in the
+// last hour and has no event in the replayed stream gets 404 once the
+// replay is done, instead of a stream that never ends.
+//
+// Each open stream holds a JetStream consumer, so they are capped per token
+// and in total (429 with Retry-After beyond).
 func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("request_id")
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeErr(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
+	if !validID(id, bus.MaxRequestIDLen) {
+		writeProblem(w, http.StatusNotFound, "no such request")
 		return
 	}
+	tok, _ := tokenFrom(ctx)
+	release, ok := a.streams.acquire(tok.ID, a.Limits.SSEPerToken, a.Limits.SSETotal)
+	if !ok {
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("too many open event streams (at most %d per token, %d in all)",
+			a.Limits.SSEPerToken, a.Limits.SSETotal))
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, a.Limits.SSEMaxAge)
+	defer cancel()
+	rc := http.NewResponseController(w)
 	var job store.Job
 	if a.inf.Store != nil {
 		j, err := a.inf.Store.JobByID(ctx, id)
@@ -362,9 +472,12 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	} else if final != "" {
 		startSSE(w)
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", final, data)
-		fl.Flush()
+		rc.Flush()
 		return
 	}
+	// Known so far: in the jobs table, or submitted here. Otherwise the
+	// replay decides.
+	known := job.ID != "" || a.submitted.has(id)
 
 	progress := a.inf.Subjects.ProgressAll()
 	if job.PUUID != "" {
@@ -378,6 +491,10 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	}
+	backlog := uint64(0)
+	if info, err := cons.Info(ctx); err == nil {
+		backlog = info.NumPending
+	}
 	ch := make(chan jetstream.Msg, 256)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
@@ -390,36 +507,84 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cc.Stop()
-	startSSE(w)
-	fl.Flush()
-	keepalive := time.NewTicker(15 * time.Second)
+	started := false
+	start := func() {
+		if !started {
+			startSSE(w)
+			started = true
+		}
+	}
+	// write extends the write deadline (the server's WriteTimeout would
+	// cut a long stream) and flushes.
+	write := func(format string, args ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(2 * a.Limits.Keepalive))
+		start()
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if known {
+		if !write(": following %s\n\n", id) {
+			return
+		}
+	}
+	if backlog == 0 && !known {
+		writeProblem(w, http.StatusNotFound, "no such request")
+		return
+	}
+	keepalive := time.NewTicker(a.Limits.Keepalive)
 	defer keepalive.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-keepalive.C:
-			fmt.Fprint(w, ": keepalive\n\n")
-			fl.Flush()
+			if started && !write(": keepalive\n\n") {
+				return
+			}
 		case m := <-ch:
 			var probe struct {
 				RequestID string `json:"request_id"`
 				Status    string `json:"status"`
 			}
 			if json.Unmarshal(m.Data(), &probe) != nil || probe.RequestID != id {
+				// The end of the replay without an event for an id
+				// nobody submitted: it does not exist.
+				if md, err := m.Metadata(); err == nil && md.NumPending == 0 && !started {
+					writeProblem(w, http.StatusNotFound, "no such request")
+					return
+				}
 				continue
 			}
 			event := "progress"
 			if m.Subject() == a.inf.Subjects.IngestRejected() {
 				event = "rejected"
 			}
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, m.Data())
-			fl.Flush()
+			if !write("event: %s\ndata: %s\n\n", event, m.Data()) {
+				return
+			}
 			if event == "rejected" || probe.Status == "completed" || probe.Status == "failed" {
 				return
 			}
 		}
 	}
+}
+
+// validID reports whether a path parameter can name a request (request
+// id) or an account (PUUID): 1 to max bytes of letters, digits, '-' and '_'
+// (what bus.IngestRequest.Normalize accepts). Anything else cannot exist:
+// 404 without a lookup.
+func validID(id string, max int) bool {
+	if id == "" || len(id) > max {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // startSSE writes the headers of a Server-Sent Events response.

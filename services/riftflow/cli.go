@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -33,8 +36,13 @@ import (
 const usage = `riftflow keeps a Postgres database filled with League of Legends data from the Riot API.
 
 Usage:
-  riftflow up [--demo]          run the whole pipeline in one process (until Ctrl-C;
-                                --demo ingests the recorded demo player, prints a summary, exits)
+  riftflow up [--demo] [--ephemeral-db] [--http-addr 127.0.0.1:8080] [--expose]
+                                run the whole pipeline in one process (until Ctrl-C;
+                                --demo ingests the recorded demo player, prints a summary, exits);
+                                prints an admin API token; the API listens on loopback unless --expose
+  riftflow token create --name N --scopes read,sync   a bearer token for the HTTP API (shown once)
+  riftflow token list [--json]                       tokens (never the secret), scopes, last use
+  riftflow token revoke ID                           revoke a token at once
   riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--wait]
   riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
@@ -49,9 +57,10 @@ Usage:
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
   riftflow version                                   print the stamped version
 
-Configuration comes from the environment; see README.md. Without NATS_URL,
-DATABASE_URL or RIOT_API_KEY, 'up' starts its own embedded NATS, throwaway
-Postgres and simulator; the other commands find them through .data/.
+Configuration comes from the environment; see README.md and docs/security.md.
+Without NATS_URL or RIOT_API_KEY, 'up' starts its own embedded NATS and the
+simulator; without DATABASE_URL it needs --ephemeral-db for a throwaway
+Postgres. The other commands find them through .data/.
 `
 
 // Main runs the CLI with args (without the program name) and returns the
@@ -87,11 +96,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "riftflow", telemetry.ReadBuildInfo())
 	case "retry":
 		err = cmdRetry(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = cmdToken(ctx, args[1:], stdout)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "riftflow %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "riftflow %s: %s\n", args[0], redact.String(err.Error()))
 		return 1
 	}
 	return 0
@@ -114,16 +125,34 @@ func newLogger(w io.Writer, env app.Env) *slog.Logger {
 
 func secret(s string) config.Secret { return config.Secret(s) }
 
-// natsURL is NATS_URL, or the URL a local `riftflow up` wrote.
-func natsURL(env app.Env) (string, error) {
+// localNATS fills env.NATS from the files a local `riftflow up` wrote when
+// NATS_URL is unset: .data/nats.url (the CLI user) or, for admin commands
+// (streams apply, retry --dead), .data/nats-admin.url. The user and
+// password in the file become NATS_USER and NATS_PASSWORD.
+func localNATS(env *app.Env, admin bool) error {
 	if env.NATS.URL != "" {
-		return env.NATS.URL, nil
+		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(dataDir(), "nats.url"))
+	name := "nats.url"
+	if admin {
+		name = "nats-admin.url"
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir(), name))
 	if err != nil {
-		return "", errors.New("NATS_URL is not set and no local `riftflow up` was found (.data/nats.url)")
+		return fmt.Errorf("NATS_URL is not set and no local `riftflow up` was found (.data/%s)", name)
 	}
-	return strings.TrimSpace(string(b)), nil
+	u, err := url.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf(".data/%s: %s", name, redact.String(err.Error()))
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		redact.Register(pw)
+		env.NATS.User, env.NATS.Password = u.User.Username(), config.Secret(pw)
+		u.User = nil
+	}
+	env.NATS.URL = u.String()
+	return nil
 }
 
 // dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
@@ -145,7 +174,13 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
 	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
+	httpAddr := fs.String("http-addr", "", "the API's listen address (default HTTP_ADDR if set, else "+defaultAPIAddr+")")
+	expose := fs.Bool("expose", false, "allow an --http-addr/HTTP_ADDR beyond loopback (the API is authenticated, but not encrypted: put TLS in front)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	addr, err := apiAddr(*httpAddr, os.Getenv("HTTP_ADDR"), *expose)
+	if err != nil {
 		return err
 	}
 	env, err := app.LoadEnv()
@@ -178,17 +213,26 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	api := NewAPI(st.Infra)
 	api.Mount(st.Infra.Ops)
-	opsCtx, opsStop := context.WithCancel(context.Background())
-	defer opsStop()
-	addr := env.Ops.HTTPAddr
-	if _, port, _ := strings.Cut(addr, ":"); port != "" && port != "0" && !portFree("", atoiOr(port, 0)) {
+	token, err := localToken(ctx, st)
+	if err != nil {
+		return err
+	}
+	if _, port, _ := net.SplitHostPort(addr); isLoopback(addr) && port != "0" && !portFree(strings.TrimSuffix(addr, ":"+port), atoiOr(port, 0)) {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := listen(addr)
 	if err != nil {
 		return err
 	}
-	go st.Infra.Ops.ServeListener(opsCtx, ln)
+	opsCtx, opsStop := context.WithCancel(context.Background())
+	defer opsStop()
+	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log)
+	go srv.Serve(ln)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -196,6 +240,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { done <- st.Run(runCtx) }()
 
 	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", orInProcess(st.NATSURL), "http://"+ln.Addr().String())
+	fmt.Fprintf(stdout, "API token for %s (scope admin, revoked at the next `riftflow up`; also in %s):\n  %s\n",
+		localUser(), filepath.Join(dataDir(), "api.token"), token)
 	if st.WebSocketURL != "" {
 		fmt.Fprintf(stdout, "progress for browsers: NATS over WebSocket at %s (subscribe to %s)\n", st.WebSocketURL, st.Infra.Subjects.ProgressAll())
 	}
@@ -337,11 +383,9 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	url, err := natsURL(env)
-	if err != nil {
+	if err := localNATS(&env, false); err != nil {
 		return err
 	}
-	env.NATS.URL = url
 	if telemetry.ExportEnabled() {
 		// OTEL_EXPORTER_OTLP_ENDPOINT is set: export the publish span, so
 		// the trace in Jaeger starts at this command.
@@ -499,11 +543,9 @@ func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	url, err := natsURL(env)
-	if err != nil {
+	if err := localNATS(&env, true); err != nil {
 		return err
 	}
-	env.NATS.URL = url
 	log := newLogger(stderr, env)
 	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
 	if err != nil {

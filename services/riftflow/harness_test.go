@@ -100,6 +100,16 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	}
 	h := &harness{t: t, st: st, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs, plan: plan}
 	t.Cleanup(h.stop)
+	// Tests inspect and manipulate streams (purges, consumer info, forged
+	// messages) through st.Infra, so it connects as the admin user; the
+	// five services keep their own users (TestNATSPermissions covers the
+	// CLI/API user).
+	nc, js, err := app.ConnectNATS(ctx, st.NATSConfig(streams.UserAdmin), st.NATS, "test-admin", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.closers = append(st.closers, nc.Close)
+	st.Infra.NC, st.Infra.JS = nc, js
 	if !o.noRun {
 		go func() { h.done <- st.Run(ctx) }()
 	} else {

@@ -22,11 +22,9 @@ import (
 // With RIOT_API_KEY set it shows that key only (by its KeyID hash);
 // otherwise every key found (the simulator's key under `riftflow up`).
 func cmdStatusRateLimit(ctx context.Context, env app.Env, out io.Writer, asJSON bool) error {
-	url, err := natsURL(env)
-	if err != nil {
+	if err := localNATS(&env, false); err != nil {
 		return err
 	}
-	env.NATS.URL = url
 	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err

@@ -114,7 +114,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	for i := range o.fetchers {
 		name := fmt.Sprintf("match-fetcher-%d", i)
 		plog := log.With("proc", name)
-		nc, js, err := app.ConnectNATS(ctx, env.NATS, h.st.InProcess(), name, plog)
+		nc, js, err := app.ConnectNATS(ctx, h.st.NATSConfig(streams.UserMatchFetcher), h.st.InProcess(), name, plog)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if env.NATS.URL, err = natsURL(env); err != nil {
+	if err := localNATS(&env, true); err != nil {
 		return err
 	}
 	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-retry", newLogger(stderr, env))

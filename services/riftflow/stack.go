@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +28,9 @@ import (
 	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
@@ -83,7 +87,9 @@ type Stack struct {
 
 	demoClock   *demoClock // set during a demo against the simulator
 	ephemeralDB bool
-	closers     []func()
+	// users are the embedded server's NATS users (nil with NATS_URL).
+	users   *stackUsers
+	closers []func()
 }
 
 // InProcess is the embedded server as a connection provider for
@@ -118,11 +124,20 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 	env := o.Env
+	so := o.StreamOptions
+	so.Prefix, so.Replicas = env.NATS.SubjectPrefix, max(env.NATS.StreamReplicas, so.Replicas)
+	if o.MemoryStreams {
+		so.MemoryStorage = true
+	}
+	set, err := streams.Load(so)
+	if err != nil {
+		return nil, err
+	}
 	steps := []func() error{
-		func() error { return st.startNATS(o, env.NATS.URL) },
+		func() error { return st.startNATS(o, env.NATS.URL, set) },
 		func() error { return st.startPostgres(ctx, o, &env) },
 		func() error { return st.startRiot(o, &env) },
-		func() error { return st.applyStreams(ctx, o, env) },
+		func() error { return st.applyStreams(ctx, o, env, set) },
 		func() error { return st.buildServices(ctx, o, env) },
 	}
 	for _, step := range steps {
@@ -135,12 +150,18 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 }
 
 // startNATS starts the embedded JetStream server, on port 4222 when it is
-// free (or o.NATSPort), unless natsURL names a server.
-func (st *Stack) startNATS(o StackOptions, natsURL string) error {
+// free (or o.NATSPort), unless natsURL names a server. The embedded server
+// has one NATS user per service, with the permissions of streams.Permissions.
+func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) error {
 	if natsURL != "" {
 		st.NATSURL = natsURL
 		return nil
 	}
+	users, err := natsUsers(set)
+	if err != nil {
+		return err
+	}
+	st.users = users
 	port := o.NATSPort
 	if port == 0 {
 		port = 4222
@@ -150,7 +171,11 @@ func (st *Stack) startNATS(o StackOptions, natsURL string) error {
 		}
 	}
 	srv, err := natsembed.StartServer(natsembed.Options{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
-		Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true})
+		Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true,
+		Configure: func(so *server.Options) {
+			so.Users = users.server
+			so.Websocket.NoAuthUser = streams.UserWeb
+		}})
 	if err != nil {
 		return fmt.Errorf("embedded NATS: %w", err)
 	}
@@ -158,7 +183,10 @@ func (st *Stack) startNATS(o StackOptions, natsURL string) error {
 	st.closers = append(st.closers, func() { srv.Shutdown(); srv.WaitForShutdown() })
 	if port >= 0 {
 		st.NATSURL = srv.ClientURL()
-		writeFile(o.DataDir, "nats.url", st.NATSURL)
+		// Local tools connect as the CLI user (ingest, status) or the
+		// admin (streams apply, retry --dead); the files are 0600.
+		writeFile(o.DataDir, "nats.url", withUser(st.NATSURL, streams.UserCLI, users.password[streams.UserCLI]))
+		writeFile(o.DataDir, "nats-admin.url", withUser(st.NATSURL, streams.UserAdmin, users.password[streams.UserAdmin]))
 		st.WebSocketURL = srv.WebsocketURL()
 		writeFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
 	}
@@ -229,17 +257,8 @@ func (st *Stack) startRiot(o StackOptions, env *app.Env) error {
 
 // applyStreams creates or updates the streams, consumers and buckets
 // declared in streams/.
-func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env) error {
-	so := o.StreamOptions
-	so.Prefix, so.Replicas = env.NATS.SubjectPrefix, max(env.NATS.StreamReplicas, so.Replicas)
-	if o.MemoryStreams {
-		so.MemoryStorage = true
-	}
-	set, err := streams.Load(so)
-	if err != nil {
-		return err
-	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, st.InProcess(), "riftflow-streams-apply", o.Log)
+func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env, set *streams.Set) error {
+	nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, streams.UserAdmin), st.InProcess(), "riftflow-streams-apply", o.Log)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -251,8 +270,14 @@ func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env) 
 }
 
 // buildServices builds the shared infrastructure and the five services on it.
+// With the embedded server each service gets its own connection as its own
+// NATS user; the Riot client and its shared limiter are built on the
+// fetcher's connection, as the Riot callers' user owns the rate-limit state.
 func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env) error {
-	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: true, Log: o.Log, NATSServer: st.InProcess()})
+	cliEnv := env
+	cliEnv.NATS = st.natsAs(env.NATS, streams.UserCLI)
+	inf, closeInf, err := app.Build(ctx, cliEnv, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
+		Log: o.Log, NATSServer: st.InProcess()})
 	if err != nil {
 		return err
 	}
@@ -261,15 +286,115 @@ func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env)
 		inf.Now = o.Now
 	}
 	st.Infra = inf
-	for _, build := range []app.Constructor{app.Stage(resolver.FromInfra), app.Stage(lister.FromInfra),
-		app.Stage(fetcher.FromInfra), app.Stage(persister.FromInfra), app.Stage(sweeper.FromInfra)} {
-		r, err := build(ctx, inf)
+	builders := []struct {
+		user  string
+		build app.Constructor
+	}{
+		{streams.UserResolver, app.Stage(resolver.FromInfra)},
+		{streams.UserMatchIDLister, app.Stage(lister.FromInfra)},
+		{streams.UserMatchFetcher, app.Stage(fetcher.FromInfra)},
+		{streams.UserPersister, app.Stage(persister.FromInfra)},
+		{streams.UserRetrySweeper, app.Stage(sweeper.FromInfra)},
+	}
+	infras := make([]*app.Infra, len(builders))
+	for i, b := range builders {
+		infras[i] = inf
+		if st.users == nil {
+			continue // NATS_URL: every service shares the configured credentials
+		}
+		own, err := st.connectAs(ctx, inf, env, b.user, o.Log)
+		if err != nil {
+			return err
+		}
+		infras[i] = own
+	}
+	for i, b := range builders {
+		own := infras[i]
+		own.Riot, own.Limiter, own.RiotStats = inf.Riot, inf.Limiter, inf.RiotStats
+		r, err := b.build(ctx, own)
 		if err != nil {
 			return err
 		}
 		st.Services = append(st.Services, r)
 	}
 	return nil
+}
+
+// connectAs is a copy of inf on its own connection as user; for the
+// fetcher's user it also builds the Riot client and limiter into inf.
+func (st *Stack) connectAs(ctx context.Context, inf *app.Infra, env app.Env, user string, log *slog.Logger) (*app.Infra, error) {
+	nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, user), st.InProcess(), user, log)
+	if err != nil {
+		return nil, fmt.Errorf("nats (%s): %w", user, err)
+	}
+	st.closers = append(st.closers, nc.Close)
+	own := *inf
+	own.NC, own.JS = nc, js
+	if user == streams.UserMatchFetcher {
+		c, lim, stats, err := app.NewRiot(ctx, env.Riot, js, log)
+		if err != nil {
+			return nil, err
+		}
+		if sh, ok := lim.(*ratelimit.Shared); ok {
+			st.closers = append(st.closers, sh.Close)
+		}
+		inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
+	}
+	return &own, nil
+}
+
+// stackUsers are the embedded server's NATS users: streams.Permissions
+// with a random password each.
+type stackUsers struct {
+	server   []*server.User
+	password map[string]string
+}
+
+// natsUsers makes the embedded server's users from the permission table,
+// with random 256-bit passwords registered with pkg/redact.
+func natsUsers(set *streams.Set) (*stackUsers, error) {
+	perms, err := streams.Permissions(set)
+	if err != nil {
+		return nil, err
+	}
+	u := &stackUsers{password: map[string]string{}}
+	for _, p := range perms {
+		pw := randHex(32)
+		redact.Register(pw)
+		u.password[p.User] = pw
+		sp := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
+		if len(p.Publish) == 0 {
+			sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
+		} else {
+			sp.Publish = &server.SubjectPermission{Allow: p.Publish}
+		}
+		u.server = append(u.server, &server.User{Username: p.User, Password: pw, Permissions: sp})
+	}
+	return u, nil
+}
+
+// natsAs is cfg with user's credentials when the stack runs its own server
+// with users, else cfg unchanged.
+func (st *Stack) natsAs(cfg config.NATS, user string) config.NATS {
+	if st.users == nil {
+		return cfg
+	}
+	cfg.User, cfg.Password, cfg.Token, cfg.NKeySeedFile, cfg.CredsFile = user, config.Secret(st.users.password[user]), "", "", ""
+	return cfg
+}
+
+// NATSConfig is the NATS configuration to connect to the stack's server
+// as user (a streams.User* name); with NATS_URL, the configured one.
+func (st *Stack) NATSConfig(user string) config.NATS { return st.natsAs(st.Infra.Env.NATS, user) }
+
+// withUser puts user:password into a nats:// URL.
+func withUser(raw, user, password string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String()
 }
 
 // Run runs every service until ctx ends, then waits for them to drain.

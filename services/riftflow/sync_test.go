@@ -680,7 +680,7 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 8}, Faults: slowTimelines(700 * time.Millisecond)}})
 	api := NewAPI(h.st.Infra)
-	srv := httptest.NewServer(api.Handler())
+	srv := httptest.NewServer(withToken(t, h.st.Infra, api.Handler(), ScopeAdmin))
 	defer srv.Close()
 	p := synthPlayer(t, h, 1)
 	post := func(path, body string) (int, map[string]any) {
@@ -843,7 +843,7 @@ func sseEvents(t *testing.T, url string, timeout time.Duration) [][2]string {
 func TestSyncEventsForLateClients(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
-	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
 	defer srv.Close()
 	p := synthPlayer(t, h, 1)
 
@@ -875,7 +875,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 // before the client opens the SSE stream; the rejection is replayed.
 func TestSyncEventsReplayRejection(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
 	defer srv.Close()
 	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
 	defer stop()

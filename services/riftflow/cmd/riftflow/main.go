@@ -4,7 +4,11 @@ package main
 import (
 	"os"
 
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/services/riftflow"
 )
 
-func main() { os.Exit(riftflow.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	defer redact.Panics(os.Stderr)
+	os.Exit(riftflow.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

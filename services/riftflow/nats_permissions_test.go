@@ -1,0 +1,369 @@
+package riftflow
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/streams"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestNATSPermissions runs the stack as `riftflow up` does: an embedded
+// NATS server on a TCP port with one user per service (streams.Grants),
+// each service on its own connection as its user, the API on the CLI user
+// with a token from localToken. A sync through the HTTP API completes
+// (every service works under its user, the API's event stream under the
+// CLI user); forged publishes by the wrong users are refused by the server
+// and never stored; and no log line of the run holds the Riot key, the
+// Postgres password, a NATS password or the API token (S3, S5).
+func TestNATSPermissions(t *testing.T) {
+	for k, v := range fastEnv {
+		t.Setenv(k, v)
+	}
+	dir := t.TempDir()
+	t.Setenv("RIFTFLOW_DATA_DIR", dir)
+	t.Setenv("NATS_URL", "")
+	t.Setenv("RIOT_API_KEY", "")
+	t.Setenv("SCHEDULE_ENABLE", "false")
+	dbPassword := "pg-s3cret-" + randHex(8)
+	t.Setenv("DATABASE_URL", strings.Replace(pgtest.NewDatabase(t), "postgres://postgres@", "postgres://postgres:"+dbPassword+"@", 1))
+	env, err := app.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(env.Postgres.URL.Reveal(), dbPassword) {
+		t.Fatalf("DATABASE_URL %q has no password", env.Postgres.URL.Reveal())
+	}
+	logs := &syncBuffer{}
+	log := telemetry.NewLogger(logs, slog.LevelDebug, "json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := StartStack(ctx, StackOptions{DataDir: dir, Env: env, NATSPort: freePort(t), MemoryStreams: true, Log: log,
+		Sim: sim.Options{FixturesDir: sim.FindFixtures(), Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 8},
+			// Errors on purpose, so error paths log.
+			Faults: sim.Faults{Seed: 5, Error5xx: 0.1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+
+	token, err := localToken(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := NewAPI(st.Infra)
+	api.Mount(st.Infra.Ops)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newAPIServer(ctx, st.Infra.Ops.Handler(), log)
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+
+	// Local tools' files hold credentials: owner-only.
+	for _, f := range []string{"nats.url", "nats-admin.url", "api.token"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", f, err, fi.Mode().Perm())
+		}
+	}
+
+	// A sync through the API, followed to the end over SSE.
+	player := sim.SyntheticPUUID("na1", 1)
+	c := call(t, http.MethodPost, base+"/v1/sync", token, fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, player))
+	if c.code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	}
+	var accepted struct {
+		RequestID string `json:"request_id"`
+		Events    string `json:"events"`
+	}
+	json.Unmarshal(c.body, &accepted)
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer scancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", accepted.Events, resp.StatusCode, b)
+	}
+	var last bus.ProgressEvent
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			json.Unmarshal([]byte(d), &last)
+		}
+	}
+	resp.Body.Close()
+	if last.Status != "completed" || last.Total == 0 || last.Progress != last.Total {
+		t.Fatalf("the sync under per-service users ended %+v, want completed", last)
+	}
+	s, err := st.Infra.Store.AccountStatus(ctx, player)
+	if err != nil || s.Matches == 0 {
+		t.Fatalf("nothing stored: %+v %v", s, err)
+	}
+
+	// The CLI's commands against this `up`, through .data/: ingest and
+	// status --ratelimit as the CLI user, retry --dead as the admin.
+	for _, args := range [][]string{
+		{"ingest", "--puuid", player, "--platform", "na1", "--mode", "latest", "--wait", "--timeout", "1m"},
+		{"status", "--ratelimit"},
+		{"retry", "--dead"},
+	} {
+		var cout bytes.Buffer
+		if code := Main(args, &cout, &cout); code != 0 {
+			t.Errorf("riftflow %s: exit %d: %s", strings.Join(args, " "), code, cout.String())
+		}
+		if bytes.Contains(cout.Bytes(), []byte("Violation")) {
+			t.Errorf("riftflow %s was refused: %s", args[0], cout.String())
+		}
+	}
+
+	// Forgeries, each over TCP as a real client would.
+	connect := func(user string) (*nats.Conn, <-chan error) {
+		t.Helper()
+		errs := make(chan error, 16)
+		cfg := st.NATSConfig(user)
+		nc, err := nats.Connect(st.NATSURL, nats.UserInfo(cfg.User, cfg.Password.Reveal()),
+			nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, errs
+	}
+	refused := func(what string, errs <-chan error, nc *nats.Conn) {
+		t.Helper()
+		nc.Flush()
+		select {
+		case err := <-errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
+				t.Errorf("%s: %v, want a permissions violation", what, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: the server did not refuse it", what)
+		}
+	}
+	admin, _ := connect(streams.UserAdmin)
+	fetched := func() uint64 {
+		m, err := admin.Request("$JS.API.STREAM.INFO."+streams.StreamFetched, nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			State struct {
+				LastSeq uint64 `json:"last_seq"`
+			} `json:"state"`
+		}
+		json.Unmarshal(m.Data, &info)
+		return info.State.LastSeq
+	}
+	before := fetched()
+	forged, _ := json.Marshal(bus.FetchResult{MatchID: "NA1_1", Kind: bus.KindMatch, Outcome: bus.Success, Region: "americas"})
+
+	resolver, rerrs := connect(streams.UserResolver)
+	resolver.Publish(st.Infra.Subjects.Fetched("americas"), forged)
+	refused("the resolver publishing a FetchResult on "+st.Infra.Subjects.Fetched("americas"), rerrs, resolver)
+	resolver.Publish("$JS.API.STREAM.CREATE.EVIL", []byte(`{"name":"EVIL","subjects":["lol.>"]}`))
+	refused("the resolver creating a stream", rerrs, resolver)
+
+	persister, perrs := connect(streams.UserPersister)
+	keyRejected := "$KV." + streams.BucketRateLimit + "." + app.KeyID(st.Infra.Env.Riot.APIKey.Reveal()) + ".rejected"
+	persister.Publish(keyRejected, []byte("403"))
+	refused("the persister forging a rate-limit key rejection", perrs, persister)
+
+	cli, cerrs := connect(streams.UserCLI)
+	cli.Publish(st.Infra.Subjects.Failed("europe"), forged)
+	refused("the CLI user publishing a fetch failure", cerrs, cli)
+	if _, err := cli.SubscribeSync("_INBOX_" + streams.UserMatchFetcher + ".>"); err == nil {
+		refused("the CLI user reading the fetcher's inbox", cerrs, cli)
+	}
+	if after := fetched(); after != before {
+		t.Errorf("FETCHED went from sequence %d to %d: a forged result was stored", before, after)
+	}
+	// Without credentials nobody gets in over TCP.
+	if nc, err := nats.Connect(st.NATSURL); err == nil {
+		nc.Close()
+		t.Error("an anonymous client connected")
+	}
+
+	// A wrong user is also refused through the JetStream API the services
+	// use: the persister cannot put to the rate-limit bucket.
+	cfg := st.NATSConfig(streams.UserPersister)
+	cfg.URL = st.NATSURL
+	pnc, pjs, err := app.ConnectNATS(ctx, cfg, nil, "forger", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pnc.Close()
+	if kv, err := pjs.KeyValue(ctx, streams.BucketRateLimit); err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+		if _, err := kv.Put(pctx, app.KeyID(st.Infra.Env.Riot.APIKey.Reveal())+".rejected", []byte("403")); err == nil {
+			t.Error("the persister's KV put of a key rejection succeeded")
+		}
+		pcancel()
+	}
+
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(45 * time.Second):
+		t.Error("services did not drain")
+	}
+
+	// No secret in any log line of the run.
+	out := []byte(logs.String())
+	if !bytes.Contains(out, []byte(`"msg":"nats connected"`)) || !bytes.Contains(out, []byte("http request")) {
+		t.Fatalf("the run's logs lack what it must have logged (%d bytes)", len(out))
+	}
+	// The services never hit their own permissions.
+	for i, l := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(l, []byte("Permissions Violation")) || bytes.Contains(l, []byte("Authorization Violation")) {
+			t.Errorf("a service was refused (log line %d): %s", i+1, l)
+		}
+	}
+	secrets := map[string]string{"Riot API key (the simulator's)": strings.TrimPrefix(st.Infra.Env.Riot.APIKey.Reveal(), "RGAPI-"),
+		"Postgres password": dbPassword, "API token": token}
+	for _, g := range streams.Grants {
+		secrets["NATS password of "+g.User] = st.NATSConfig(g.User).Password.Reveal()
+	}
+	lines := bytes.Split(out, []byte("\n"))
+	for what, secret := range secrets {
+		if len(secret) < 8 {
+			continue
+		}
+		for i, l := range lines {
+			if bytes.Contains(l, []byte(secret)) {
+				t.Errorf("%s in log line %d: %s", what, i+1, l)
+			}
+		}
+	}
+	t.Logf("%d log lines, %d bytes scanned for %d secrets", len(lines), len(out), len(secrets))
+}
+
+// deploy/nats/auth.conf, the Kubernetes NATS server's users, loads in
+// nats-server with the passwords from the environment and enforces the
+// same table: the fetcher's results pass, the resolver's forgery is
+// refused, a wrong password is not let in.
+func TestAuthConfEnforced(t *testing.T) {
+	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "auth.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	main := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\ninclude ./auth.conf\n", freePort(t), filepath.Join(dir, "js"))
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pw := map[string]string{}
+	for _, g := range streams.Grants {
+		pw[g.User] = randHex(16)
+		t.Setenv(streams.PasswordEnv(g.User), pw[g.User])
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Users) != len(streams.Grants) {
+		t.Fatalf("auth.conf has %d users, the table %d", len(opts.Users), len(streams.Grants))
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server with auth.conf did not start")
+	}
+	connect := func(user, password string) (*nats.Conn, chan error, error) {
+		errs := make(chan error, 4)
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if err == nil {
+			t.Cleanup(nc.Close)
+		}
+		return nc, errs, err
+	}
+	if _, _, err := connect(streams.UserResolver, "wrong"); err == nil {
+		t.Error("a wrong password was let in")
+	}
+	admin, _, err := connect(streams.UserAdmin, pw[streams.UserAdmin])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.SubscribeSync("lol.match.fetched.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Flush()
+	fetcherConn, _, err := connect(streams.UserMatchFetcher, pw[streams.UserMatchFetcher])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetcherConn.Publish("lol.match.fetched.americas", []byte("from the fetcher"))
+	fetcherConn.Flush()
+	if m, err := got.NextMsg(10 * time.Second); err != nil || string(m.Data) != "from the fetcher" {
+		t.Fatalf("the fetcher's result did not pass: %v", err)
+	}
+	resolverConn, rerrs, err := connect(streams.UserResolver, pw[streams.UserResolver])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolverConn.Publish("lol.match.fetched.americas", []byte("forged"))
+	resolverConn.Flush()
+	select {
+	case err := <-rerrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("resolver forgery: %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the resolver's forged result was not refused")
+	}
+	if m, err := got.NextMsg(500 * time.Millisecond); err == nil {
+		t.Errorf("a forged result was delivered: %s", m.Data)
+	}
+}

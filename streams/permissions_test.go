@@ -1,0 +1,106 @@
+package streams
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf from the permission table")
+
+// deploy/nats/auth.conf is AuthConf of the default declarations, so the
+// Kubernetes NATS server and `riftflow up` enforce the same table.
+func TestAuthConf(t *testing.T) {
+	set, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := AuthConf(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "deploy", "nats", "auth.conf")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (generate it: cd streams && go test -run TestAuthConf -update)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from streams.Grants: run `cd streams && go test -run TestAuthConf -update`", path)
+	}
+	for _, g := range Grants {
+		if !strings.Contains(got, "$"+PasswordEnv(g.User)) {
+			t.Errorf("auth.conf lacks the password variable of %s", g.User)
+		}
+	}
+}
+
+// The properties the table exists for: only the fetcher publishes fetch
+// results; only Riot callers write the shared rate-limit state; nobody but
+// the admin touches the JetStream API beyond its own streams; every user
+// has its own inbox.
+func TestPermissionsTable(t *testing.T) {
+	set, err := Load(Options{Prefix: "tst", Regions: []string{"americas", "europe"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms, err := Permissions(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]UserPermissions{}
+	for _, p := range perms {
+		by[p.User] = p
+	}
+	for _, u := range []string{UserResolver, UserMatchIDLister, UserMatchFetcher, UserPersister, UserRetrySweeper, UserCLI, UserWeb, UserAdmin} {
+		if _, ok := by[u]; !ok {
+			t.Fatalf("no permissions for %s", u)
+		}
+	}
+	allows := func(user, subj string) bool { return slices.Contains(by[user].Publish, subj) }
+	for u, p := range by {
+		if u == UserAdmin {
+			continue
+		}
+		if allows(u, "tst.match.fetched.>") != (u == UserMatchFetcher) {
+			t.Errorf("%s may publish fetch results: %v", u, allows(u, "tst.match.fetched.>"))
+		}
+		if w := allows(u, "$KV.ratelimit.>"); w != (u == UserResolver || u == UserMatchIDLister || u == UserMatchFetcher || u == UserRetrySweeper) {
+			t.Errorf("%s may write the rate-limit state: %v", u, w)
+		}
+		for _, s := range p.Publish {
+			if s == ">" || strings.HasPrefix(s, "$JS.API.STREAM.CREATE") || strings.HasPrefix(s, "$JS.API.STREAM.DELETE") || s == "$JS.API.>" {
+				t.Errorf("%s may publish %s", u, s)
+			}
+		}
+		if !slices.Equal(p.Subscribe[:1], []string{"_INBOX_" + u + ".>"}) {
+			t.Errorf("%s subscribes %v, want its own inbox first", u, p.Subscribe)
+		}
+	}
+	// The per-region fetcher consumers expand from the declarations.
+	for _, c := range []string{"match-fetcher-americas", "match-fetcher-europe-interactive"} {
+		if !allows(UserMatchFetcher, "$JS.API.CONSUMER.MSG.NEXT.FETCH."+c) {
+			t.Errorf("the fetcher may not pull from %s", c)
+		}
+	}
+	if allows(UserMatchFetcher, "$JS.API.CONSUMER.MSG.NEXT.FETCH.match-fetcher-asia") {
+		t.Error("a region that is not configured was granted")
+	}
+	if ServiceUser("match-fetcher-europe") != UserMatchFetcher || ServiceUser("persister") != UserPersister {
+		t.Error("ServiceUser")
+	}
+	// A grant naming something undeclared is an error.
+	saved := Grants
+	defer func() { Grants = saved }()
+	Grants = []Grant{{User: "x", KVRead: []string{"nope"}}}
+	if _, err := Permissions(set); err == nil {
+		t.Error("a grant on an undeclared bucket was accepted")
+	}
+}
