@@ -17,6 +17,7 @@ type Env struct {
 	StuckAfter  time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
 	BatchSize   int           `env:"SWEEP_BATCH" envDefault:"100"`
 	MaxAttempts int           `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+	RetryMax    time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
 }
 
 // FromInfra builds the retry-sweeper process: a sweeper bound to the

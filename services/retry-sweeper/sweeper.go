@@ -3,12 +3,17 @@
 // (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
-//     last attempt is older than StaleAfter (10 min), in batches of 100,
+//     last attempt is older than StaleAfter (10 min), in batches of 100
+//     (a pending fetch, whose in-process retries ended on a 5xx or timeout
+//     streak, waits StaleAfter·2^k after its k-th sweep retry, at most
+//     RetryMax: it is retried for as long as Riot fails, never made final),
 //     with Nats-Msg-Id "<match>/<kind>/sweep/a<N>" so replicas and repeats
 //     dedupe; but not while their command may still be queued: a row is
 //     only re-published when the region's queue in the FETCH work-queue
 //     stream holds no message published before the row's last attempt +
 //     QueueSlack (a long backlog is not fetched twice);
+//   - completes syncs that wait only for pending fetches ("completed with
+//     N matches pending", store.SettlePending);
 //   - resets accounts stuck in syncing with no live lock and no progress
 //     for StuckAfter (10 min) to pending, and queues their sync again.
 //
@@ -46,6 +51,7 @@ type Store interface {
 	DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
+	SettlePending(ctx context.Context, minFailures int) (store.BatchResult, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
 }
@@ -60,9 +66,14 @@ type Config struct {
 	QueueSlack time.Duration
 	StuckAfter time.Duration // default 10m
 	BatchSize  int           // default 100
-	// MaxAttempts mirrors the fetcher's: a due row already at it becomes
-	// permanently_unfetchable instead of being re-published.
+	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
+	// that many 404s becomes permanently_unfetchable instead of being
+	// re-published; a row with that many other failures is pending (see
+	// RetryMax) and no longer holds its sync open.
 	MaxAttempts int
+	// RetryMax caps the wait between sweep retries of a pending fetch
+	// (StaleAfter doubling per failed sweep retry). Default 6h.
+	RetryMax time.Duration
 }
 
 // Deps are the sweeper's collaborators.
@@ -108,6 +119,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
 	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 6 * time.Hour
+	}
 	app.FillDefaults("retry-sweeper", &d.Logger, &d.Tracer, &d.Now)
 	return &Service{cfg: cfg, d: d}, nil
 }
@@ -148,8 +162,12 @@ type Report struct {
 	// StillQueued counts stale rows left alone because the region's queue
 	// still holds commands published before them.
 	StillQueued int
-	Permanent   int
-	Recovered   int
+	// Waiting counts pending rows left alone until their backoff is over.
+	Waiting   int
+	Permanent int
+	// Settled counts syncs completed with matches pending.
+	Settled   int
+	Recovered int
 }
 
 // Tick runs one sweep if this replica wins the tick's cron lock.
@@ -188,13 +206,20 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
-			if f.Status == string(bus.TemporaryFailure) && f.RetryCount >= s.cfg.MaxAttempts {
-				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts (sweeper)", f.RetryCount), f.Attempt+1)
+			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
+				// Riot answered 404 MaxAttempts times (the fetcher's own
+				// final result was lost): gone. Any other streak is never
+				// final.
+				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts, %d of them 404 (sweeper)", f.RetryCount, f.NotFound), f.Attempt+1)
 				if err != nil {
 					return rep, err
 				}
 				s.afterCommit(ctx, res.Progress)
 				rep.Permanent++
+				continue
+			}
+			if f.Status == string(bus.TemporaryFailure) && f.Since.After(now.Add(-s.PendingDelay(f.RetryCount))) {
+				rep.Waiting++
 				continue
 			}
 			_, region, err := riot.ParseMatchID(f.MatchID)
@@ -239,16 +264,45 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			break
 		}
 	}
+	// Before the stuck-sync scan: a sync waiting only for pending fetches
+	// is finished, not restarted.
+	settled, err := s.d.Store.SettlePending(ctx, s.cfg.MaxAttempts)
+	if err != nil {
+		return rep, err
+	}
+	s.afterCommit(ctx, settled.Progress)
+	for _, p := range settled.Progress {
+		if p.Status == "completed" {
+			rep.Settled++
+		}
+	}
 	n, err := s.recover(ctx, now)
 	rep.Recovered = n
 	if err != nil {
 		return rep, err
 	}
-	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued > 0 {
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
 		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
-			"permanent", rep.Permanent, "recovered_syncs", rep.Recovered)
+			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
 	}
 	return rep, nil
+}
+
+// PendingDelay is how long after its last attempt a temporary_failure row
+// with retryCount failed attempts is due again: StaleAfter while the
+// fetcher's own retries may still run (retryCount < MaxAttempts), then
+// StaleAfter·2^k for a pending fetch after its k-th sweep retry, capped at
+// RetryMax.
+func (s *Service) PendingDelay(retryCount int) time.Duration {
+	k := retryCount - s.cfg.MaxAttempts
+	if k <= 0 {
+		return s.cfg.StaleAfter
+	}
+	d := s.cfg.StaleAfter
+	for ; k > 0 && d < s.cfg.RetryMax; k-- {
+		d *= 2
+	}
+	return min(d, s.cfg.RetryMax)
 }
 
 // queueFloor is what a region's fetch queue still holds.
@@ -292,9 +346,11 @@ func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress
 		// Release before the final event, as the persister does.
 		if p.Status == "completed" || p.Status == "failed" {
 			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
-			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
+			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status,
+				"matches", p.Total, "pending", p.Pending)
 		}
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total,
+			Pending: p.Pending, At: s.d.Now()}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
 			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
 		}
@@ -352,8 +408,9 @@ type advisory struct {
 // advisory about a fetch message into a ledger entry, so nothing ends
 // silently:
 //   - a FetchCommand (FETCH stream) that exhausted its deliveries becomes a
-//     failed attempt: temporary_failure (the sweeper retries it later), or
-//     permanently_unfetchable once it reaches MaxAttempts;
+//     failed attempt: temporary_failure (the sweeper retries it later),
+//     whatever its attempt count (running out of deliveries says nothing
+//     about the match);
 //   - a FetchResult (FETCHED stream) the persister could not write is
 //     recorded with its own outcome, except that a success whose rows were
 //     never stored becomes temporary_failure, so it is fetched again.
@@ -441,9 +498,6 @@ func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, b
 		}
 	case bus.TemporaryFailure, bus.Success, "": // "" is a FetchCommand
 		lu.Status = string(bus.TemporaryFailure)
-		if r.Outcome == "" && lu.Attempt >= s.cfg.MaxAttempts {
-			lu.Status = string(bus.PermanentlyUnfetchable)
-		}
 	default:
 		return store.LedgerUpdate{}, false
 	}
