@@ -163,8 +163,13 @@ type Report struct {
 	// still holds commands published before them.
 	StillQueued int
 	// Waiting counts pending rows left alone until their backoff is over.
-	Waiting   int
-	Permanent int
+	Waiting int
+	// ResultsBehind is set when FETCHED held a result older than
+	// QueueSlack: the persister is behind (or paused on a Postgres
+	// outage), the ledger is not current, and nothing was re-published or
+	// recovered in this sweep.
+	ResultsBehind bool
+	Permanent     int
 	// Settled counts syncs completed with matches pending.
 	Settled   int
 	Recovered int
@@ -195,7 +200,18 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	cutoff := now.Add(-s.cfg.StaleAfter)
 	var after *store.DueFetch
 	floors := map[riot.Region]queueFloor{}
-	for {
+	lag, err := s.resultsLag(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if lag > s.cfg.QueueSlack {
+		// The ledger lags the fetches: a stale row's newer outcome may be
+		// waiting in FETCHED. Re-publishing now would fetch it again (after
+		// a Postgres outage, most of the backlog).
+		rep.ResultsBehind = true
+		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
+	}
+	for !rep.ResultsBehind {
 		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
@@ -276,6 +292,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			rep.Settled++
 		}
 	}
+	if rep.ResultsBehind {
+		return rep, nil
+	}
 	n, err := s.recover(ctx, now)
 	rep.Recovered = n
 	if err != nil {
@@ -303,6 +322,24 @@ func (s *Service) PendingDelay(retryCount int) time.Duration {
 		d *= 2
 	}
 	return min(d, s.cfg.RetryMax)
+}
+
+// resultsLag is the age (by the NATS server's clock) of the oldest
+// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
+// when it is empty.
+func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
+	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
+	if err != nil {
+		return 0, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetched, err)
+	}
+	m, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
+	}
+	return max(time.Since(m.Time), 0), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.

@@ -619,6 +619,21 @@ func TestLedgerSweeper(t *testing.T) {
 	if !completed {
 		t.Error("no completed progress event from the sweeper")
 	}
+	// While FETCHED holds a result older than QueueSlack (the persister is
+	// behind, e.g. paused by a Postgres outage), the ledger is not current:
+	// the sweep re-publishes nothing (it would fetch the backlog again).
+	res := bus.FetchResult{MatchID: "NA1_9001", Kind: bus.KindMatch, Region: "americas", Outcome: bus.TemporaryFailure, Attempt: 2}
+	if _, err := natsx.Publish(ctx, inf.JS, inf.Subjects.Failed("americas"), res); err != nil {
+		t.Fatal(err)
+	}
+	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, MaxAttempts: 5},
+		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := behind.Sweep(ctx); err != nil || !rep.ResultsBehind || rep.Republished+rep.StillQueued+rep.Recovered != 0 {
+		t.Errorf("sweep with the persister behind: %+v %v, want nothing re-published", rep, err)
+	}
 }
 
 // TestLedgerMaxDeliveriesAdvisory: a fetch command that exhausts its
