@@ -898,3 +898,41 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
 }
+
+// TestSchedulerJobNeverLeftRunning: a run whose process exited mid-run
+// (its jobs row still running hours later) is recorded failed when the job
+// next runs. (Errors, panics and shutdown are recorded by RunJob's
+// deferred finish, on a context of its own.)
+func TestSchedulerJobNeverLeftRunning(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	at := time.Now().UTC().Truncate(time.Hour)
+	st := h.st.Infra.Store
+	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
+	if err := st.RecordJob(h.ctx, store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
+		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	inf := *h.st.Infra
+	inf.Now = func() time.Time { return at }
+	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := sc.RunJob(h.ctx, sweeper.JobLatestAll, at); !ran || err != nil {
+		t.Fatalf("run: %v %v", ran, err)
+	}
+	status := func(id string) (s, e string) {
+		t.Helper()
+		if err := st.Pool().QueryRow(h.ctx, `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&s, &e); err != nil {
+			t.Fatal(err)
+		}
+		return s, e
+	}
+	if s, e := status(crashed); s != "failed" || !strings.Contains(e, "abandoned") {
+		t.Errorf("crashed run: %s %q, want failed (abandoned)", s, e)
+	}
+	if s, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); s != "completed" {
+		t.Errorf("this run: %s, want completed", s)
+	}
+
+}
