@@ -15,7 +15,14 @@
 //   - completes syncs that wait only for pending fetches ("completed with
 //     N matches pending", store.SettlePending);
 //   - resets accounts stuck in syncing with no live lock and no progress
-//     for StuckAfter (10 min) to pending, and queues their sync again.
+//     for StuckAfter (10 min) to pending, and queues their sync again; a
+//     sync whose region still has fetch commands or retry schedules queued
+//     from before its last progress is slow, not stuck, and is left alone.
+//
+// Between sweeps, every LockTTL/3, it renews the PUUID lock of every
+// healthy running sync (listed matches not all done, and progress within
+// StuckAfter or work still queued for it), so a lock lives as long as the
+// sync's work, not until its next finished match.
 //
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
@@ -52,6 +59,7 @@ type Store interface {
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
 	SettlePending(ctx context.Context, minFailures int) (store.BatchResult, error)
+	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
 }
@@ -65,7 +73,10 @@ type Config struct {
 	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
 	QueueSlack time.Duration
 	StuckAfter time.Duration // default 10m
-	BatchSize  int           // default 100
+	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL, default 5m):
+	// healthy running syncs' locks are renewed every LockTTL/3.
+	LockTTL   time.Duration
+	BatchSize int // default 100
 	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
 	// that many 404s becomes permanently_unfetchable instead of being
 	// re-published; a row with that many other failures is pending (see
@@ -113,6 +124,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.StuckAfter <= 0 {
 		cfg.StuckAfter = 10 * time.Minute
 	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 5 * time.Minute
+	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
@@ -137,6 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
 		})
 	}
+	g.Go(func() error { s.heartbeat(ctx); return nil })
 	g.Go(func() error {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
@@ -152,6 +167,65 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	return g.Wait()
+}
+
+// heartbeat renews, every LockTTL/3 until ctx ends, the sync lock of every
+// healthy running sync. It never claims a lock again: one released by a
+// finished sync, or expired, stays so.
+func (s *Service) heartbeat(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.LockTTL/3, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.RenewLocks(ctx); err != nil && ctx.Err() == nil {
+			s.d.Logger.WarnContext(ctx, "sync lock heartbeat failed", "err", err)
+		}
+	}
+}
+
+// RenewLocks renews the sync lock of every healthy running sync once and
+// returns how many it renewed.
+func (s *Service) RenewLocks(ctx context.Context) (int, error) {
+	running, err := s.d.Store.RunningSyncs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	floors := map[string]queueFloor{}
+	n := 0
+	for _, r := range running {
+		ok, err := s.healthy(ctx, r.Region, r.LastProgress, floors)
+		if err != nil {
+			return n, err
+		}
+		if ok && synclock.Renew(ctx, s.d.Locks, r.PUUID, r.RequestID, s.cfg.LockTTL) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// healthy reports whether a sync on region whose last progress was at last
+// is still at work: it progressed within StuckAfter, or the region's FETCH
+// stream still holds a fetch command or retry schedule published before
+// last + QueueSlack (its matches may be waiting behind a backlog or for a
+// retry). floors caches the region's queue across calls.
+func (s *Service) healthy(ctx context.Context, region string, last time.Time, floors map[string]queueFloor) (bool, error) {
+	if s.d.Now().Sub(last) < s.cfg.StuckAfter {
+		return true, nil
+	}
+	fl, ok := floors[region]
+	if !ok {
+		var err error
+		if fl, err = s.queueFloor(ctx, region, true); err != nil {
+			return false, err
+		}
+		floors[region] = fl
+	}
+	return fl.queued && !last.Add(s.cfg.QueueSlack).Before(fl.oldest), nil
 }
 
 // Report says what one sweep did.
@@ -250,7 +324,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			}
 			fl, ok := floors[region]
 			if !ok {
-				if fl, err = s.queueFloor(ctx, string(region)); err != nil {
+				if fl, err = s.queueFloor(ctx, string(region), false); err != nil {
 					return rep, err
 				}
 				floors[region] = fl
@@ -349,17 +423,21 @@ type queueFloor struct {
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
-// region's background and interactive fetch subjects. FETCH is a work
-// queue: acked and terminated messages are gone, and the sweeper deletes
-// the ones that exhaust MaxDeliver, so what remains is waiting or in
-// flight.
-func (s *Service) queueFloor(ctx context.Context, region string) (queueFloor, error) {
+// region's background and interactive fetch subjects, and with retries
+// also its retry schedules. FETCH is a work queue: acked and terminated
+// messages are gone, and the sweeper deletes the ones that exhaust
+// MaxDeliver, so what remains is waiting or in flight.
+func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (queueFloor, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetch)
 	if err != nil {
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
-	for _, subj := range []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)} {
+	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
+	if retries {
+		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
+	}
+	for _, subj := range subjects {
 		m, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
@@ -402,9 +480,19 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		return 0, err
 	}
 	n := 0
+	floors := map[string]queueFloor{}
 	for _, a := range stuck {
 		if _, err := s.d.Locks.Get(ctx, a.PUUID); err == nil {
 			continue // a live lock: the sync is running
+		}
+		last := a.LastProgressAt
+		if last.IsZero() {
+			last = a.SyncStartedAt
+		}
+		if ok, err := s.healthy(ctx, a.Region, last, floors); err != nil {
+			return n, err
+		} else if ok {
+			continue // slow, not stuck: its work is still queued
 		}
 		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
 			continue // another replica (or the sync itself) got there first
