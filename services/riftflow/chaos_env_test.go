@@ -232,6 +232,7 @@ var chaosFastEnv = map[string]string{
 	"SWEEP_INTERVAL":          "5s",
 	"SWEEP_STALE_AFTER":       "20s",
 	"SWEEP_QUEUE_SLACK":       "10s", // > the longest FETCH_BACKOFF step
+	"SWEEP_RETRY_MAX":         "40s", // pending fetches (5xx streaks) retried within the run
 	"SYNC_STUCK_AFTER":        "60s",
 	"SYNC_LOCK_TTL":           "60s",
 	"PERSIST_MAX_WAIT":        "50ms",
@@ -952,9 +953,19 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	return r
 }
 
+// chaosResults collects every case's figures in this test binary, for the
+// table TestChaosTable prints at the end.
+var chaosResults struct {
+	sync.Mutex
+	list []chaosResult
+}
+
 // recordResult logs the figures and appends them to CHAOS_REPORT (a JSON
 // lines file) when set, for docs/chaos.md.
 func recordResult(t testing.TB, r chaosResult) {
+	chaosResults.Lock()
+	chaosResults.list = append(chaosResults.list, r)
+	chaosResults.Unlock()
 	b, _ := json.Marshal(r)
 	t.Logf("CHAOS RESULT %s", b)
 	if path := os.Getenv("CHAOS_REPORT"); path != "" {
