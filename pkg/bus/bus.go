@@ -223,14 +223,18 @@ type FetchResult struct {
 
 // ProgressEvent reports an account sync's progress on Progress(puuid).
 type ProgressEvent struct {
-	RequestID string    `json:"request_id,omitempty"`
-	PUUID     string    `json:"puuid"`
-	Status    string    `json:"status"` // pending | syncing | completed | failed
-	Progress  int       `json:"progress"`
-	Total     int       `json:"total"`
-	MatchID   string    `json:"match_id,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	At        time.Time `json:"at"`
+	RequestID string `json:"request_id,omitempty"`
+	PUUID     string `json:"puuid"`
+	Status    string `json:"status"` // pending | syncing | completed | failed
+	Progress  int    `json:"progress"`
+	Total     int    `json:"total"`
+	// Pending counts, on a completed sync, matches whose fetch is still
+	// being retried by the retry-sweeper (Riot kept failing); they are
+	// stored whenever a retry succeeds.
+	Pending int       `json:"pending,omitempty"`
+	MatchID string    `json:"match_id,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Rejection explains why an ingest request was refused (on IngestRejected).

@@ -49,6 +49,18 @@ ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retr
 	return nil
 }
 
+// AbandonJobs records as failed, with reason, every job of type jobType
+// still running that started before startedBefore: its process exited
+// mid-run (a crash leaves no other trace). Returns how many.
+func (s *Store) AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'failed', error = $3, finished_at = now()
+WHERE type = $1 AND status = 'running' AND started_at < $2`, jobType, startedBefore, reason)
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon %s jobs: %w", jobType, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // FinishJob sets job id to status (completed, failed or rejected) with
 // errMsg ("" → NULL) and finished_at now. ErrNotFound when there is no such
 // job.

@@ -103,6 +103,9 @@ type SyncProgress struct {
 	Progress  int    // sync_matches done
 	Total     int    // sync_matches listed
 	Status    string // accounts.sync_status: "syncing" or "completed"
+	// Pending counts, for a sync SettlePending completed, its matches still
+	// left to the retry-sweeper (0 otherwise).
+	Pending int
 }
 
 // BatchResult lists the syncs whose progress changed, so the caller can

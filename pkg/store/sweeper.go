@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +75,65 @@ LIMIT $2`, olderThan, limit, ts(since), mid, kind)
 		return nil, fmt.Errorf("store: due retries: %w", err)
 	}
 	return out, nil
+}
+
+// pendingMatch is the condition, on a match ledger row m and its timeline
+// row t (LEFT JOIN), that a listed match is pending: its fetch, or its
+// timeline's when the match is stored, is temporary_failure after at least
+// $1 failed attempts, fewer than $1 of them 404 (that many 404s make it
+// permanently_unfetchable instead).
+const pendingMatch = `((m.status = 'temporary_failure' AND m.retry_count >= $1 AND m.not_found < $1)
+  OR (m.status = 'success' AND t.status = 'temporary_failure' AND t.retry_count >= $1 AND t.not_found < $1))`
+
+// SettlePending ends syncs that wait only for pending fetches. A fetch is
+// pending when its in-process retries ended on a 5xx or timeout streak
+// (temporary_failure after at least minFailures failed attempts: the
+// fetcher's FETCH_MAX_ATTEMPTS): it is not final, the retry-sweeper keeps
+// trying it, but a sync must not stay syncing for as long as Riot fails.
+// Its sync_matches rows are marked done, and syncs that reach their total
+// complete ("completed with N matches pending": SyncProgress.Pending). The
+// match is stored later, whenever a retry succeeds.
+func (s *Store) SettlePending(ctx context.Context, minFailures int) (BatchResult, error) {
+	if minFailures < 1 {
+		minFailures = 1
+	}
+	var res BatchResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+UPDATE sync_matches s SET done = true
+FROM accounts a, match_fetches m
+LEFT JOIN match_fetches t ON t.match_id = m.match_id AND t.kind = 'timeline'
+WHERE a.sync_request_id = s.request_id AND a.sync_status = 'syncing' AND NOT s.done
+  AND m.match_id = s.match_id AND m.kind = 'match' AND `+pendingMatch+`
+RETURNING s.request_id`, minFailures)
+		if err != nil {
+			return err
+		}
+		reqs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(reqs) == 0 {
+			return err
+		}
+		sort.Strings(reqs)
+		if res.Progress, err = recount(ctx, tx, compact(reqs)); err != nil {
+			return err
+		}
+		for i, p := range res.Progress {
+			if p.Status != "completed" {
+				continue
+			}
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM sync_matches s
+JOIN match_fetches m ON m.match_id = s.match_id AND m.kind = 'match'
+LEFT JOIN match_fetches t ON t.match_id = m.match_id AND t.kind = 'timeline'
+WHERE s.request_id = $2 AND `+pendingMatch, minFailures, p.RequestID).Scan(&res.Progress[i].Pending); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("store: settle pending syncs: %w", err)
+	}
+	return res, nil
 }
 
 // MarkPermanent records attempt of (matchID, kind) as permanently

@@ -316,3 +316,36 @@ GROUP BY 1`, a.PUUID)
 	}
 	return st, nil
 }
+
+// RunningSync is an account sync in progress with listed matches not yet
+// done.
+type RunningSync struct {
+	PUUID, RequestID, Region string
+	// LastProgress is the sync's last progress (else its start).
+	LastProgress time.Time
+}
+
+// RunningSyncs returns the syncs in progress that have listed matches not
+// yet done (sync_matches): their work is in the pipeline, and the
+// retry-sweeper keeps their PUUID locks alive while they are healthy. A
+// sync waiting only for its lister (nothing claimed yet) is the lister's to
+// keep alive.
+func (s *Store) RunningSyncs(ctx context.Context) ([]RunningSync, error) {
+	rows, err := s.pool.Query(ctx, `SELECT a.puuid, a.sync_request_id, a.region,
+  coalesce(a.last_progress_at, a.sync_started_at, a.updated_at)
+FROM accounts a
+WHERE a.sync_status = 'syncing' AND a.sync_request_id IS NOT NULL
+  AND EXISTS (SELECT 1 FROM sync_matches s WHERE s.request_id = a.sync_request_id AND NOT s.done)
+ORDER BY a.puuid`)
+	if err != nil {
+		return nil, fmt.Errorf("store: running syncs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningSync, error) {
+		var x RunningSync
+		return x, r.Scan(&x.PUUID, &x.RequestID, &x.Region, &x.LastProgress)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: running syncs: %w", err)
+	}
+	return out, nil
+}

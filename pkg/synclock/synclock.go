@@ -87,3 +87,28 @@ func Release(ctx context.Context, l natsx.Lock, puuid, requestID string, log *sl
 		log.WarnContext(ctx, "sync lock release failed; it will expire", "puuid", puuid, "err", err)
 	}
 }
+
+// Heartbeat renews requestID's lock on puuid every ttl/3 until the returned
+// stop is called (or ctx ends), so the lock lives as long as the work
+// holding it, however long that takes, instead of only until the next
+// finished match. It never claims a lock again: one released (the sync
+// finished) or taken by another request is left alone. stop waits for the
+// heartbeat to end.
+func Heartbeat(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(ttl/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				Renew(ctx, l, puuid, requestID, ttl)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -12,8 +12,11 @@
 //     attempt N+1 is scheduled after Backoff[N-1] (30 s, 60 s, 120 s, 300 s)
 //     as a JetStream message schedule, and the message is acked, so waiting
 //     retries hold no MaxAckPending slot;
-//   - after MaxAttempts (5) failed attempts the fetch is
-//     permanently_unfetchable and nothing retries it again;
+//   - after MaxAttempts (5) failed attempts the in-process retries end: a
+//     fetch Riot answered 404 MaxAttempts times is permanently_unfetchable;
+//     any other (a 5xx or timeout streak) stays temporary_failure, "left to
+//     the retry-sweeper", which re-publishes it on a capped backoff for as
+//     long as Riot fails, and the sync completes with it pending;
 //   - a rate-limit wait (429, or a budget wait longer than the limiter's
 //     MaxWait) is rescheduled at Riot's Retry-After and is NOT an attempt;
 //   - retention is checked before calling: a match known to be older than
@@ -70,7 +73,9 @@ type Config struct {
 	// Backoff is the delay before attempt N+1 after failed attempt N
 	// (the last entry repeats). Default 30s, 60s, 120s, 300s (design 000).
 	Backoff []time.Duration
-	// MaxAttempts failed attempts make a fetch permanently_unfetchable (5).
+	// MaxAttempts failed attempts end the in-process retries (5): that many
+	// 404s make a fetch permanently_unfetchable, any other streak leaves it
+	// temporary_failure for the retry-sweeper.
 	MaxAttempts       int
 	MatchRetention    time.Duration
 	TimelineRetention time.Duration
@@ -96,6 +101,11 @@ type Config struct {
 	// size.
 	InlinePayloadMax int
 }
+
+// PendingReason starts the ledger error of a fetch whose in-process retries
+// ended on a 5xx or timeout streak: temporary_failure, left to the
+// retry-sweeper (never final).
+const PendingReason = "left to the retry-sweeper"
 
 // DefaultBackoff is design 000's schedule.
 var DefaultBackoff = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 300 * time.Second}
@@ -216,7 +226,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		if err == nil {
 			err = fmt.Errorf("unknown kind %q", cmd.Kind)
 		}
-		return s.finish(ctx, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), nil)
+		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), nil)
 	}
 	cmd.Region = string(region)
 	span.SetAttributes(attribute.String("riot.region", cmd.Region))
@@ -224,7 +234,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 
 	// Retention, before any request.
 	if expired, reason := s.cfg.Expired(cmd.Kind, cmd.GameCreationMs, now); expired {
-		return s.finish(ctx, cmd, bus.OutsideRetentionWindow, 0, reason, nil)
+		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -256,22 +266,22 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if creationMs > 0 {
 		cmd.GameCreationMs = creationMs
 	}
-	if err := s.publishResult(ctx, cmd, bus.Success, 200, "", gz); err != nil {
+	if err := s.publishResult(ctx, m, cmd, bus.Success, 200, "", gz); err != nil {
 		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
-		return s.nextTimeline(ctx, cmd)
+		return s.nextTimeline(ctx, m, cmd)
 	}
 	return natsx.Ack()
 }
 
 // nextTimeline queues the timeline fetch of a fetched match, or records it
 // outside retention without a request.
-func (s *Service) nextTimeline(ctx context.Context, cmd bus.FetchCommand) natsx.Result {
+func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
 	tl := cmd
 	tl.Kind, tl.Attempt, tl.NotFound = bus.KindTimeline, 1, 0
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
-		return s.finish(ctx, tl, bus.OutsideRetentionWindow, 0, reason, nil)
+		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline")); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
@@ -303,7 +313,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 	case riot.KindNotFound:
 		cmd.NotFound++
 		if s.cfg.NotFoundExpired(cmd, now) {
-			return s.finish(ctx, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", nil)
+			return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", nil)
 		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	case riot.KindServer, riot.KindTransport:
@@ -312,28 +322,43 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	default: // 400, decode (poison payload), unknown: permanent
-		return s.finish(ctx, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), nil)
+		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), nil)
 	}
 }
 
 // failedAttempt records attempt N as failed and schedules N+1, or ends the
 // fetch permanently_unfetchable after MaxAttempts. The schedule of attempt
-// N+1 has the message id "retry/<match>/<kind>/a<N+1>", so a redelivery of
+// N+1 has the message id "retry/<match>/<kind>/a<N+1>/s<seq>" (seq: the
+// stream sequence of the message being handled), so a redelivery of
 // attempt N (crash after scheduling, before the ack) cannot start a second,
-// parallel retry chain within the FETCH stream's duplicate window.
+// parallel retry chain within the FETCH stream's duplicate window, while a
+// new command for the same attempt (the retry-sweeper's) starts its own.
 func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, re *riot.Error) natsx.Result {
 	reason := re.Error()
-	if cmd.Attempt >= s.cfg.MaxAttempts {
-		return s.finish(ctx, cmd, bus.PermanentlyUnfetchable, re.Status,
+	if re.Kind == riot.KindNotFound && cmd.NotFound >= s.cfg.MaxAttempts {
+		// MaxAttempts 404s: Riot does not have the match (or not any
+		// more); retrying will not change that.
+		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status,
 			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
 	}
-	if err := s.publishResult(ctx, cmd, bus.TemporaryFailure, re.Status, reason, nil); err != nil {
+	if cmd.Attempt >= s.cfg.MaxAttempts {
+		// A 5xx or timeout streak says nothing about the match: it is
+		// never final. The in-process retries end here; the fetch stays
+		// temporary_failure, the retry-sweeper tries it again on its
+		// capped backoff, and the sync completes with it pending.
+		return s.finish(ctx, m, cmd, bus.TemporaryFailure, re.Status,
+			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), nil)
+	}
+	if err := s.publishResult(ctx, m, cmd, bus.TemporaryFailure, re.Status, reason, nil); err != nil {
 		return natsx.Retry(err)
 	}
 	next := cmd
 	next.Attempt++
-	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry",
-		fmt.Sprintf("retry/%s/%s/a%d", next.MatchID, next.Kind, next.Attempt))
+	id := ""
+	if tag := deliveryTag(m); tag != "" {
+		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag)
+	}
+	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry", id)
 }
 
 // NextAttemptAt is when a fetch whose attempt number attempt (1-based)
@@ -344,10 +369,26 @@ func (c Config) NextAttemptAt(attempt int, re *riot.Error, now time.Time) time.T
 }
 
 // waitID is the schedule message id of a rate-limit or key wait: the same
-// attempt waits again, so the id names the stream sequence of the delivery
-// being rescheduled, and its redeliveries schedule once. "" when the
-// message has no JetStream metadata.
+// attempt waits again, so the id names the delivery being rescheduled
+// (deliveryTag), and its redeliveries schedule once.
 func waitID(m jetstream.Msg, cmd bus.FetchCommand) string {
+	tag := deliveryTag(m)
+	if tag == "" {
+		return ""
+	}
+	return fmt.Sprintf("wait/%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, tag)
+}
+
+// deliveryTag names the FETCH message being handled: "s<stream sequence>",
+// or "" when m has no JetStream metadata. Redeliveries of one message share
+// it; every other command for the same fetch has its own (the original, a
+// fired retry schedule, the retry-sweeper's re-publish). The fetcher's
+// message ids end with it, so the duplicate windows of FETCH and FETCHED
+// swallow exactly the repeats of one delivery's work, never the work of a
+// later command for the same attempt: a ledger that lost its last commits
+// (a Postgres crash or failover after the persister acked) is caught up by
+// the sweeper's re-publish instead of being dropped for 2–10 minutes.
+func deliveryTag(m jetstream.Msg) string {
 	if m == nil {
 		return ""
 	}
@@ -355,7 +396,7 @@ func waitID(m jetstream.Msg, cmd bus.FetchCommand) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("wait/%s/%s/a%d/s%d", cmd.MatchID, cmd.Kind, cmd.Attempt, md.Sequence.Stream)
+	return fmt.Sprintf("s%d", md.Sequence.Stream)
 }
 
 // Expired reports whether a fetch of kind for a match created at
@@ -443,19 +484,21 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 // finish publishes a final FetchResult; Ack on success, a short nak
 // otherwise (the same attempt is made again, and the persister's ledger
 // rules make the repeat harmless).
-func (s *Service) finish(ctx context.Context, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) natsx.Result {
-	if err := s.publishResult(ctx, cmd, o, status, reason, gz); err != nil {
+func (s *Service) finish(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) natsx.Result {
+	if err := s.publishResult(ctx, m, cmd, o, status, reason, gz); err != nil {
 		return natsx.Retry(err)
 	}
 	return natsx.Ack()
 }
 
 // publishResult publishes a FetchResult with Nats-Msg-Id
-// "<match>/<kind>/a<attempt>/<outcome>", so a repeat of the same attempt
-// with the same outcome dedupes, while a redelivered attempt that now has
-// another outcome (a 503, then a 200 on redelivery) is not swallowed: the
-// ledger rules then keep the better one (a success always applies).
-func (s *Service) publishResult(ctx context.Context, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) error {
+// "<match>/<kind>/a<attempt>/<outcome>/s<seq>" (deliveryTag of m), so a
+// redelivery of the same command with the same outcome dedupes, while a
+// redelivered attempt that now has another outcome (a 503, then a 200 on
+// redelivery) or another command for the same attempt (the sweeper's) is
+// not swallowed: the ledger rules then keep the better one (a success
+// always applies), and the persister's upserts store a match once.
+func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) error {
 	res := bus.FetchResult{MatchID: cmd.MatchID, Kind: cmd.Kind, Region: cmd.Region, Outcome: o, Attempt: cmd.Attempt,
 		Status: status, Error: reason, Payload: gz, GameCreationMs: cmd.GameCreationMs, AttemptedAt: s.d.Now(),
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID}
@@ -475,6 +518,9 @@ func (s *Service) publishResult(ctx context.Context, cmd bus.FetchCommand, o bus
 		subj = s.d.Subjects.Failed("unknown")
 	}
 	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o)
+	if tag := deliveryTag(m); tag != "" {
+		id += "/" + tag
+	}
 	if _, err := natsx.Publish(ctx, s.d.JS, subj, res, jetstream.WithMsgID(id)); err != nil {
 		s.d.Logger.WarnContext(ctx, "publish fetch result failed, will retry", "match_id", cmd.MatchID, "err", err)
 		return err

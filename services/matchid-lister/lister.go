@@ -81,7 +81,9 @@ type Cursor struct {
 
 // Config tunes the lister.
 type Config struct {
-	// LockTTL is the sync lock's lifetime; the persister renews it on progress.
+	// LockTTL is the sync lock's lifetime; renewed every LockTTL/3 while
+	// the lister lists, then by the persister while the sync has open
+	// matches.
 	LockTTL time.Duration
 	// Overlap is subtracted from the cursor so a game that was in progress
 	// at the last listing (and so not listed yet) is listed next time.
@@ -226,6 +228,9 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		s.recordRejected(ctx, cmd, reason)
 		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
 	}
+	// Listing can take long (many pages, rate-limit waits): the lock lives
+	// as long as the listing, renewed on a timer, not until its TTL.
+	defer synclock.Heartbeat(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL)()
 
 	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,

@@ -52,6 +52,10 @@ type ScheduleConfig struct {
 	// LockTTL is how long a run's cron-locks key is kept (default 8 days,
 	// longer than the longest period, so no replica re-runs a time).
 	LockTTL time.Duration
+	// AbandonAfter: a run of a job still "running" this long after it
+	// started is taken as abandoned by a process that exited mid-run, and
+	// recorded failed when the job next runs (default 6 h).
+	AbandonAfter time.Duration
 }
 
 // SchedulerStore is the part of pkg/store the scheduler uses.
@@ -62,6 +66,7 @@ type SchedulerStore interface {
 	LPChange(ctx context.Context, puuid, queueType string, from, to time.Time) (*int, error)
 	SaveWeeklyReport(ctx context.Context, r store.WeeklyReport) error
 	RecordJob(ctx context.Context, j store.Job) error
+	AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error)
 }
 
 // Leagues is the part of the Riot client the rank job uses (league-v4 GET
@@ -134,6 +139,9 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	}
 	if cfg.LockTTL <= 0 {
 		cfg.LockTTL = 8 * 24 * time.Hour
+	}
+	if cfg.AbandonAfter <= 0 {
+		cfg.AbandonAfter = 6 * time.Hour
 	}
 	app.FillDefaults("scheduler", &d.Logger, &d.Tracer, &d.Now)
 	s := &Scheduler{cfg: cfg, d: d}
@@ -225,22 +233,46 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 	ctx, span := s.d.Tracer.Start(ctx, "scheduler "+job)
 	defer span.End()
 	id := JobID(job, at)
+	// Earlier runs of job still "running" after AbandonAfter belong to a
+	// process that exited mid-run (kill -9, OOM): record them failed.
+	if n, err := s.d.Store.AbandonJobs(ctx, job, s.d.Now().Add(-s.cfg.AbandonAfter), "abandoned: the process running it exited"); err != nil {
+		return true, err
+	} else if n > 0 {
+		s.d.Logger.WarnContext(ctx, "abandoned scheduled runs recorded failed", "job", job, "runs", n)
+	}
 	if err := s.d.Store.RecordJob(ctx, store.Job{ID: id, Type: job, Status: "running", RequestedAt: at, StartedAt: s.d.Now()}); err != nil {
 		return true, err
 	}
-	detail, runErr := run(ctx, at)
-	fin := store.Job{ID: id, Type: job, Status: "completed", RequestedAt: at, FinishedAt: s.d.Now()}
-	if runErr != nil {
-		fin.Status, fin.Error = "failed", runErr.Error()
-	}
-	if detail != nil {
-		fin.Detail, _ = json.Marshal(detail)
-	}
-	if err := s.d.Store.RecordJob(ctx, fin); err != nil {
-		return true, err
-	}
-	s.d.Logger.InfoContext(ctx, "scheduled job ran", "job", job, "scheduled_at", at, "detail", detail, "err", runErr)
-	return true, runErr
+	var detail map[string]any
+	var runErr error
+	// The row leaves "running" on every exit path: an error, a panic, or
+	// shutdown (ctx cancelled: written on a context of its own).
+	defer func() {
+		ran = true
+		if p := recover(); p != nil {
+			runErr = fmt.Errorf("panic: %v", p)
+		} else if runErr == nil && ctx.Err() != nil {
+			runErr = fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+		fin := store.Job{ID: id, Type: job, Status: "completed", RequestedAt: at, FinishedAt: s.d.Now()}
+		if runErr != nil {
+			fin.Status, fin.Error = "failed", runErr.Error()
+		}
+		if detail != nil {
+			fin.Detail, _ = json.Marshal(detail)
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := s.d.Store.RecordJob(wctx, fin); rerr != nil && err == nil {
+			err = rerr
+		}
+		if err == nil {
+			err = runErr
+		}
+		s.d.Logger.InfoContext(ctx, "scheduled job ran", "job", job, "scheduled_at", at, "detail", detail, "err", runErr)
+	}()
+	detail, runErr = run(ctx, at)
+	return true, nil
 }
 
 // shortHash is 16 hex digits of SHA-256(s), for ids that must stay short.

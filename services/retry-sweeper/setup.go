@@ -15,8 +15,10 @@ type Env struct {
 	StaleAfter  time.Duration `env:"SWEEP_STALE_AFTER" envDefault:"10m"`
 	QueueSlack  time.Duration `env:"SWEEP_QUEUE_SLACK" envDefault:"10m"`
 	StuckAfter  time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
+	LockTTL     time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	BatchSize   int           `env:"SWEEP_BATCH" envDefault:"100"`
 	MaxAttempts int           `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+	RetryMax    time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
 }
 
 // FromInfra builds the retry-sweeper process: a sweeper bound to the

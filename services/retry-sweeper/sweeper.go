@@ -3,14 +3,26 @@
 // (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
-//     last attempt is older than StaleAfter (10 min), in batches of 100,
+//     last attempt is older than StaleAfter (10 min), in batches of 100
+//     (a pending fetch, whose in-process retries ended on a 5xx or timeout
+//     streak, waits StaleAfter·2^k after its k-th sweep retry, at most
+//     RetryMax: it is retried for as long as Riot fails, never made final),
 //     with Nats-Msg-Id "<match>/<kind>/sweep/a<N>" so replicas and repeats
 //     dedupe; but not while their command may still be queued: a row is
 //     only re-published when the region's queue in the FETCH work-queue
 //     stream holds no message published before the row's last attempt +
 //     QueueSlack (a long backlog is not fetched twice);
+//   - completes syncs that wait only for pending fetches ("completed with
+//     N matches pending", store.SettlePending);
 //   - resets accounts stuck in syncing with no live lock and no progress
-//     for StuckAfter (10 min) to pending, and queues their sync again.
+//     for StuckAfter (10 min) to pending, and queues their sync again; a
+//     sync whose region still has fetch commands or retry schedules queued
+//     from before its last progress is slow, not stuck, and is left alone.
+//
+// Between sweeps, every LockTTL/3, it renews the PUUID lock of every
+// healthy running sync (listed matches not all done, and progress within
+// StuckAfter or work still queued for it), so a lock lives as long as the
+// sync's work, not until its next finished match.
 //
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
@@ -46,6 +58,8 @@ type Store interface {
 	DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
+	SettlePending(ctx context.Context, minFailures int) (store.BatchResult, error)
+	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
 }
@@ -59,10 +73,18 @@ type Config struct {
 	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
 	QueueSlack time.Duration
 	StuckAfter time.Duration // default 10m
-	BatchSize  int           // default 100
-	// MaxAttempts mirrors the fetcher's: a due row already at it becomes
-	// permanently_unfetchable instead of being re-published.
+	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL, default 5m):
+	// healthy running syncs' locks are renewed every LockTTL/3.
+	LockTTL   time.Duration
+	BatchSize int // default 100
+	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
+	// that many 404s becomes permanently_unfetchable instead of being
+	// re-published; a row with that many other failures is pending (see
+	// RetryMax) and no longer holds its sync open.
 	MaxAttempts int
+	// RetryMax caps the wait between sweep retries of a pending fetch
+	// (StaleAfter doubling per failed sweep retry). Default 6h.
+	RetryMax time.Duration
 }
 
 // Deps are the sweeper's collaborators.
@@ -102,11 +124,17 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.StuckAfter <= 0 {
 		cfg.StuckAfter = 10 * time.Minute
 	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 5 * time.Minute
+	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 6 * time.Hour
 	}
 	app.FillDefaults("retry-sweeper", &d.Logger, &d.Tracer, &d.Now)
 	return &Service{cfg: cfg, d: d}, nil
@@ -123,6 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
 		})
 	}
+	g.Go(func() error { s.heartbeat(ctx); return nil })
 	g.Go(func() error {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
@@ -140,6 +169,65 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// heartbeat renews, every LockTTL/3 until ctx ends, the sync lock of every
+// healthy running sync. It never claims a lock again: one released by a
+// finished sync, or expired, stays so.
+func (s *Service) heartbeat(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.LockTTL/3, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.RenewLocks(ctx); err != nil && ctx.Err() == nil {
+			s.d.Logger.WarnContext(ctx, "sync lock heartbeat failed", "err", err)
+		}
+	}
+}
+
+// RenewLocks renews the sync lock of every healthy running sync once and
+// returns how many it renewed.
+func (s *Service) RenewLocks(ctx context.Context) (int, error) {
+	running, err := s.d.Store.RunningSyncs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	floors := map[string]queueFloor{}
+	n := 0
+	for _, r := range running {
+		ok, err := s.healthy(ctx, r.Region, r.LastProgress, floors)
+		if err != nil {
+			return n, err
+		}
+		if ok && synclock.Renew(ctx, s.d.Locks, r.PUUID, r.RequestID, s.cfg.LockTTL) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// healthy reports whether a sync on region whose last progress was at last
+// is still at work: it progressed within StuckAfter, or the region's FETCH
+// stream still holds a fetch command or retry schedule published before
+// last + QueueSlack (its matches may be waiting behind a backlog or for a
+// retry). floors caches the region's queue across calls.
+func (s *Service) healthy(ctx context.Context, region string, last time.Time, floors map[string]queueFloor) (bool, error) {
+	if s.d.Now().Sub(last) < s.cfg.StuckAfter {
+		return true, nil
+	}
+	fl, ok := floors[region]
+	if !ok {
+		var err error
+		if fl, err = s.queueFloor(ctx, region, true); err != nil {
+			return false, err
+		}
+		floors[region] = fl
+	}
+	return fl.queued && !last.Add(s.cfg.QueueSlack).Before(fl.oldest), nil
+}
+
 // Report says what one sweep did.
 type Report struct {
 	Ran         bool // false when another replica owned this tick
@@ -148,8 +236,17 @@ type Report struct {
 	// StillQueued counts stale rows left alone because the region's queue
 	// still holds commands published before them.
 	StillQueued int
-	Permanent   int
-	Recovered   int
+	// Waiting counts pending rows left alone until their backoff is over.
+	Waiting int
+	// ResultsBehind is set when FETCHED held a result older than
+	// QueueSlack: the persister is behind (or paused on a Postgres
+	// outage), the ledger is not current, and nothing was re-published or
+	// recovered in this sweep.
+	ResultsBehind bool
+	Permanent     int
+	// Settled counts syncs completed with matches pending.
+	Settled   int
+	Recovered int
 }
 
 // Tick runs one sweep if this replica wins the tick's cron lock.
@@ -177,7 +274,18 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	cutoff := now.Add(-s.cfg.StaleAfter)
 	var after *store.DueFetch
 	floors := map[riot.Region]queueFloor{}
-	for {
+	lag, err := s.resultsLag(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if lag > s.cfg.QueueSlack {
+		// The ledger lags the fetches: a stale row's newer outcome may be
+		// waiting in FETCHED. Re-publishing now would fetch it again (after
+		// a Postgres outage, most of the backlog).
+		rep.ResultsBehind = true
+		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
+	}
+	for !rep.ResultsBehind {
 		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
@@ -188,13 +296,20 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
-			if f.Status == string(bus.TemporaryFailure) && f.RetryCount >= s.cfg.MaxAttempts {
-				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts (sweeper)", f.RetryCount), f.Attempt+1)
+			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
+				// Riot answered 404 MaxAttempts times (the fetcher's own
+				// final result was lost): gone. Any other streak is never
+				// final.
+				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts, %d of them 404 (sweeper)", f.RetryCount, f.NotFound), f.Attempt+1)
 				if err != nil {
 					return rep, err
 				}
 				s.afterCommit(ctx, res.Progress)
 				rep.Permanent++
+				continue
+			}
+			if f.Status == string(bus.TemporaryFailure) && f.Since.After(now.Add(-s.PendingDelay(f.RetryCount))) {
+				rep.Waiting++
 				continue
 			}
 			_, region, err := riot.ParseMatchID(f.MatchID)
@@ -209,7 +324,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			}
 			fl, ok := floors[region]
 			if !ok {
-				if fl, err = s.queueFloor(ctx, string(region)); err != nil {
+				if fl, err = s.queueFloor(ctx, string(region), false); err != nil {
 					return rep, err
 				}
 				floors[region] = fl
@@ -239,16 +354,66 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			break
 		}
 	}
+	// Before the stuck-sync scan: a sync waiting only for pending fetches
+	// is finished, not restarted.
+	settled, err := s.d.Store.SettlePending(ctx, s.cfg.MaxAttempts)
+	if err != nil {
+		return rep, err
+	}
+	s.afterCommit(ctx, settled.Progress)
+	for _, p := range settled.Progress {
+		if p.Status == "completed" {
+			rep.Settled++
+		}
+	}
+	if rep.ResultsBehind {
+		return rep, nil
+	}
 	n, err := s.recover(ctx, now)
 	rep.Recovered = n
 	if err != nil {
 		return rep, err
 	}
-	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued > 0 {
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
 		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
-			"permanent", rep.Permanent, "recovered_syncs", rep.Recovered)
+			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
 	}
 	return rep, nil
+}
+
+// PendingDelay is how long after its last attempt a temporary_failure row
+// with retryCount failed attempts is due again: StaleAfter while the
+// fetcher's own retries may still run (retryCount < MaxAttempts), then
+// StaleAfter·2^k for a pending fetch after its k-th sweep retry, capped at
+// RetryMax.
+func (s *Service) PendingDelay(retryCount int) time.Duration {
+	k := retryCount - s.cfg.MaxAttempts
+	if k <= 0 {
+		return s.cfg.StaleAfter
+	}
+	d := s.cfg.StaleAfter
+	for ; k > 0 && d < s.cfg.RetryMax; k-- {
+		d *= 2
+	}
+	return min(d, s.cfg.RetryMax)
+}
+
+// resultsLag is the age (by the NATS server's clock) of the oldest
+// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
+// when it is empty.
+func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
+	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
+	if err != nil {
+		return 0, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetched, err)
+	}
+	m, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
+	}
+	return max(time.Since(m.Time), 0), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.
@@ -258,17 +423,21 @@ type queueFloor struct {
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
-// region's background and interactive fetch subjects. FETCH is a work
-// queue: acked and terminated messages are gone, and the sweeper deletes
-// the ones that exhaust MaxDeliver, so what remains is waiting or in
-// flight.
-func (s *Service) queueFloor(ctx context.Context, region string) (queueFloor, error) {
+// region's background and interactive fetch subjects, and with retries
+// also its retry schedules. FETCH is a work queue: acked and terminated
+// messages are gone, and the sweeper deletes the ones that exhaust
+// MaxDeliver, so what remains is waiting or in flight.
+func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (queueFloor, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetch)
 	if err != nil {
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
-	for _, subj := range []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)} {
+	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
+	if retries {
+		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
+	}
+	for _, subj := range subjects {
 		m, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
@@ -292,9 +461,11 @@ func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress
 		// Release before the final event, as the persister does.
 		if p.Status == "completed" || p.Status == "failed" {
 			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
-			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
+			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status,
+				"matches", p.Total, "pending", p.Pending)
 		}
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
+		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total,
+			Pending: p.Pending, At: s.d.Now()}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
 			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
 		}
@@ -309,9 +480,19 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		return 0, err
 	}
 	n := 0
+	floors := map[string]queueFloor{}
 	for _, a := range stuck {
 		if _, err := s.d.Locks.Get(ctx, a.PUUID); err == nil {
 			continue // a live lock: the sync is running
+		}
+		last := a.LastProgressAt
+		if last.IsZero() {
+			last = a.SyncStartedAt
+		}
+		if ok, err := s.healthy(ctx, a.Region, last, floors); err != nil {
+			return n, err
+		} else if ok {
+			continue // slow, not stuck: its work is still queued
 		}
 		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
 			continue // another replica (or the sync itself) got there first
@@ -352,8 +533,9 @@ type advisory struct {
 // advisory about a fetch message into a ledger entry, so nothing ends
 // silently:
 //   - a FetchCommand (FETCH stream) that exhausted its deliveries becomes a
-//     failed attempt: temporary_failure (the sweeper retries it later), or
-//     permanently_unfetchable once it reaches MaxAttempts;
+//     failed attempt: temporary_failure (the sweeper retries it later),
+//     whatever its attempt count (running out of deliveries says nothing
+//     about the match);
 //   - a FetchResult (FETCHED stream) the persister could not write is
 //     recorded with its own outcome, except that a success whose rows were
 //     never stored becomes temporary_failure, so it is fetched again.
@@ -441,9 +623,6 @@ func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, b
 		}
 	case bus.TemporaryFailure, bus.Success, "": // "" is a FetchCommand
 		lu.Status = string(bus.TemporaryFailure)
-		if r.Outcome == "" && lu.Attempt >= s.cfg.MaxAttempts {
-			lu.Status = string(bus.PermanentlyUnfetchable)
-		}
 	default:
 		return store.LedgerUpdate{}, false
 	}

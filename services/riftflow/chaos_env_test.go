@@ -233,6 +233,7 @@ var chaosFastEnv = map[string]string{
 	"SWEEP_INTERVAL":          "5s",
 	"SWEEP_STALE_AFTER":       "20s",
 	"SWEEP_QUEUE_SLACK":       "10s", // > the longest FETCH_BACKOFF step
+	"SWEEP_RETRY_MAX":         "40s", // pending fetches (5xx streaks) retried within the run
 	"SYNC_STUCK_AFTER":        "60s",
 	"SYNC_LOCK_TTL":           "60s",
 	"PERSIST_MAX_WAIT":        "50ms",
@@ -389,6 +390,7 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	t.Cleanup(func() {
 		if t.Failed() {
 			e.dumpLogs(60)
+			e.keepLogs()
 		}
 	})
 	for _, name := range chaosServices {
@@ -416,6 +418,25 @@ func (e *chaosEnv) dumpLogs(n int) {
 		}
 		e.t.Logf("---- %s (last %d lines)\n%s", name, len(lines), strings.Join(lines, "\n"))
 	}
+}
+
+// keepLogs copies every service log to $CHAOS_LOG_DIR/<test>/ when set, so a
+// failed run can be studied after the test's temporary directory is gone.
+func (e *chaosEnv) keepLogs() {
+	root := os.Getenv("CHAOS_LOG_DIR")
+	if root == "" {
+		return
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(e.t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	for _, name := range chaosServices {
+		if b, err := os.ReadFile(e.procs[name].logPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, name+".log"), b, 0o644)
+		}
+	}
+	e.t.Logf("service logs kept in %s", dir)
 }
 
 // allLogs returns every service's stderr.
@@ -467,7 +488,12 @@ func (e *chaosEnv) startOwnPostgres() {
 	}
 	e.pgDir = dir
 	t.Setenv("DATABASE_URL", "") // Ensure must start our own cluster
-	url, stop, err := pgcluster.Ensure(e.ctx, pgcluster.Options{DataDir: dir, Logger: e.log})
+	// Production durability (fsync, synchronous_commit on): with
+	// synchronous_commit off, pg_ctl stop -m immediate loses commits
+	// Postgres had already reported, after the persister acked their
+	// FetchResults; no service can tell (TestLedgerRecoversLostCommits
+	// covers the sweeper catching up after such a loss).
+	url, stop, err := pgcluster.Ensure(e.ctx, pgcluster.Options{DataDir: dir, Logger: e.log, Fsync: true})
 	if err != nil {
 		os.RemoveAll(dir)
 		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "no PostgreSQL") {
@@ -597,6 +623,7 @@ func (e *chaosEnv) waitSettled(timeout time.Duration) {
 			break
 		}
 		if time.Now().After(deadline) {
+			e.logOpenRows()
 			e.t.Fatalf("not settled after %s: %d/%d accounts done, %d ledger rows open, %d stored", timeout, done, want, open, e.stored())
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -610,6 +637,27 @@ func (e *chaosEnv) waitSettled(timeout time.Duration) {
 			e.t.Fatalf("consumers not drained after %s: %s %v", timeout, busy, err)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// logOpenRows logs the ledger rows still open (at most 30).
+func (e *chaosEnv) logOpenRows() {
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	rows, err := e.pool.Query(ctx, `SELECT match_id, kind, status, attempt, retry_count, not_found,
+  coalesce(last_error, ''), coalesce(last_attempt_at::text, '') FROM match_fetches
+WHERE status IN ('unfetched','temporary_failure') ORDER BY match_id, kind LIMIT 30`)
+	if err != nil {
+		e.t.Logf("open rows: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, kind, status, reason, at string
+		var attempt, retries, nf int
+		if rows.Scan(&id, &kind, &status, &attempt, &retries, &nf, &reason, &at) == nil {
+			e.t.Logf("OPEN %s/%s %s attempt %d retries %d not_found %d at %s: %s", id, kind, status, attempt, retries, nf, at, reason)
+		}
 	}
 }
 
@@ -906,9 +954,19 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	return r
 }
 
+// chaosResults collects every case's figures in this test binary, for the
+// table TestChaosTable prints at the end.
+var chaosResults struct {
+	sync.Mutex
+	list []chaosResult
+}
+
 // recordResult logs the figures and appends them to CHAOS_REPORT (a JSON
 // lines file) when set, for docs/chaos.md.
 func recordResult(t testing.TB, r chaosResult) {
+	chaosResults.Lock()
+	chaosResults.list = append(chaosResults.list, r)
+	chaosResults.Unlock()
 	b, _ := json.Marshal(r)
 	t.Logf("CHAOS RESULT %s", b)
 	if path := os.Getenv("CHAOS_REPORT"); path != "" {

@@ -443,8 +443,10 @@ func TestLedgerSweeper(t *testing.T) {
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: ledger}); err != nil {
 		t.Fatal(err)
 	}
-	// A sync whose only match failed 5 times but is still temporary_failure
-	// (e.g. the fetcher died before recording the last one), holding its lock.
+	// A sync whose only match failed 5 times with 404 but is still
+	// temporary_failure (e.g. the fetcher died before recording the last
+	// one), holding its lock; and a sync whose only match failed 5 times
+	// with 500 (pending: never final, re-published, the sync completes).
 	const puuid, reqID = "sweeper-puuid", "sweeper-req"
 	if err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID, PUUID: puuid, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
 		t.Fatal(err)
@@ -452,9 +454,17 @@ func TestLedgerSweeper(t *testing.T) {
 	if _, err := st.ClaimMatches(ctx, reqID, puuid, []string{"NA1_9200", "NA1_9300"}); err != nil {
 		t.Fatal(err)
 	}
+	const puuid2, reqID2 = "sweeper-puuid-2", "sweeper-req-2"
+	if err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID2, PUUID: puuid2, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimMatches(ctx, reqID2, puuid2, []string{"NA1_9201"}); err != nil {
+		t.Fatal(err)
+	}
 	var five []store.LedgerUpdate
 	for a := 1; a <= 5; a++ {
-		five = append(five, store.LedgerUpdate{MatchID: "NA1_9200", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 500, Error: "500", AttemptedAt: now})
+		five = append(five, store.LedgerUpdate{MatchID: "NA1_9200", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 404, Error: "404", AttemptedAt: now},
+			store.LedgerUpdate{MatchID: "NA1_9201", Kind: "match", Status: "temporary_failure", Attempt: a, HTTPStatus: 500, Error: "500", AttemptedAt: now})
 	}
 	five = append(five, store.LedgerUpdate{MatchID: "NA1_9300", Kind: "match", Status: "outside_retention_window", Attempt: 1, AttemptedAt: now})
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: five}); err != nil {
@@ -490,10 +500,11 @@ func TestLedgerSweeper(t *testing.T) {
 	}
 	a, b := replica(), replica()
 
-	// 5 minutes later nothing is stale.
+	// 5 minutes later nothing is stale; the sync waiting only for the
+	// pending NA1_9201 completes, "with 1 match pending".
 	setClock(now.Add(5 * time.Minute))
-	if rep, err := a.Sweep(ctx); err != nil || rep.Republished+rep.Permanent != 0 {
-		t.Fatalf("sweep of fresh rows: %+v %v", rep, err)
+	if rep, err := a.Sweep(ctx); err != nil || rep.Republished+rep.Permanent != 0 || rep.Settled != 1 {
+		t.Fatalf("sweep of fresh rows: %+v %v, want nothing re-published and 1 sync settled", rep, err)
 	}
 	// 11 minutes later both replicas tick at once: one sweeps.
 	setClock(now.Add(11 * time.Minute))
@@ -516,10 +527,11 @@ func TestLedgerSweeper(t *testing.T) {
 		rep = reps[1]
 	}
 	// 4 temporary failures re-published, plus the timeline of NA1_9102 (a
-	// stored match whose timeline was never queued), NA1_9200 made
-	// permanent; 6 due rows in pages of 2 → 3 pages.
-	if rep.Republished != 5 || rep.Permanent != 1 || rep.Batches != 3 {
-		t.Errorf("sweep report %+v, want 5 republished, 1 permanent, 3 batches", rep)
+	// stored match whose timeline was never queued) and NA1_9201 (five
+	// 500s: pending, never final); NA1_9200 (five 404s) made permanent; 7
+	// due rows in pages of 2 → 4 pages.
+	if rep.Republished != 6 || rep.Permanent != 1 || rep.Batches != 4 {
+		t.Errorf("sweep report %+v, want 6 republished, 1 permanent, 4 batches", rep)
 	}
 	// The same tick again does nothing; a second sweep in the same
 	// duplicate window re-publishes nothing new (dedup ids).
@@ -553,7 +565,7 @@ func TestLedgerSweeper(t *testing.T) {
 		got[c.MatchID] = c
 		m.Ack()
 	}
-	wantAttempt := map[string]int{"NA1_9001": 2, "NA1_9002": 3, "NA1_9003": 4, "NA1_9004": 2, "NA1_9102": 1}
+	wantAttempt := map[string]int{"NA1_9001": 2, "NA1_9002": 3, "NA1_9003": 4, "NA1_9004": 2, "NA1_9102": 1, "NA1_9201": 6}
 	if len(got) != len(wantAttempt) {
 		t.Errorf("re-published %v", got)
 	}
@@ -570,7 +582,21 @@ func TestLedgerSweeper(t *testing.T) {
 		t.Errorf("permanent row changed: %+v", r)
 	}
 	if r, _ := h.row("NA1_9200", "match"); r.Status != "permanently_unfetchable" || !strings.Contains(r.LastError, "sweeper") {
-		t.Errorf("row at the attempt limit: %+v", r)
+		t.Errorf("row at the attempt limit after five 404s: %+v", r)
+	}
+	if r, _ := h.row("NA1_9201", "match"); r.Status != "temporary_failure" {
+		t.Errorf("row at the attempt limit after five 500s: %+v, want temporary_failure (never final)", r)
+	}
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid2); n != 1 {
+		t.Error("the sync waiting only for a pending fetch did not complete")
+	}
+	// Pending, it waits StaleAfter·2 after its first sweep retry, at most
+	// RetryMax.
+	if d := a.PendingDelay(6); d != 20*time.Minute {
+		t.Errorf("PendingDelay(6) = %s, want 20m", d)
+	}
+	if d := a.PendingDelay(40); d != 6*time.Hour {
+		t.Errorf("PendingDelay(40) = %s, want the 6h cap", d)
 	}
 	// The sweeper finished the sync: progress published, lock released.
 	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid); n != 1 {
@@ -592,6 +618,21 @@ func TestLedgerSweeper(t *testing.T) {
 	}
 	if !completed {
 		t.Error("no completed progress event from the sweeper")
+	}
+	// While FETCHED holds a result older than QueueSlack (the persister is
+	// behind, e.g. paused by a Postgres outage), the ledger is not current:
+	// the sweep re-publishes nothing (it would fetch the backlog again).
+	res := bus.FetchResult{MatchID: "NA1_9001", Kind: bus.KindMatch, Region: "americas", Outcome: bus.TemporaryFailure, Attempt: 2}
+	if _, err := natsx.Publish(ctx, inf.JS, inf.Subjects.Failed("americas"), res); err != nil {
+		t.Fatal(err)
+	}
+	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, MaxAttempts: 5},
+		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := behind.Sweep(ctx); err != nil || !rep.ResultsBehind || rep.Republished+rep.StillQueued+rep.Recovered != 0 {
+		t.Errorf("sweep with the persister behind: %+v %v, want nothing re-published", rep, err)
 	}
 }
 
@@ -738,5 +779,114 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 	}
 	if got := read(); got[queued] != 1 {
 		t.Fatalf("FETCH held %v after the second sweep", got)
+	}
+}
+
+// TestLedgerRecoversLostCommits: Postgres loses the last commits it had
+// already reported (a crash with synchronous_commit off, or a failover to
+// an asynchronous standby) after the persister acked their FetchResults,
+// so the ledger goes back in time: an always-404 match that had ended
+// permanently_unfetchable after 5 attempts is back at temporary_failure
+// after 2, and a stored match is back to unfetched with no matches row.
+// The retry-sweeper re-publishes both; the fetches it starts must reach
+// the ledger. They used to be dropped as duplicates: the fetcher gave
+// their results and retries the message ids of the lost chain
+// ("<match>/<kind>/a<N>/<outcome>", "retry/<match>/<kind>/a<N>"), which
+// FETCHED and FETCH still held inside their duplicate windows, so the rows
+// stayed open (TestChaosPostgresCrashOutage).
+func TestLedgerRecoversLostCommits(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SWEEP_INTERVAL": "1s"}})
+	ms := fetchable(t, h, 2, 300*24*time.Hour, true)
+	gone, clean := ms[0].ID, ms[1].ID
+	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{gone: {Kind: sim.FaultNotFound}}}); err != nil {
+		t.Fatal(err)
+	}
+	listed := time.UnixMilli(h.st.Sim.Truth().Now).Add(-300 * 24 * time.Hour).Unix()
+	h.publishFetch(bus.FetchCommand{MatchID: gone, ListedAfterS: listed}, bus.FetchCommand{MatchID: clean, ListedAfterS: listed})
+	h.waitFinal(30*time.Second, gone, clean)
+	h.waitIdle(10 * time.Second)
+	if r, _ := h.row(gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
+		t.Fatalf("always-404 ledger %+v before the loss", r)
+	}
+
+	// The lost commits, an hour ago by the ledger's clock (stale for the
+	// sweeper).
+	pool := h.st.Infra.Store.Pool()
+	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'temporary_failure', attempt = 2, retry_count = 2,
+  not_found = 2, last_attempt_at = now() - interval '1 hour' WHERE match_id = $1 AND kind = 'match'`, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, clean); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'unfetched', attempt = 0, fetched_at = NULL,
+  last_attempt_at = now() - interval '1 hour', updated_at = now() - interval '1 hour' WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFinal(30*time.Second, gone, clean)
+	if r, _ := h.row(gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
+		t.Errorf("always-404 ledger %+v after the sweeper, want permanently_unfetchable at attempt 5", r)
+	}
+	if r, _ := h.row(clean, "match"); r.Status != "success" {
+		t.Errorf("clean match ledger %+v after the sweeper, want success", r)
+	}
+	if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, clean); n != 1 {
+		t.Errorf("clean match: %d matches rows, want 1", n)
+	}
+	// Riot calls: 5 + the 3 attempts redone for the 404 chain; 2 for the
+	// clean match (the lost success is fetched once more).
+	st := h.st.Sim.Stats()
+	if got := st.MethodCount(sim.MethodMatch, 404); got != 8 {
+		t.Errorf("getMatch 404s = %d, want 8", got)
+	}
+	if got := st.MethodCount(sim.MethodMatch, 200); got != 2 {
+		t.Errorf("getMatch 200s = %d, want 2", got)
+	}
+}
+
+// TestLedgerTransientNeverFinal: a match Riot answers 503 every time is
+// tried FETCH_MAX_ATTEMPTS (5) times in-process and then left
+// temporary_failure ("left to the retry-sweeper"), never
+// permanently_unfetchable: a 5xx streak says nothing about the match. The
+// sync still ends, "completed with 1 match pending", and when Riot
+// recovers the sweeper's retry stores the match, once.
+func TestLedgerTransientNeverFinal(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SWEEP_INTERVAL": "1s", "SWEEP_STALE_AFTER": "2s",
+		"SWEEP_QUEUE_SLACK": "2s", "SWEEP_RETRY_MAX": "4s"}})
+	p, listed := richestPlayer(t, h, 300)
+	down := listed[0]
+	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{down.ID: {Kind: sim.FaultUnavailableN, N: 1 << 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Status != "completed" || ev.Pending != 1 || ev.Total != len(listed) {
+		t.Fatalf("final event %+v, want completed with 1 of %d pending", ev, len(listed))
+	}
+	r, _ := h.row(down.ID, "match")
+	if r.Status != "temporary_failure" || r.RetryCount < 5 || !strings.Contains(r.LastError, "left to the retry-sweeper") {
+		t.Fatalf("ledger after the 503 streak: %+v, want temporary_failure left to the retry-sweeper", r)
+	}
+	if n := h.count(`SELECT count(*) FROM match_fetches WHERE status = 'permanently_unfetchable' AND http_status >= 500`); n != 0 {
+		t.Errorf("%d fetches made final by a 5xx streak", n)
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 503); got < 5 {
+		t.Errorf("getMatch 503s = %d, want ≥ 5 (the in-process attempts)", got)
+	}
+	// Riot recovers: the sweeper's next retry stores the match.
+	if err := h.st.Sim.SetFaults(sim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFinal(60*time.Second, down.ID)
+	if r, _ := h.row(down.ID, "match"); r.Status != "success" {
+		t.Errorf("ledger after Riot recovered: %+v, want success", r)
+	}
+	if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, down.ID); n != 1 {
+		t.Errorf("%d matches rows for the recovered match, want 1", n)
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, len(listed))
 	}
 }

@@ -898,3 +898,96 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
 }
+
+// TestSchedulerJobNeverLeftRunning: a run whose process exited mid-run
+// (its jobs row still running hours later) is recorded failed when the job
+// next runs. (Errors, panics and shutdown are recorded by RunJob's
+// deferred finish, on a context of its own.)
+func TestSchedulerJobNeverLeftRunning(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	at := time.Now().UTC().Truncate(time.Hour)
+	st := h.st.Infra.Store
+	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
+	if err := st.RecordJob(h.ctx, store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
+		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	inf := *h.st.Infra
+	inf.Now = func() time.Time { return at }
+	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := sc.RunJob(h.ctx, sweeper.JobLatestAll, at); !ran || err != nil {
+		t.Fatalf("run: %v %v", ran, err)
+	}
+	status := func(id string) (s, e string) {
+		t.Helper()
+		if err := st.Pool().QueryRow(h.ctx, `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&s, &e); err != nil {
+			t.Fatal(err)
+		}
+		return s, e
+	}
+	if s, e := status(crashed); s != "failed" || !strings.Contains(e, "abandoned") {
+		t.Errorf("crashed run: %s %q, want failed (abandoned)", s, e)
+	}
+	if s, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); s != "completed" {
+		t.Errorf("this run: %s, want completed", s)
+	}
+
+}
+
+// TestSyncLockLivesAsLongAsTheWork: a slow but healthy sync (every match
+// answers 503 once, then waits out a 4 s retry backoff, so nothing is
+// stored for longer than the 2 s lock TTL and the 3 s stuck threshold)
+// keeps its PUUID lock, renewed on a timer, and the retry-sweeper never
+// takes it for stuck. The lock used to be renewed only per stored match:
+// it expired, the sweeper reset the sync and listed it again.
+func TestSyncLockLivesAsLongAsTheWork(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SYNC_LOCK_TTL": "2s", "SYNC_STUCK_AFTER": "3s",
+		"SWEEP_INTERVAL": "500ms", "FETCH_BACKOFF": "4s"}})
+	p, listed := richestPlayer(t, h, 300)
+	f := sim.Faults{Match: map[string]sim.MatchFault{}}
+	for _, m := range listed {
+		f.Match[m.ID] = sim.MatchFault{Kind: sim.FaultUnavailableN, N: 1}
+	}
+	if err := h.st.Sim.SetFaults(f); err != nil {
+		t.Fatal(err)
+	}
+	locks, err := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held, lost atomic.Int64
+	watch, stopWatch := context.WithCancel(h.ctx)
+	defer stopWatch()
+	go func() {
+		for watch.Err() == nil {
+			if h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID) == 1 {
+				if _, err := synclock.Get(watch, locks, p.PUUID); err == nil {
+					held.Add(1)
+				} else if watch.Err() == nil {
+					lost.Add(1)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
+	stopWatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Status != "completed" || ev.Total != len(listed) {
+		t.Fatalf("final event %+v, want completed with %d matches", ev, len(listed))
+	}
+	if held.Load() == 0 || lost.Load() != 0 {
+		t.Errorf("lock seen held %d times, missing %d times while the sync ran", held.Load(), lost.Load())
+	}
+	if strings.Contains(h.logs.String(), "stuck sync recovered") {
+		t.Error("a slow but healthy sync was taken for stuck and recovered")
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+		t.Errorf("getMatch 200s = %d, want %d", got, len(listed))
+	}
+}
