@@ -17,6 +17,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/natsembed"
 	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -93,7 +94,7 @@ func (e *env) run() {
 	}
 	svc, err := persister.New(persister.Config{MaxWait: 50 * time.Millisecond}, persister.Deps{JS: e.js, Consumer: cons, Store: e.st,
 		Locks: natsx.Lock{KV: kv, JS: e.js, Bucket: streams.BucketSyncLocks}, Dead: &natsx.DeadLetter{JS: e.js, Prefix: e.subj.Dead()},
-		Subjects: e.subj, Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
+		Base: app.Base{Subjects: e.subj, Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
