@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
@@ -20,21 +19,7 @@ import (
 var quiet = slog.New(slog.DiscardHandler)
 
 func startJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	s, err := natsembed.StartServer(natsembed.Options{Name: "streams", StoreDir: t.TempDir(), Port: -1, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := natstest.JetStream(t)
 	return js
 }
 
@@ -276,20 +261,12 @@ func TestApplyOnThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	c, err := natsembed.StartCluster(3, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
+	c := natstest.Cluster(t, 3)
 	nc, err := natsx.Connect(t.Context(), natsx.ConnConfig{URL: joinURLs(c.URLs()), Name: "streams-test", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.Handle(t, nc)
 	set, err := Load(Options{Replicas: 3, Regions: []string{"asia"}})
 	if err != nil {
 		t.Fatal(err)

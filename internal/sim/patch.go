@@ -80,18 +80,26 @@ func patchPUUIDList(obj map[string]json.RawMessage, slot int, puuid string) erro
 	return nil
 }
 
-// patchMatch applies p to a MatchDto.
-func patchMatch(raw []byte, p patch) ([]byte, error) {
-	top, err := decodeObj(raw)
-	if err != nil {
-		return nil, err
+// decodeShifted decodes a MatchDto or TimelineDto one level deep (the top
+// object and its info) and shifts info's epoch-ms game times by shift.
+func decodeShifted(raw []byte, shift int64) (top, info map[string]json.RawMessage, err error) {
+	if top, err = decodeObj(raw); err != nil {
+		return nil, nil, err
 	}
-	info, err := decodeObj(top["info"])
-	if err != nil {
-		return nil, err
+	if info, err = decodeObj(top["info"]); err != nil {
+		return nil, nil, err
 	}
 	for _, k := range matchTimeKeys {
-		shiftField(info, k, p.shift)
+		shiftField(info, k, shift)
+	}
+	return top, info, nil
+}
+
+// patchMatch applies p to a MatchDto.
+func patchMatch(raw []byte, p patch) ([]byte, error) {
+	top, info, err := decodeShifted(raw, p.shift)
+	if err != nil {
+		return nil, err
 	}
 	if p.matchID != "" {
 		meta, err := decodeObj(top["metadata"])
@@ -132,16 +140,9 @@ func patchMatch(raw []byte, p patch) ([]byte, error) {
 // epoch-ms game times in info are shifted; frame/event "timestamp" fields
 // are milliseconds since game start and stay as they are.
 func patchTimeline(raw []byte, p patch) ([]byte, error) {
-	top, err := decodeObj(raw)
+	top, info, err := decodeShifted(raw, p.shift)
 	if err != nil {
 		return nil, err
-	}
-	info, err := decodeObj(top["info"])
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range matchTimeKeys {
-		shiftField(info, k, p.shift)
 	}
 	if p.shift != 0 {
 		var frames []map[string]json.RawMessage

@@ -102,6 +102,25 @@ func FillDefaults(name string, log **slog.Logger, tr *trace.Tracer, now *func() 
 	}
 }
 
+// Base is what every stage's Deps share (embedded): the subject names,
+// its logger, tracer and clock.
+type Base struct {
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
+}
+
+// Fill gives zero fields their defaults: slog.Default(), the global
+// tracer "riftflow/<name>" and time.Now.
+func (b *Base) Fill(name string) { FillDefaults(name, &b.Logger, &b.Tracer, &b.Now) }
+
+// Base returns service name's Base on inf: inf's subjects and clock, the
+// service's own logger and tracer.
+func (inf *Infra) Base(name string) Base {
+	return Base{Subjects: inf.Subjects, Logger: inf.Logger(name), Tracer: inf.Tracer(name), Now: inf.Now}
+}
+
 // Tracer returns the tracer of one service, with its own service.name in
 // Jaeger even when several services share the process.
 func (inf *Infra) Tracer(service string) trace.Tracer {

@@ -9,17 +9,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/natstest"
 )
 
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	c, err := natsembed.StartCluster(3, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
+	c := natstest.Cluster(t, 3)
 	nc, err := Connect(t.Context(), ConnConfig{URL: strings.Join(c.URLs(), ","), Name: "failover", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/natstest"
 )
 
 // spans records every span ended in this test binary.
@@ -43,22 +44,7 @@ func TestMain(m *testing.M) {
 // startJS starts an in-process JetStream server and returns a JetStream
 // handle on an in-process connection.
 func startJS(t *testing.T) (*server.Server, *nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	s, err := natsembed.StartServer(natsembed.Options{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := Connect(t.Context(), ConnConfig{Name: "test", InProcess: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, nc, js
+	return natstest.JetStream(t)
 }
 
 func TestConnectUserPassword(t *testing.T) {

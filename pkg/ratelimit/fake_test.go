@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -236,25 +235,9 @@ func utilisation(ok int, span time.Duration, l Limit) float64 {
 // factory (one connection per call, closed at cleanup).
 func startNATS(t testing.TB) func() jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), DontListen: true, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Server(t)
 	return func() jetstream.JetStream {
-		nc, err := nats.Connect("", nats.InProcessServer(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := natstest.Connect(t, s)
 		return js
 	}
 }

@@ -35,7 +35,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -126,10 +125,7 @@ type Deps struct {
 	// Payloads is the "payloads" object store for payloads over
 	// InlinePayloadMax; nil publishes every payload inline.
 	Payloads jetstream.ObjectStore
-	Subjects bus.Subjects
-	Logger   *slog.Logger
-	Tracer   trace.Tracer
-	Now      func() time.Time
+	app.Base // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running fetcher.
@@ -172,7 +168,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 20 * time.Second
 	}
-	app.FillDefaults("match-fetcher", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("match-fetcher")
 	s := &Service{cfg: cfg, d: d}
 	s.attempts, _ = otel.Meter("riftflow/match-fetcher").Int64Counter("riftflow.fetch.outcomes",
 		metric.WithDescription("Fetch outcomes by kind and outcome (success, temporary_failure, permanently_unfetchable, outside_retention_window, rescheduled)"))

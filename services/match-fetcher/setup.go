@@ -67,6 +67,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
 		InlinePayloadMax: e.InlinePayloadMax,
 		CallTimeout:      inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()},
-		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Payloads: payloads, Subjects: inf.Subjects,
-			Logger: inf.Logger("match-fetcher"), Tracer: inf.Tracer("match-fetcher"), Now: inf.Now})
+		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("match-fetcher")})
 }

@@ -105,10 +105,7 @@ type Deps struct {
 	Riot     MatchLister
 	Store    Store
 	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
-	Subjects bus.Subjects
-	Logger   *slog.Logger
-	Tracer   trace.Tracer
-	Now      func() time.Time
+	app.Base                   // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running lister.
@@ -134,7 +131,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
 	}
-	app.FillDefaults("matchid-lister", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("matchid-lister")
 	return &Service{cfg: cfg, d: d}, nil
 }
 

@@ -42,5 +42,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	}
 	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
 		Deps{JS: inf.JS, Consumer: cons, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
-			Subjects: inf.Subjects, Logger: inf.Logger("matchid-lister"), Tracer: inf.Tracer("matchid-lister"), Now: inf.Now})
+			Base: inf.Base("matchid-lister")})
 }

@@ -19,14 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -66,10 +64,7 @@ type Deps struct {
 	// Payloads is the "payloads" object store, for FetchResults whose
 	// payload is too large to travel inline (PayloadRef).
 	Payloads jetstream.ObjectStore
-	Subjects bus.Subjects
-	Logger   *slog.Logger
-	Tracer   trace.Tracer
-	Now      func() time.Time
+	app.Base // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running persister.
@@ -100,7 +95,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.MaxPayloadBytes <= 0 {
 		cfg.MaxPayloadBytes = 32 << 20
 	}
-	app.FillDefaults("persister", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("persister")
 	s := &Service{cfg: cfg, d: d}
 	m := otel.Meter("riftflow/persister")
 	s.batchDuration, _ = m.Float64Histogram("riftflow.persist.batch.duration", metric.WithUnit("s"),

@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -40,17 +41,7 @@ type env struct {
 
 func newEnv(t *testing.T, urlParams string) *env {
 	t.Helper()
-	srv, err := natsembed.StartServer(natsembed.Options{Name: t.Name(), StoreDir: t.TempDir(), Port: -1, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := natsx.Connect(t.Context(), natsx.ConnConfig{Name: "test", InProcess: srv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	_, _, js := natstest.JetStream(t)
 	set, err := streams.Load(streams.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +84,7 @@ func (e *env) run() {
 	}
 	svc, err := persister.New(persister.Config{MaxWait: 50 * time.Millisecond}, persister.Deps{JS: e.js, Consumer: cons, Store: e.st,
 		Locks: natsx.Lock{KV: kv, JS: e.js, Bucket: streams.BucketSyncLocks}, Dead: &natsx.DeadLetter{JS: e.js, Prefix: e.subj.Dead()},
-		Subjects: e.subj, Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))})
+		Base: app.Base{Subjects: e.subj, Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

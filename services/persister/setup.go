@@ -36,6 +36,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
 	}
 	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
-		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Subjects: inf.Subjects,
-			Logger: inf.Logger("persister"), Tracer: inf.Tracer("persister"), Now: inf.Now})
+		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("persister")})
 }

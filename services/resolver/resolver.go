@@ -15,7 +15,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,10 +56,7 @@ type Deps struct {
 	RiotIDs  jetstream.KeyValue // the riot-ids bucket (TTL 1 day)
 	Riot     Accounts
 	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up requests are only terminated
-	Subjects bus.Subjects
-	Logger   *slog.Logger
-	Tracer   trace.Tracer
-	Now      func() time.Time
+	app.Base                   // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running resolver.
@@ -86,7 +82,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
-	app.FillDefaults("resolver", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("resolver")
 	return &Service{cfg: cfg, d: d}, nil
 }
 

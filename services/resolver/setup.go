@@ -34,6 +34,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	}
 	return New(Config{MaxMatchesPerRun: inf.Env.Ingestion.MaxMatchesPerRun, LookbackDays: inf.Env.Ingestion.LookbackDays,
 		Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
-		Deps{JS: inf.JS, Consumer: cons, RiotIDs: ids, Riot: inf.Riot, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
-			Logger: inf.Logger("resolver"), Tracer: inf.Tracer("resolver"), Now: inf.Now})
+		Deps{JS: inf.JS, Consumer: cons, RiotIDs: ids, Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")})
 }

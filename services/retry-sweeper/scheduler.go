@@ -7,12 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -81,12 +79,9 @@ type SchedulerDeps struct {
 	Store     SchedulerStore
 	Riot      Leagues            // nil: the rank job fails with a reason
 	CronLocks jetstream.KeyValue // cron-locks: one key per job and scheduled time
-	Subjects  bus.Subjects
-	Logger    *slog.Logger
-	Tracer    trace.Tracer
-	// Now is the clock the cron expressions are evaluated against (tests
-	// inject one).
-	Now func() time.Time
+	// Base's Now is the clock the cron expressions are evaluated against
+	// (tests inject one).
+	app.Base
 }
 
 // Scheduler runs design 002's scheduled jobs. Several replicas may run one:
@@ -143,7 +138,7 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if cfg.AbandonAfter <= 0 {
 		cfg.AbandonAfter = 6 * time.Hour
 	}
-	app.FillDefaults("scheduler", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("scheduler")
 	s := &Scheduler{cfg: cfg, d: d}
 	for _, j := range []struct{ name, expr, env string }{
 		{JobLatestAll, cfg.LatestEvery, "CRON_LATEST_EVERY"},
@@ -488,8 +483,7 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 	if err != nil {
 		return nil, err
 	}
-	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: kv, Subjects: inf.Subjects,
-		Logger: inf.Logger("scheduler"), Tracer: inf.Tracer("scheduler"), Now: inf.Now}
+	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: kv, Base: inf.Base("scheduler")}
 	switch {
 	case inf.Riot != nil:
 		d.Riot = inf.Riot

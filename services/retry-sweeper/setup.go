@@ -46,6 +46,5 @@ func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, err
 	}
 	return New(Config(e),
-		Deps{JS: inf.JS, Advisories: adv, Store: inf.Store, Locks: locks, CronLocks: cron, Dead: inf.DeadLetter(), Subjects: inf.Subjects,
-			Logger: inf.Logger("retry-sweeper"), Tracer: inf.Tracer("retry-sweeper"), Now: inf.Now})
+		Deps{JS: inf.JS, Advisories: adv, Store: inf.Store, Locks: locks, CronLocks: cron, Dead: inf.DeadLetter(), Base: inf.Base("retry-sweeper")})
 }

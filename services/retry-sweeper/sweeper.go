@@ -35,12 +35,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -95,10 +93,7 @@ type Deps struct {
 	Locks      natsx.Lock         // sync-locks
 	CronLocks  jetstream.KeyValue // cron-locks
 	Dead       *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
-	Subjects   bus.Subjects
-	Logger     *slog.Logger
-	Tracer     trace.Tracer
-	Now        func() time.Time
+	app.Base                      // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running sweeper.
@@ -136,7 +131,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 6 * time.Hour
 	}
-	app.FillDefaults("retry-sweeper", &d.Logger, &d.Tracer, &d.Now)
+	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
 }
 

@@ -156,8 +156,8 @@ func printDemoSummary(ctx context.Context, st *Stack, puuid string, out io.Write
 		fmt.Fprintln(out, "(the recordings hold 1 timeline of this player's; the simulator derives the others from recorded ones: sim.Options.DeriveTimelines)")
 	}
 	fmt.Fprintf(out, `
-look further:
-  bin/riftflow up%[1]s          # the same stack, kept running (reuses .data/)
+look further: start the same stack again, kept running (it reuses .data/), then in another terminal
+  bin/riftflow up%[1]s
   psql "$(cat .data/database.url)" -c 'SELECT match_id, queue_id, game_creation FROM matches ORDER BY game_creation'
   curl -s http://<the HTTP address riftflow up prints>/v1/accounts/%[2]s   # the read API
   traces: docker run --rm -p 16686:16686 -p 4318:4318 cr.jaegertracing.io/jaegertracing/jaeger:2.15.0

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -492,7 +493,7 @@ func TestLedgerSweeper(t *testing.T) {
 	clk := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
 	replica := func() *sweeper.Service {
 		s, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, BatchSize: 2, MaxAttempts: 5},
-			sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Subjects: inf.Subjects, Now: clk})
+			sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -627,7 +628,7 @@ func TestLedgerSweeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, MaxAttempts: 5},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }})
+		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,7 +733,7 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 	}
 	clk := func() time.Time { return now.Add(2 * time.Hour) } // everything is stale
 	s, err := sweeper.New(sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Subjects: inf.Subjects, Now: clk})
+		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 			cons[r] = c
 		}
 		svc, err := fetcher.New(fetcher.Config{Backoff: []time.Duration{time.Second}, Concurrency: o.concurrency},
-			fetcher.Deps{JS: js, Consumers: cons, Riot: client, Subjects: h.st.Infra.Subjects, Logger: plog})
+			fetcher.Deps{JS: js, Consumers: cons, Riot: client, Base: app.Base{Subjects: h.st.Infra.Subjects, Logger: plog}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,68 @@
+// Package natstest gives a test an in-process JetStream server
+// (internal/natsembed) and connections to it, stopped and closed when the
+// test ends. Only _test.go files import it (it imports package testing).
+package natstest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/internal/natsembed"
+)
+
+// Server starts a JetStream server with its file store under t.TempDir(),
+// reachable in-process only (no port), and shuts it down at cleanup.
+func Server(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := natsembed.StartServer(natsembed.Options{Name: "natstest", StoreDir: t.TempDir(), Port: -1, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// Connect opens an in-process connection to s, closed at cleanup, and a
+// JetStream handle on it.
+func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(s), nats.Name(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, Handle(t, nc)
+}
+
+// Handle closes nc at cleanup and returns a JetStream handle on it.
+func Handle(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Cluster starts an n-node loopback JetStream cluster with its stores
+// under t.TempDir() and shuts it down at cleanup.
+func Cluster(t testing.TB, n int) *natsembed.Cluster {
+	t.Helper()
+	c, err := natsembed.StartCluster(n, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// JetStream is Server, then Connect.
+func JetStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s := Server(t)
+	nc, js := Connect(t, s)
+	return s, nc, js
+}
