@@ -4,11 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -40,16 +46,17 @@ import (
 // environment (env, envFrom ConfigMaps, GOMEMLIMIT from the memory limit,
 // files of mounted Secrets). Only what points into the cluster is mapped:
 //
-//   - NATS_URL: a local 3-node JetStream cluster (tls:// becomes nats://;
-//     the prod cluster has the RIFTFLOW account and one nkey user per
-//     workload, whose seeds are the files NATS_NKEY_SEED_FILE names),
+//   - NATS_URL: a local 3-node JetStream cluster (the prod one serves TLS
+//     and has the RIFTFLOW account with one nkey user per workload, whose
+//     seeds are the files NATS_NKEY_SEED_FILE names),
 //   - secretKeyRef DATABASE_URL: a fresh Postgres database,
 //   - secretKeyRef RIOT_API_KEY and RIOT_API_BASE_URL: `riftflow sim`,
 //   - OTEL_EXPORTER_OTLP_ENDPOINT: a local endpoint that accepts spans,
 //   - HTTP_ADDR: a free local port per process (the probes' port),
 //   - the paths of mounted Secret volumes: a directory per volume.
 //
-// NATS_TLS_CA is dropped: the local cluster does not serve TLS. Then it
+// In prod the local cluster serves TLS with a certificate of a CA made for
+// the run, and the nats-ca Secret mount holds that CA (NATS_TLS_CA). Then it
 // checks that the Job succeeds, every workload becomes ready and stays up,
 // the HTTP API answers, the streams and KV buckets have the rendered
 // STREAM_REPLICAS (3 in prod), an ingest through the API ends with the
@@ -121,7 +128,14 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 			t.Fatalf("prod: %d NATS users found in the rendered env, want one per service", len(users))
 		}
 	}
-	natsURL := startNATSCluster(t, users)
+	// The prod overlay reaches NATS over TLS (tls:// and NATS_TLS_CA):
+	// the local cluster then serves TLS with a CA made for this run, whose
+	// certificate is the file the nats-ca Secret mount holds.
+	var tlsDir string
+	if strings.HasPrefix(r.configMaps["riftflow-config"].Data["NATS_URL"], "tls://") {
+		tlsDir = makeTLS(t)
+	}
+	natsURL := startNATSCluster(t, users, tlsDir)
 	dbURL := freshDatabase(t, pgURL)
 	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -131,7 +145,7 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 	simKey := "RGAPI-deploytest-" + randHex(t, 6)
 	simBase, simURL := startSim(t, bins["riftflow/riftflow"], simKey)
 
-	m := mapping{natsURL: natsURL, dbURL: dbURL, riotKey: simKey, riotBase: simBase, otlp: otlp.URL,
+	m := mapping{natsURL: natsURL, tlsDir: tlsDir, dbURL: dbURL, riotKey: simKey, riotBase: simBase, otlp: otlp.URL,
 		users: users, filesDir: t.TempDir()}
 
 	// The Job: initContainers in order, then the containers; each must exit 0.
@@ -156,7 +170,7 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 	if prod && want != 3 {
 		t.Errorf("prod: STREAM_REPLICAS = %d, want 3", want)
 	}
-	checkReplicas(t, natsURL, users, want)
+	checkReplicas(t, natsURL, users, tlsDir, want)
 
 	// Every Deployment as a process.
 	var procs []*process
@@ -219,6 +233,7 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 // mapping says how cluster addresses and secrets become local ones.
 type mapping struct {
 	natsURL, dbURL, riotKey, riotBase, otlp string
+	tlsDir                                  string // "": no TLS
 	users                                   natsUsers
 	filesDir                                string
 }
@@ -307,6 +322,13 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 			t.Fatal(err)
 		}
 		for _, v := range pod.Volumes {
+			if v.Name == vm.Name && v.Secret != nil && v.Secret.SecretName == "nats-ca" && m.tlsDir != "" {
+				ca, err := os.ReadFile(filepath.Join(m.tlsDir, "ca.crt"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.WriteFile(filepath.Join(local, "ca.crt"), ca, 0o600)
+			}
 			if v.Name == vm.Name && v.Secret != nil && v.Secret.SecretName == "nats-users" {
 				for user, seed := range m.users {
 					os.WriteFile(filepath.Join(local, user+".nk"), seed, 0o600)
@@ -330,9 +352,10 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 	for k, v := range env {
 		switch {
 		case k == "NATS_URL":
+			if strings.HasPrefix(v, "tls://") != (m.tlsDir != "") {
+				t.Fatalf("%s: NATS_URL %s, but the local cluster serves TLS = %v", name, v, m.tlsDir != "")
+			}
 			v = m.natsURL
-		case k == "NATS_TLS_CA":
-			continue // the local cluster serves no TLS
 		case k == "DATABASE_URL" && strings.HasPrefix(v, "secret:"):
 			v = m.dbURL
 		case k == "RIOT_API_KEY" && strings.HasPrefix(v, "secret:"):
@@ -461,7 +484,7 @@ func (l *lockedBuffer) String() string {
 // startNATSCluster starts three clustered JetStream servers in this
 // process. With users, they have the account RIFTFLOW (JetStream on) with
 // one nkey user each, as the prod auth.conf declares.
-func startNATSCluster(t *testing.T, users natsUsers) string {
+func startNATSCluster(t *testing.T, users natsUsers, tlsDir string) string {
 	t.Helper()
 	const n = 3
 	routePorts := []int{freePort(t), freePort(t), freePort(t)}
@@ -486,6 +509,11 @@ func startNATSCluster(t *testing.T, users natsUsers) string {
 	for _, u := range routes {
 		rs = append(rs, u.String())
 	}
+	var tlsBlock string
+	if tlsDir != "" {
+		tlsBlock = fmt.Sprintf("tls { cert_file: %q, key_file: %q, ca_file: %q }",
+			filepath.Join(tlsDir, "tls.crt"), filepath.Join(tlsDir, "tls.key"), filepath.Join(tlsDir, "ca.crt"))
+	}
 	for i := 0; i < n; i++ {
 		conf := fmt.Sprintf(`server_name: nats-%d
 listen: "127.0.0.1:-1"
@@ -493,7 +521,8 @@ max_payload: 8MB
 jetstream { store_dir: %q }
 cluster { name: riftflow-test, listen: "127.0.0.1:%d", routes: [%s] }
 %s
-`, i, t.TempDir(), routePorts[i], strings.Join(rs, ", "), accounts)
+%s
+`, i, t.TempDir(), routePorts[i], strings.Join(rs, ", "), accounts, tlsBlock)
 		path := filepath.Join(t.TempDir(), "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -516,7 +545,7 @@ cluster { name: riftflow-test, listen: "127.0.0.1:%d", routes: [%s] }
 		if !s.ReadyForConnections(20 * time.Second) {
 			t.Fatal("nats: a server did not start")
 		}
-		urls = append(urls, s.ClientURL())
+		urls = append(urls, s.ClientURL()) // tls:// when the server serves TLS
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	}
 	// Wait for the JetStream meta leader: stream creation needs a quorum.
@@ -538,9 +567,12 @@ cluster { name: riftflow-test, listen: "127.0.0.1:%d", routes: [%s] }
 }
 
 // connect opens a client on the cluster, as one of users when there are.
-func connect(t *testing.T, natsURL string, users natsUsers) (*nats.Conn, jetstream.JetStream) {
+func connect(t *testing.T, natsURL string, users natsUsers, tlsDir string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	var opts []nats.Option
+	if tlsDir != "" {
+		opts = append(opts, nats.RootCAs(filepath.Join(tlsDir, "ca.crt")))
+	}
 	for _, seed := range users {
 		kp, _ := nkeys.FromSeed(seed)
 		pub, _ := kp.PublicKey()
@@ -561,9 +593,9 @@ func connect(t *testing.T, natsURL string, users natsUsers) (*nats.Conn, jetstre
 
 // checkReplicas: every stream and KV bucket streams/ declares exists with
 // want replicas.
-func checkReplicas(t *testing.T, natsURL string, users natsUsers, want int) {
+func checkReplicas(t *testing.T, natsURL string, users natsUsers, tlsDir string, want int) {
 	t.Helper()
-	_, js := connect(t, natsURL, users)
+	_, js := connect(t, natsURL, users, tlsDir)
 	set, err := streams.Load(streams.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -812,4 +844,46 @@ func randHex(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// makeTLS writes a CA (ca.crt) and a server certificate for 127.0.0.1
+// signed by it (tls.crt, tls.key) into a new directory.
+func makeTLS(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "riftflow test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, block := range map[string]*pem.Block{"ca.crt": {Type: "CERTIFICATE", Bytes: caDER},
+		"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -625,6 +625,21 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
 		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
 	}
+	// The standalone retry-sweeper's process builds no Riot client (its
+	// Infra has none); the scheduler makes its own from RIOT_API_KEY on the
+	// shared limiter, so the rank job still runs there.
+	standalone := inf
+	standalone.Riot, standalone.Limiter, standalone.RiotStats = nil, nil, nil
+	sc2, err := sweeper.SchedulerFromInfra(h.ctx, &standalone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if standalone.Riot == nil {
+		t.Error("the standalone scheduler built no Riot client")
+	}
+	if ran, err := sc2.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
+		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
+	}
 	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
 	defer stop()
 	if ran, err := sc.RunJob(h.ctx, sweeper.JobWeeklyReport, at); !ran || err != nil {
