@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
 )
@@ -303,4 +306,30 @@ func TestTokenCommands(t *testing.T) {
 		t.Errorf("revoking twice succeeded: %s", out)
 	}
 
+}
+
+// An event stream for a request that was never submitted through this API
+// and has no jobs row, but whose rejection is in the EVENTS stream (a
+// request published on NATS by `riftflow ingest`), is replayed, not 404.
+func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
+	for _, id := range []string{"other-1", "other-2"} {
+		other := rej
+		other.RequestID = id
+		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
+	defer srv.Close()
+	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", 15*time.Second)
+	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
+		t.Fatalf("events %v, want the replayed rejection", got)
+	}
+	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
+	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
 }
