@@ -455,6 +455,10 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(ctx, a.Limits.SSEMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)
+	// The stream is bounded by SSEMaxAge and the write deadline, not by
+	// the server's ReadTimeout: clear the read deadline so the connection's
+	// background read can never end it.
+	_ = rc.SetReadDeadline(time.Time{})
 	var job store.Job
 	if a.inf.Store != nil {
 		j, err := a.inf.Store.JobByID(ctx, id)

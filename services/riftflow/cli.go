@@ -221,7 +221,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	opsCtx, opsStop := context.WithCancel(context.Background())
 	defer opsStop()
-	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log)
+	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log, apiTimeouts)
 	go srv.Serve(ln)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
