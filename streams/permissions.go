@@ -266,3 +266,29 @@ func confList(xs []string) string {
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }
+
+// NSCScript renders the permission table as `nsc add user` commands for
+// operator mode (users as JWTs in account "riftflow", deploy/nats/
+// values-prod.yaml), where an authorization block does not apply. Each
+// user's credentials file then goes to its service as NATS_CREDS_FILE.
+func NSCScript(s *Set) (string, error) {
+	perms, err := Permissions(s)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# Generated from streams/permissions.go (streams.Grants) by\n")
+	b.WriteString("#   cd streams && go test -run TestAuthConf -update\n")
+	b.WriteString("# Do not edit. Operator mode: one JWT user per service in account riftflow,\n")
+	b.WriteString("# with the same allow lists as auth.conf (docs/security.md).\nset -e\n")
+	for _, p := range perms {
+		fmt.Fprintf(&b, "nsc add user --account riftflow --name %s", p.User)
+		if len(p.Publish) == 0 {
+			b.WriteString(" \\\n  --deny-pub '>'")
+		} else {
+			fmt.Fprintf(&b, " \\\n  --allow-pub '%s'", strings.Join(p.Publish, ","))
+		}
+		fmt.Fprintf(&b, " \\\n  --allow-sub '%s'\n", strings.Join(p.Subscribe, ","))
+	}
+	return b.String(), nil
+}

@@ -22,18 +22,29 @@ func TestAuthConf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "deploy", "nats", "auth.conf")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
+	script, err := NSCScript(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"auth.conf": got, "nsc-users.sh": script} {
+		path := filepath.Join("..", "deploy", "nats", name)
+		if *update {
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (generate it: cd streams && go test -run TestAuthConf -update)", err)
+		}
+		if string(want) != content {
+			t.Errorf("%s differs from streams.Grants: run `cd streams && go test -run TestAuthConf -update`", path)
 		}
 	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (generate it: cd streams && go test -run TestAuthConf -update)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from streams.Grants: run `cd streams && go test -run TestAuthConf -update`", path)
+	for _, g := range Grants {
+		if !strings.Contains(script, "--name "+g.User+" ") {
+			t.Errorf("nsc-users.sh lacks user %s", g.User)
+		}
 	}
 	for _, g := range Grants {
 		if !strings.Contains(got, "$"+PasswordEnv(g.User)) {

@@ -455,6 +455,10 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(ctx, a.Limits.SSEMaxAge)
 	defer cancel()
 	rc := http.NewResponseController(w)
+	// The stream is bounded by SSEMaxAge and the write deadline, not by
+	// the server's ReadTimeout: clear the read deadline so the connection's
+	// background read can never end it.
+	_ = rc.SetReadDeadline(time.Time{})
 	var job store.Job
 	if a.inf.Store != nil {
 		j, err := a.inf.Store.JobByID(ctx, id)
@@ -491,10 +495,6 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, err)
 		return
 	}
-	backlog := uint64(0)
-	if info, err := cons.Info(ctx); err == nil {
-		backlog = info.NumPending
-	}
 	ch := make(chan jetstream.Msg, 256)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
@@ -507,6 +507,14 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cc.Stop()
+	// What the replay holds: delivered so far plus still pending (an
+	// ordered consumer exists only once consuming).
+	info, err := cons.Info(ctx)
+	if err != nil {
+		writeErr(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	backlog := info.NumPending + info.Delivered.Consumer
 	started := false
 	start := func() {
 		if !started {

@@ -75,26 +75,27 @@ func (r *recentIDs) has(id string) bool {
 	return ok && time.Since(t) <= r.ttl
 }
 
-// HTTP server limits of the API (`riftflow up`). Event streams extend their
-// own write deadline at every write (syncEvents), so WriteTimeout only
-// bounds ordinary responses.
-const (
-	apiReadHeaderTimeout = 5 * time.Second
-	apiReadTimeout       = 15 * time.Second
-	apiWriteTimeout      = 30 * time.Second
-	apiIdleTimeout       = 60 * time.Second
-	apiMaxHeaderBytes    = 32 << 10
-)
+// serverTimeouts are the API server's connection timeouts.
+type serverTimeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
+}
 
-// newAPIServer is the http.Server for h with the API's timeouts, request
-// log and header limit; its requests' contexts end when ctx does.
-func newAPIServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.Server {
+// apiTimeouts are `riftflow up`'s. Event streams clear their read deadline
+// and extend their write deadline at every write (syncEvents), so Read and
+// Write only bound ordinary requests.
+var apiTimeouts = serverTimeouts{ReadHeader: 5 * time.Second, Read: 15 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second}
+
+const apiMaxHeaderBytes = 32 << 10
+
+// newAPIServer is the http.Server for h with timeouts t, the request log
+// and a header limit; its requests' contexts end when ctx does.
+func newAPIServer(ctx context.Context, h http.Handler, log *slog.Logger, t serverTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           logRequests(h, log),
-		ReadHeaderTimeout: apiReadHeaderTimeout,
-		ReadTimeout:       apiReadTimeout,
-		WriteTimeout:      apiWriteTimeout,
-		IdleTimeout:       apiIdleTimeout,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    apiMaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

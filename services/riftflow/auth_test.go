@@ -1,9 +1,11 @@
 package riftflow
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
@@ -214,7 +218,7 @@ func TestAPIServerLogsNoSecrets(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	token := "rft_0123456789abcdef_" + strings.Repeat("Z", 43)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeProblem(w, http.StatusForbidden, "no") })
-	srv := newAPIServer(context.Background(), h, log)
+	srv := newAPIServer(context.Background(), h, log, apiTimeouts)
 	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 || srv.MaxHeaderBytes == 0 {
 		t.Fatalf("API server without a timeout or header limit: %+v", srv)
 	}
@@ -303,4 +307,77 @@ func TestTokenCommands(t *testing.T) {
 		t.Errorf("revoking twice succeeded: %s", out)
 	}
 
+}
+
+// An event stream for a request that was never submitted through this API
+// and has no jobs row, but whose rejection is in the EVENTS stream (a
+// request published on NATS by `riftflow ingest`), is replayed, not 404.
+func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
+	for _, id := range []string{"other-1", "other-2"} {
+		other := rej
+		other.RequestID = id
+		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
+	defer srv.Close()
+	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", 15*time.Second)
+	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
+		t.Fatalf("events %v, want the replayed rejection", got)
+	}
+	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
+	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
+}
+
+// An event stream outlives the server's read and write timeouts: it
+// extends its write deadline at each write (without that, this test fails
+// after a few keepalives) and clears its read deadline (defence only: with
+// Go 1.26 a passed read deadline did not end the stream here either).
+func TestSSEOutlivesServerTimeouts(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	api := NewAPI(h.st.Infra)
+	api.Limits.Keepalive = 100 * time.Millisecond
+	token, _, err := NewTokens(h.st.Infra.Store).Create(h.ctx, "sse", []Scope{ScopeSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
+		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second})
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	if c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`); c.code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sync/long/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Ten times the read timeout, counted in keepalives received, not in
+	// wall time: the stream must still deliver the 30th.
+	sc := bufio.NewScanner(resp.Body)
+	keepalives := 0
+	for keepalives < 30 && sc.Scan() {
+		if sc.Text() == ": keepalive" {
+			keepalives++
+		}
+	}
+	if keepalives < 30 {
+		t.Fatalf("the stream ended after %d keepalives (%v): the server's timeouts cut it", keepalives, sc.Err())
+	}
 }

@@ -217,8 +217,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, port, _ := net.SplitHostPort(addr); isLoopback(addr) && port != "0" && !portFree(strings.TrimSuffix(addr, ":"+port), atoiOr(port, 0)) {
-		addr = "127.0.0.1:0"
+	if host, port, _ := net.SplitHostPort(addr); addr == defaultAPIAddr && !portFree(host, atoiOr(port, 0)) {
+		addr = "127.0.0.1:0" // the default is taken: any loopback port (printed below)
 	}
 	ln, err := listen(addr)
 	if err != nil {
@@ -226,7 +226,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	opsCtx, opsStop := context.WithCancel(context.Background())
 	defer opsStop()
-	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log)
+	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log, apiTimeouts)
 	go srv.Serve(ln)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -89,7 +89,7 @@ func TestNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newAPIServer(ctx, st.Infra.Ops.Handler(), log)
+	srv := newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts)
 	go srv.Serve(ln)
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
