@@ -273,7 +273,7 @@ func (s *Service) nextTimeline(ctx context.Context, cmd bus.FetchCommand) natsx.
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline")); err != nil {
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix())); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
 		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
 	}
@@ -333,7 +333,7 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	next := cmd
 	next.Attempt++
 	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry",
-		fmt.Sprintf("retry/%s/%s/a%d", next.MatchID, next.Kind, next.Attempt))
+		fmt.Sprintf("retry/%s/%s/a%d", next.MatchID, next.Kind, next.Attempt)+next.DedupSuffix())
 }
 
 // NextAttemptAt is when a fetch whose attempt number attempt (1-based)
@@ -474,7 +474,7 @@ func (s *Service) publishResult(ctx context.Context, cmd bus.FetchCommand, o bus
 	if cmd.Region == "" {
 		subj = s.d.Subjects.Failed("unknown")
 	}
-	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o)
+	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o) + cmd.DedupSuffix()
 	if _, err := natsx.Publish(ctx, s.d.JS, subj, res, jetstream.WithMsgID(id)); err != nil {
 		s.d.Logger.WarnContext(ctx, "publish fetch result failed, will retry", "match_id", cmd.MatchID, "err", err)
 		return err

@@ -15,7 +15,12 @@
 //     abandoned sync listed but never published) and publishes one
 //     FetchCommand per match on lol.match.fetch.<region> with Nats-Msg-Id =
 //     match ID;
-//  5. advances the cursor only when every listed match was published.
+//  5. advances the cursor only when every listed match was published (a
+//     complete listing, or the first latest sync of an account).
+//
+// A latest sync takes the newest count matches whatever their age; a full
+// sync those of the last lookback_days days. A forced sync (force) also
+// takes stored matches and has them refetched and overwritten.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -59,6 +64,8 @@ type Store interface {
 	// MatchStatuses gives the match ledger status of the ids that have a row.
 	MatchStatuses(ctx context.Context, ids []string) (map[string]string, error)
 	AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error)
+	// ForceRefetch reopens final ledger rows for a forced sync.
+	ForceRefetch(ctx context.Context, requestID string, ids []string) (int, error)
 	RecordJobOnce(ctx context.Context, j store.Job) (bool, error)
 	// Ping checks that Postgres answers: the settle policy's probe, which
 	// pauses listing while the database is down.
@@ -194,7 +201,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(region), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		Redelivery: natsx.Delivery(m) > 1,
 	}); err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err)))
@@ -211,12 +219,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	}
 	now := s.d.Now()
 	endS := now.Unix()
-	startS := now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
-	if cmd.Mode == bus.ModeLatest && cur.ListedUntilS > 0 {
-		if c := cur.ListedUntilS - int64(s.cfg.Overlap/time.Second); c > startS {
-			startS = c
-		}
-	}
+	startS := Window(cmd, cur, s.cfg.Overlap, now)
 
 	// 3. Page through the match IDs, newest first.
 	ctxRiot := ctx
@@ -250,7 +253,7 @@ pages:
 				log.WarnContext(ctx, "Riot listed a malformed match ID; skipped", "match_id", id, "err", err)
 				continue
 			}
-			if st, ok := known[id]; ok && bus.Outcome(st).Final() {
+			if st, ok := known[id]; ok && bus.Outcome(st).Final() && !cmd.Force {
 				continue // stored, or settled for good, by an earlier sync
 			}
 			// New, or listed earlier but not final yet (in flight for
@@ -268,6 +271,14 @@ pages:
 		start += len(ids)
 	}
 	// 4. Claim in the ledger and publish.
+	if cmd.Force {
+		n, err := s.d.Store.ForceRefetch(ctx, cmd.RequestID, fresh)
+		if err != nil {
+			log.WarnContext(ctx, "force refetch failed, will retry", "err", err)
+			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("force refetch: %w", err)))
+		}
+		log.InfoContext(ctx, "force: refetching and overwriting stored matches", "forced", n, "listed", len(fresh))
+	}
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err)))
@@ -282,8 +293,8 @@ pages:
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
 		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
-			ListedAfterS: startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id)); err != nil {
+			ListedAfterS: startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority, Force: cmd.Force}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id+fc.DedupSuffix())); err != nil {
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
@@ -291,8 +302,10 @@ pages:
 		}
 	}
 
-	// 5. The cursor moves only past a window whose every match was published.
-	if complete {
+	// 5. The cursor moves only past a window whose every match was
+	// published: a complete listing, or a first latest sync, which took the
+	// newest count matches (older ones are a full sync's business).
+	if complete || (cmd.Mode == bus.ModeLatest && cur.ListedUntilS == 0) {
 		next := cur
 		next.ListedUntilS = endS
 		if cmd.Mode == bus.ModeFull {
@@ -315,6 +328,20 @@ pages:
 		log.WarnContext(ctx, "publish progress failed", "err", err)
 	}
 	return natsx.Ack()
+}
+
+// Window is the match-list startTime (epoch SECONDS; 0 = no lower bound)
+// of a sync: a full sync reaches back cmd.Lookback days; a latest sync
+// lists the newest matches whatever their age, from the cursor (less
+// overlap) when the account has one and with no lower bound otherwise.
+func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Time) int64 {
+	if cmd.Mode != bus.ModeLatest {
+		return now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	}
+	if cur.ListedUntilS > 0 {
+		return max(cur.ListedUntilS-int64(overlap/time.Second), 0)
+	}
+	return 0
 }
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
@@ -372,14 +399,14 @@ func (s *Service) closeAbandoned(ctx context.Context, cmd bus.SyncCommand) {
 // recordRejected logs a refused request in the job log (type sync, status
 // rejected) unless its id already has a jobs row.
 func (s *Service) recordRejected(ctx context.Context, cmd bus.SyncCommand, reason error) {
-	detail, _ := json.Marshal(map[string]string{"mode": string(cmd.Mode), "trigger": cmd.Trigger})
+	detail, _ := json.Marshal(map[string]any{"mode": string(cmd.Mode), "trigger": cmd.Trigger, "force": cmd.Force})
 	now := s.d.Now()
 	requested := cmd.Requested
 	if requested.IsZero() {
 		requested = now
 	}
 	if _, err := s.d.Store.RecordJobOnce(ctx, store.Job{ID: cmd.RequestID, Type: "sync", PUUID: cmd.PUUID,
-		Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
+		RequestedBy: cmd.RequestedBy, Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
 		s.d.Logger.WarnContext(ctx, "job log: rejected request not recorded", "request_id", cmd.RequestID, "err", err)
 	}
 }

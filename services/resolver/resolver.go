@@ -119,7 +119,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		RequestID: req.RequestID, PUUID: req.PUUID, Platform: string(platform),
 		Region: string(platform.Region()), Mode: req.Mode, Count: req.Count, Lookback: req.LookbackDays,
 		Queue: req.Queue, Type: req.Type, Priority: req.Priority, Trigger: req.Trigger,
-		Requested: req.RequestedAt,
+		Requested: req.RequestedAt, Force: req.Force, RequestedBy: req.RequestedBy,
 	}
 	if cmd.Count == 0 {
 		cmd.Count = s.cfg.MaxMatchesPerRun

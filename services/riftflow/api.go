@@ -274,6 +274,7 @@ type jobJSON struct {
 	PUUID       string          `json:"puuid,omitempty"`
 	Status      string          `json:"status"`
 	Retries     int             `json:"retries"`
+	RequestedBy string          `json:"requested_by,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	Detail      json.RawMessage `json:"detail,omitempty"`
 	RequestedAt time.Time       `json:"requested_at"`
@@ -283,7 +284,7 @@ type jobJSON struct {
 
 func toJobJSON(j store.Job) jobJSON {
 	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: j.Status, Retries: j.Retries, Error: j.Error,
-		Detail: j.Detail, RequestedAt: j.RequestedAt}
+		RequestedBy: j.RequestedBy, Detail: j.Detail, RequestedAt: j.RequestedAt}
 	if !j.StartedAt.IsZero() {
 		out.StartedAt = &j.StartedAt
 	}

@@ -37,7 +37,8 @@ Usage:
   riftflow up [--demo]          run the whole pipeline in one process (until Ctrl-C;
                                 --demo ingests the recorded demo player, prints a summary, exits)
   riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
-                  [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--wait]
+                  [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
+                  [--requested-by NAME] [--wait]
   riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
   riftflow status --failures                         fetch failures by status, with reasons
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
@@ -362,12 +363,14 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")
 	fs.StringVar(&req.PUUID, "puuid", "", "PUUID (instead of --riot-id)")
 	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ...")
-	mode := fs.String("mode", "latest", "latest (from the cursor) or full (backfill --lookback-days)")
+	mode := fs.String("mode", "latest", "latest (the newest --count matches, from the cursor) or full (backfill --lookback-days)")
 	fs.IntVar(&req.Count, "count", 0, "max matches this run (default INGESTION_MAX_MATCHES_PER_RUN)")
 	fs.IntVar(&req.LookbackDays, "lookback-days", 0, "full backfill depth (default INGESTION_LOOKBACK_DAYS)")
 	fs.IntVar(&queue, "queue", -1, "only this queueId")
 	fs.StringVar(&req.Type, "type", "", "only ranked, normal, tourney or tutorial")
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: generated)")
+	fs.BoolVar(&req.Force, "force", false, "refetch and overwrite matches that are stored already")
+	fs.StringVar(&req.RequestedBy, "requested-by", "", "who asks (stored on the job)")
 	background := fs.Bool("background", false, "background priority (behind interactive requests)")
 	wait := fs.Bool("wait", false, "show progress and wait for the sync to finish")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
