@@ -41,6 +41,11 @@ import (
 //	GET  /v1/sync/{request_id}/events   progress as Server-Sent Events until completed/failed/rejected;
 //	                                    replayed for a late client, at once when already finished
 //	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (design 002), newest first
+//	POST /v1/admin/retry                body: a RetryRequest; 200 RetryResult: replays permanently
+//	                                    unfetchable matches (and dead letters), 100 per run
+//
+// The routes added for designs 000-002 (admin.go) answer errors as RFC 9457
+// problem details (application/problem+json).
 //
 // A 409 is also announced on lol.ingest.rejected and logged in the jobs
 // table (status rejected).
@@ -84,6 +89,9 @@ func (a *API) routes(handle func(string, http.Handler)) {
 	handle("POST /v1/accounts/{puuid}/login", http.HandlerFunc(a.postLogin))
 	handle("GET /v1/sync/{request_id}/events", http.HandlerFunc(a.syncEvents))
 	handle("GET /v1/jobs", http.HandlerFunc(a.getJobs))
+	for _, rt := range a.seedRoutes() {
+		handle(rt.pattern, rt.handler)
+	}
 }
 
 func (a *API) now() time.Time {

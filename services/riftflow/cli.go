@@ -44,6 +44,9 @@ Usage:
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
+  riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit 100]
+                                                     replay permanently unfetchable matches (and, with
+                                                     --dead, the dead letters naming them), 100 per run
   riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
                                                      replay dead letters to their original subjects
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
@@ -119,6 +122,15 @@ func natsURL(env app.Env) (string, error) {
 		return "", errors.New("NATS_URL is not set and no local `riftflow up` was found (.data/nats.url)")
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// openStore opens the store at dbURL(env); the caller closes it.
+func openStore(ctx context.Context, env app.Env) (*store.Store, error) {
+	url, err := dbURL(env)
+	if err != nil {
+		return nil, err
+	}
+	return store.Open(ctx, url)
 }
 
 // dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
@@ -456,11 +468,7 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	if *rateLimit {
 		return cmdStatusRateLimit(ctx, env, out, *asJSON)
 	}
-	url, err := dbURL(env)
-	if err != nil {
-		return err
-	}
-	st, err := store.Open(ctx, url)
+	st, err := openStore(ctx, env)
 	if err != nil {
 		return err
 	}
