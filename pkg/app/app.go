@@ -29,6 +29,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
@@ -85,6 +86,10 @@ type Infra struct {
 	RiotStats *RiotStats
 	// Now is the clock services use; tests replace it.
 	Now func() time.Time
+	// Pause is the pause switch (pkg/control) this process watches; nil
+	// when the control bucket is missing (never paused). HoldContext puts
+	// it under every consumer.
+	Pause *control.Switch
 
 	lag *consumerLag
 }
@@ -110,6 +115,15 @@ func (inf *Infra) Tracer(service string) trace.Tracer {
 		return nil
 	}
 	return inf.Tel.TracerProvider(service).Tracer("riftflow/" + service)
+}
+
+// HoldContext returns ctx under which every consumer holds (pulls
+// nothing) while the pause switch is on.
+func (inf *Infra) HoldContext(ctx context.Context) context.Context {
+	if inf.Pause == nil {
+		return ctx
+	}
+	return natsx.WithHold(ctx, inf.Pause.Paused)
 }
 
 // Logger returns the process logger tagged with a service name.
@@ -337,7 +351,7 @@ func mainErr(service string, needDB, needRiot bool, run func(ctx context.Context
 	}()
 
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, inf) }()
+	go func() { errc <- run(inf.HoldContext(ctx), inf) }()
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
@@ -405,6 +419,12 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 		}
 		return nil
 	})
+	if kv, err := js.KeyValue(ctx, control.Bucket); err != nil {
+		o.Log.Warn("no pause switch: the control KV bucket is missing (run `riftflow streams apply`)", "err", err)
+	} else if inf.Pause, err = control.Watch(ctx, kv, o.Log); err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("pause switch: %w", err)
+	}
 
 	if o.NeedDB {
 		if env.Postgres.URL == "" {

@@ -1,12 +1,21 @@
 package riftflow
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // route is one entry of the API's route table: a net/http ServeMux
@@ -21,7 +30,102 @@ type route struct {
 func (a *API) seedRoutes() []route {
 	return []route{
 		{"POST /v1/admin/retry", http.HandlerFunc(a.postRetry)},
+		{"GET /v1/admin/pause", http.HandlerFunc(a.getPause)},
+		{"PUT /v1/admin/pause", http.HandlerFunc(a.putPause)},
 	}
+}
+
+// guard answers 503 problem+json instead of rt while the pause switch is on
+// (routes that change something; GETs and the switch itself pass) or while
+// Postgres does not answer (every route but the switch).
+func (a *API) guard(rt route) http.Handler {
+	isSwitch := strings.HasSuffix(rt.pattern, "/v1/admin/pause")
+	isGet := strings.HasPrefix(rt.pattern, "GET ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isSwitch && !isGet && a.inf.Pause.Paused() {
+			st := a.inf.Pause.State()
+			w.Header().Set("Retry-After", "60")
+			writeProblem(w, r, http.StatusServiceUnavailable,
+				fmt.Errorf("syncing is paused (%s); PUT /v1/admin/pause {\"paused\":false} resumes it", orNone(st.Reason)))
+			return
+		}
+		if !isSwitch {
+			if err := a.dbUp(r); err != nil {
+				w.Header().Set("Retry-After", "5")
+				writeProblem(w, r, http.StatusServiceUnavailable, fmt.Errorf("the database does not answer: %w", err))
+				return
+			}
+		}
+		rt.handler.ServeHTTP(w, r)
+	})
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
+// dbHealth caches the last Postgres ping for dbCheckEvery, so a busy API
+// does not ping per request.
+type dbHealth struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+const dbCheckEvery = time.Second
+
+func (a *API) dbUp(r *http.Request) error {
+	if a.inf.Store == nil {
+		return nil
+	}
+	a.db.mu.Lock()
+	defer a.db.mu.Unlock()
+	if time.Since(a.db.at) < dbCheckEvery {
+		return a.db.err
+	}
+	a.db.err, a.db.at = a.inf.Store.Ping(r.Context()), time.Now()
+	return a.db.err
+}
+
+// getPause is GET /v1/admin/pause.
+func (a *API) getPause(w http.ResponseWriter, r *http.Request) {
+	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
+	if err != nil {
+		writeProblem(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	st, err := control.Get(r.Context(), kv)
+	if err != nil {
+		writeProblem(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// putPause is PUT /v1/admin/pause: body {"paused":bool,"reason","by"}.
+func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
+	var st control.State
+	if err := decodeBody(r, &st); err != nil {
+		writeProblem(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
+		writeProblem(w, r, http.StatusBadRequest, errors.New("reason longer than 200 bytes or by longer than 64"))
+		return
+	}
+	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
+	if err == nil {
+		st.At = a.now().UTC()
+		err = control.Set(r.Context(), kv, st)
+	}
+	if err != nil {
+		writeProblem(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // Problem is an RFC 9457 problem details object
@@ -75,4 +179,42 @@ func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
+// switch in the control bucket (NATS_URL) for every service.
+func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	off := fs.Bool("off", false, "resume syncing")
+	reason := fs.String("reason", "", "why (shown in 503 answers and logs)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env, err := app.LoadEnv()
+	if err != nil {
+		return err
+	}
+	if env.NATS.URL, err = natsURL(env); err != nil {
+		return err
+	}
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-pause", newLogger(stderr, env))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, streams.BucketControl)
+	if err != nil {
+		return fmt.Errorf("open the control bucket (run `riftflow streams apply`): %w", err)
+	}
+	st := control.State{Paused: !*off, Reason: *reason, By: "cli"}
+	if err := control.Set(ctx, kv, st); err != nil {
+		return err
+	}
+	if st.Paused {
+		fmt.Fprintln(stdout, "syncing paused; `riftflow pause --off` resumes it")
+	} else {
+		fmt.Fprintln(stdout, "syncing resumed")
+	}
+	return nil
 }

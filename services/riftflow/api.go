@@ -43,6 +43,12 @@ import (
 //	GET  /v1/jobs?type=&puuid=&status=&limit=  the job log (design 002), newest first
 //	POST /v1/admin/retry                body: a RetryRequest; 200 RetryResult: replays permanently
 //	                                    unfetchable matches (and dead letters), 100 per run
+//	GET  /v1/admin/pause                the pause switch: {"paused","reason","by","at"}
+//	PUT  /v1/admin/pause                body {"paused":bool,"reason"?,"by"?}: sets it for every service
+//
+// While the pause switch is on, every route but GET ones and the switch
+// itself answers 503; while Postgres does not answer, every route but the
+// switch does (both as problem+json).
 //
 // The routes added for designs 000-002 (admin.go) answer errors as RFC 9457
 // problem details (application/problem+json).
@@ -53,6 +59,7 @@ type API struct {
 	inf *app.Infra
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
+	db         dbHealth
 }
 
 // APIEnv is the API's configuration.
@@ -82,16 +89,23 @@ func (a *API) Handler() http.Handler {
 }
 
 func (a *API) routes(handle func(string, http.Handler)) {
-	handle("POST /v1/sync", http.HandlerFunc(a.postSync))
-	handle("GET /v1/accounts/{puuid}", http.HandlerFunc(a.getAccount))
-	handle("POST /v1/accounts/{puuid}/link", http.HandlerFunc(a.postLink))
-	handle("POST /v1/accounts/{puuid}/unlink", http.HandlerFunc(a.postUnlink))
-	handle("POST /v1/accounts/{puuid}/login", http.HandlerFunc(a.postLogin))
-	handle("GET /v1/sync/{request_id}/events", http.HandlerFunc(a.syncEvents))
-	handle("GET /v1/jobs", http.HandlerFunc(a.getJobs))
-	for _, rt := range a.seedRoutes() {
-		handle(rt.pattern, rt.handler)
+	for _, rt := range a.routeTable() {
+		handle(rt.pattern, a.guard(rt))
 	}
+}
+
+// routeTable is every route of the API, in one place: middleware (the
+// pause and database guard, auth) wraps its entries.
+func (a *API) routeTable() []route {
+	return append([]route{
+		{"POST /v1/sync", http.HandlerFunc(a.postSync)},
+		{"GET /v1/accounts/{puuid}", http.HandlerFunc(a.getAccount)},
+		{"POST /v1/accounts/{puuid}/link", http.HandlerFunc(a.postLink)},
+		{"POST /v1/accounts/{puuid}/unlink", http.HandlerFunc(a.postUnlink)},
+		{"POST /v1/accounts/{puuid}/login", http.HandlerFunc(a.postLogin)},
+		{"GET /v1/sync/{request_id}/events", http.HandlerFunc(a.syncEvents)},
+		{"GET /v1/jobs", http.HandlerFunc(a.getJobs)},
+	}, a.seedRoutes()...)
 }
 
 func (a *API) now() time.Time {

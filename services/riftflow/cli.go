@@ -49,6 +49,8 @@ Usage:
                                                      --dead, the dead letters naming them), 100 per run
   riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
                                                      replay dead letters to their original subjects
+  riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
+                                                     work (and the API answers 503) until --off
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
 
 Configuration comes from the environment; see README.md. Without NATS_URL,
@@ -85,6 +87,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdSim(ctx, args[1:], stdout, stderr)
 	case "retry":
 		err = cmdRetry(ctx, args[1:], stdout, stderr)
+	case "pause":
+		err = cmdPause(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}

@@ -12,6 +12,20 @@ import (
 	"github.com/riftflow/riftflow/pkg/sim"
 )
 
+// apiCall sends body (JSON) to base+path and decodes the answer into out;
+// it returns the status code and the Content-Type.
+func apiCall(t *testing.T, base, method, path, body string, out any) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(out)
+	return resp.StatusCode, resp.Header.Get("Content-Type")
+}
+
 // TestDesign000Promises reproduces design 000's retry job end to end:
 // permanently unfetchable matches are replayed (all, by match ID, by
 // player) through POST /v1/admin/retry, at most 100 per run; a replayed
@@ -30,14 +44,9 @@ SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[
 	defer srv.Close()
 	post := func(body string) (int, RetryResult, string) {
 		t.Helper()
-		resp, err := http.Post(srv.URL+"/v1/admin/retry", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var res RetryResult
-		json.NewDecoder(resp.Body).Decode(&res)
-		return resp.StatusCode, res, resp.Header.Get("Content-Type")
+		code, ct := apiCall(t, srv.URL, "POST", "/v1/admin/retry", body, &res)
+		return code, res, ct
 	}
 	stored := func() int {
 		return h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`)
