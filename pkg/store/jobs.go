@@ -104,3 +104,15 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 	}
 	return out, nil
 }
+
+// PruneJobs deletes the jobs rows that finished (completed, failed or
+// rejected) before finishedBefore, and returns how many. Running and
+// pending jobs are kept whatever their age.
+func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs
+WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finishedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("store: prune jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
