@@ -15,6 +15,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -32,6 +33,7 @@ func (a *API) seedRoutes() []route {
 		{"POST /v1/admin/retry", http.HandlerFunc(a.postRetry)},
 		{"GET /v1/admin/pause", http.HandlerFunc(a.getPause)},
 		{"PUT /v1/admin/pause", http.HandlerFunc(a.putPause)},
+		{"DELETE /v1/admin/accounts/{puuid}", http.HandlerFunc(a.deleteAccount)},
 	}
 }
 
@@ -217,4 +219,18 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, "syncing resumed")
 	}
 	return nil
+}
+
+// deleteAccount is DELETE /v1/admin/accounts/{puuid}: ForgetPlayer; 200
+// ForgetResult, 404 problem when nothing is stored for the player.
+func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
+	res, err := ForgetPlayer(r.Context(), a.inf.Store, a.inf.JS, r.PathValue("puuid"), a.inf.Logger("api"), a.now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, r, http.StatusNotFound, err)
+	case err != nil:
+		writeProblem(w, r, http.StatusServiceUnavailable, err)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
 }

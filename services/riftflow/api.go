@@ -45,6 +45,7 @@ import (
 //	                                    unfetchable matches (and dead letters), 100 per run
 //	GET  /v1/admin/pause                the pause switch: {"paused","reason","by","at"}
 //	PUT  /v1/admin/pause                body {"paused":bool,"reason"?,"by"?}: sets it for every service
+//	DELETE /v1/admin/accounts/{puuid}   erase a player (ForgetPlayer): 200 what was removed, 404
 //
 // While the pause switch is on, every route but GET ones and the switch
 // itself answers 503; while Postgres does not answer, every route but the
