@@ -293,7 +293,11 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	} else {
 		lim = ratelimit.NewLocal(opts)
 	}
-	rc.Limiter = lim
+	var ceil Ceilings
+	if err := config.Parse(&ceil); err != nil {
+		return nil, nil, nil, err
+	}
+	rc.Limiter = WithCeilings(lim, ceil, cfg.RateLimitMaxWait)
 	c, err := riot.New(rc)
 	if err != nil {
 		return nil, nil, nil, err

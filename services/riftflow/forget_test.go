@@ -81,3 +81,31 @@ func TestForgetPlayer(t *testing.T) {
 		t.Errorf("second DELETE: %d, want 404", code)
 	}
 }
+
+// TestRiotIDRefreshedByPUUID: a player who renamed themselves (the stored
+// Riot ID is stale) gets the current one back from account-v1 by-puuid on
+// their next sync by PUUID, and the riot-ids cache learns it.
+func TestRiotIDRefreshedByPUUID(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
+	p := synthPlayer(t, h, 1)
+	if err := h.st.Infra.Store.UpsertAccount(h.ctx, store.Account{PUUID: p.PUUID, GameName: "OldName", TagLine: "OLD",
+		Platform: "na1", Region: "americas", Active: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := h.st.Sim.Stats().MethodCount(sim.MethodAccountByPUUID, 200)
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1"}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND game_name = 'Synth0001' AND tag_line = 'SYN'`, p.PUUID); n != 1 {
+		t.Error("the stored Riot ID was not refreshed by PUUID")
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodAccountByPUUID, 200) - before; got != 1 {
+		t.Errorf("%d account-v1 by-puuid calls, want 1", got)
+	}
+	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketRiotIDs)
+	if e, err := kv.Get(h.ctx, resolver.CacheKey(riot.RiotID{GameName: "Synth0001", TagLine: "SYN"})); err != nil || string(e.Value()) != p.PUUID {
+		t.Errorf("riot-ids cache not updated: %v", err)
+	}
+}
