@@ -34,6 +34,11 @@ func (a *API) seedRoutes() []route {
 		{"GET /v1/admin/pause", http.HandlerFunc(a.getPause)},
 		{"PUT /v1/admin/pause", http.HandlerFunc(a.putPause)},
 		{"DELETE /v1/admin/accounts/{puuid}", http.HandlerFunc(a.deleteAccount)},
+		{"GET /v1/players/{puuid}", http.HandlerFunc(a.getPlayer)},
+		{"GET /v1/players/{puuid}/matches", http.HandlerFunc(a.getPlayerMatches)},
+		{"GET /v1/matches/{match_id}", http.HandlerFunc(a.getMatch)},
+		{"GET /v1/matches/{match_id}/timeline", http.HandlerFunc(a.getTimeline)},
+		{"GET /openapi.json", http.HandlerFunc(a.getOpenAPI)},
 	}
 }
 

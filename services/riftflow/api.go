@@ -46,6 +46,11 @@ import (
 //	GET  /v1/admin/pause                the pause switch: {"paused","reason","by","at"}
 //	PUT  /v1/admin/pause                body {"paused":bool,"reason"?,"by"?}: sets it for every service
 //	DELETE /v1/admin/accounts/{puuid}   erase a player (ForgetPlayer): 200 what was removed, 404
+//	GET  /v1/players/{puuid}            a player: account, sync state, counts
+//	GET  /v1/players/{puuid}/matches?limit=&cursor=  their stored matches, newest first, paged
+//	GET  /v1/matches/{match_id}         the stored MatchDto as Riot sent it (ETag, 1-day cache)
+//	GET  /v1/matches/{match_id}/timeline  the stored TimelineDto
+//	GET  /openapi.json                  the OpenAPI document of these routes
 //
 // While the pause switch is on, every route but GET ones and the switch
 // itself answers 503; while Postgres does not answer, every route but the
@@ -61,6 +66,7 @@ type API struct {
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
 	db         dbHealth
+	cache      *readCache
 }
 
 // APIEnv is the API's configuration.
@@ -71,7 +77,7 @@ type APIEnv struct {
 // NewAPI builds the API over a running stack's infrastructure, reading
 // APIEnv (an unreadable value keeps the default).
 func NewAPI(inf *app.Infra) *API {
-	a := &API{inf: inf, StaleAfter: time.Hour}
+	a := &API{inf: inf, StaleAfter: time.Hour, cache: newReadCache()}
 	var e APIEnv
 	if err := config.Parse(&e); err == nil && e.StaleAfter > 0 {
 		a.StaleAfter = e.StaleAfter

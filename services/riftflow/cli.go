@@ -49,6 +49,8 @@ Usage:
                                                      --dead, the dead letters naming them), 100 per run
   riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
                                                      replay dead letters to their original subjects
+  riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]
+                                                     what the read API serves, from Postgres
   riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
                                                      matches other stored accounts played in
   riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
@@ -93,6 +95,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdPause(ctx, args[1:], stdout, stderr)
 	case "forget":
 		err = cmdForget(ctx, args[1:], stdout, stderr)
+	case "show":
+		err = cmdShow(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
