@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -198,14 +197,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	if env.NATS.URL, err = natsURL(env); err != nil {
-		return err
-	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-pause", newLogger(stderr, env))
+	_, _, nc, js, err := connectCLI(ctx, "riftflow-pause", stderr)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,8 @@ Usage:
                                                      what the read API serves, from Postgres
   riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
                                                      matches other stored accounts played in
+  riftflow rotate-key [--dry-run]                    after changing RIOT_API_KEY (paused): re-resolve
+                                                     every account, rewrite PUUIDs in one transaction
   riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
                                                      work (and the API answers 503) until --off
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
@@ -97,6 +99,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdForget(ctx, args[1:], stdout, stderr)
 	case "show":
 		err = cmdShow(ctx, args[1:], stdout, stderr)
+	case "rotate-key":
+		err = cmdRotateKey(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -81,15 +82,7 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *puuid == "" {
 		return errors.New("usage: riftflow forget --puuid P")
 	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	if env.NATS.URL, err = natsURL(env); err != nil {
-		return err
-	}
-	log := newLogger(stderr, env)
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-forget", log)
+	env, log, nc, js, err := connectCLI(ctx, "riftflow-forget", stderr)
 	if err != nil {
 		return err
 	}
@@ -106,4 +99,19 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	out, _ := json.MarshalIndent(res, "", "  ")
 	fmt.Fprintln(stdout, string(out))
 	return nil
+}
+
+// connectCLI loads the environment and connects a CLI command to NATS
+// (NATS_URL, or the local `riftflow up`'s); the caller closes nc.
+func connectCLI(ctx context.Context, name string, stderr io.Writer) (app.Env, *slog.Logger, *nats.Conn, jetstream.JetStream, error) {
+	env, err := app.LoadEnv()
+	if err != nil {
+		return env, nil, nil, nil, err
+	}
+	if env.NATS.URL, err = natsURL(env); err != nil {
+		return env, nil, nil, nil, err
+	}
+	log := newLogger(stderr, env)
+	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, name, log)
+	return env, log, nc, js, err
 }
