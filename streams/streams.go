@@ -52,6 +52,7 @@ const (
 	BucketCursors   = "cursors"
 	BucketRateLimit = "ratelimit"
 	BucketCronLocks = "cron-locks"
+	BucketControl   = "control"
 )
 
 // Object store buckets.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
@@ -84,6 +85,10 @@ type Infra struct {
 	RiotStats *RiotStats
 	// Now is the clock services use; tests replace it.
 	Now func() time.Time
+	// Pause is the pause switch (pkg/control) this process watches; nil
+	// when the control bucket is missing (never paused). HoldContext puts
+	// it under every consumer.
+	Pause *control.Switch
 
 	lag *consumerLag
 }
@@ -128,6 +133,15 @@ func (inf *Infra) Tracer(service string) trace.Tracer {
 		return nil
 	}
 	return inf.Tel.TracerProvider(service).Tracer("riftflow/" + service)
+}
+
+// HoldContext returns ctx under which every consumer holds (pulls
+// nothing) while the pause switch is on.
+func (inf *Infra) HoldContext(ctx context.Context) context.Context {
+	if inf.Pause == nil {
+		return ctx
+	}
+	return natsx.WithHold(ctx, inf.Pause.Paused)
 }
 
 // Logger returns the process logger tagged with a service name.
@@ -303,7 +317,11 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	} else {
 		lim = ratelimit.NewLocal(opts)
 	}
-	rc.Limiter = lim
+	var ceil Ceilings
+	if err := config.Parse(&ceil); err != nil {
+		return nil, nil, nil, err
+	}
+	rc.Limiter = WithCeilings(lim, ceil, cfg.RateLimitMaxWait)
 	c, err := riot.New(rc)
 	if err != nil {
 		return nil, nil, nil, err
@@ -391,7 +409,7 @@ func run(service string, needs Needs, build Constructor) error {
 	if err != nil {
 		return err
 	}
-	return runUntilDrained(ctx, s, env.Ops.ShutdownTimeout, log)
+	return runUntilDrained(ctx, inf.HoldContext(ctx), s, env.Ops.ShutdownTimeout, log)
 }
 
 // serveOps serves /healthz, /readyz and /metrics at addr until the
@@ -414,11 +432,11 @@ func serveOps(ctx context.Context, inf *Infra, addr string, log *slog.Logger) (s
 	return opsStop
 }
 
-// runUntilDrained runs s; once ctx ends it gives s drain to return.
-// A stop by ctx is a nil error.
-func runUntilDrained(ctx context.Context, s Service, drain time.Duration, log *slog.Logger) error {
+// runUntilDrained runs s under runCtx (ctx with the pause switch's hold);
+// once ctx ends it gives s drain to return. A stop by ctx is a nil error.
+func runUntilDrained(ctx, runCtx context.Context, s Service, drain time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.Run(ctx) }()
+	go func() { errc <- s.Run(runCtx) }()
 	var err error
 	select {
 	case err = <-errc:
@@ -488,6 +506,12 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 		}
 		return nil
 	})
+	if kv, err := js.KeyValue(ctx, control.Bucket); err != nil {
+		o.Log.Warn("no pause switch: the control KV bucket is missing (run `riftflow streams apply`)", "err", err)
+	} else if inf.Pause, err = control.Watch(ctx, kv, o.Log); err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("pause switch: %w", err)
+	}
 
 	if o.NeedDB {
 		if env.Postgres.URL == "" {

@@ -110,8 +110,10 @@ func InboxPrefix(user string) string { return "_INBOX_" + user }
 type Mode string
 
 const (
-	// ModeLatest lists from the account's cursor: only matches newer than
-	// the last sync.
+	// ModeLatest lists the newest count matches whatever their age
+	// (design 002's "latest N"): from the account's cursor when it has
+	// one (only matches newer than the last sync), else with no lower
+	// bound. lookback_days does not apply.
 	ModeLatest Mode = "latest"
 	// ModeFull backfills lookback_days (INGESTION_LOOKBACK_DAYS), bounded by
 	// count (INGESTION_MAX_MATCHES_PER_RUN) and Riot's ~1000-match list cap.
@@ -169,6 +171,10 @@ type SyncCommand struct {
 	Priority  Priority  `json:"priority"`          // interactive | background
 	Trigger   string    `json:"trigger,omitempty"` // cli, http, nats, schedule, link, login, recovery
 	Requested time.Time `json:"requested_at"`
+	// Force refetches and overwrites listed matches that are stored already.
+	Force bool `json:"force,omitempty"`
+	// RequestedBy is the requester's free-text name (jobs.requested_by).
+	RequestedBy string `json:"requested_by,omitempty"`
 }
 
 // FetchCommand asks the match-fetcher to fetch one MatchDto or TimelineDto.
@@ -195,6 +201,20 @@ type FetchCommand struct {
 	RequestID    string   `json:"request_id,omitempty"`
 	PUUID        string   `json:"puuid,omitempty"` // the account whose sync listed it
 	Priority     Priority `json:"priority,omitempty"`
+	// Force marks a refetch of a stored match (a forced sync, or a replay
+	// by `riftflow retry`): its Nats-Msg-Ids carry DedupSuffix so the
+	// stream's duplicate window does not swallow it.
+	Force bool `json:"force,omitempty"`
+}
+
+// DedupSuffix is appended to every Nats-Msg-Id derived from c: "" for an
+// ordinary fetch, "/f:<request id>" for a forced one, so a refetch is a new
+// message while repeats of the same forced request still deduplicate.
+func (c FetchCommand) DedupSuffix() string {
+	if !c.Force {
+		return ""
+	}
+	return "/f:" + c.RequestID
 }
 
 // FetchResult is a fetch's outcome, published by the match-fetcher on

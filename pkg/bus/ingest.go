@@ -25,6 +25,14 @@ const (
 // the CLI and by POST /v1/sync). Exactly one of RiotID and PUUID is required.
 //
 //	{"riot_id":"Hide on bush#KR1","platform":"kr","mode":"latest"}
+//
+// Design 002's job payload is accepted as is, with its camelCase names,
+// plus the platform:
+//
+//	{"puuid":"…","platform":"euw1","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}
+//
+// lookbackDays and requestedBy are aliases of lookback_days and
+// requested_by; giving both spellings with different values is an error.
 type IngestRequest struct {
 	// RequestID makes the request idempotent; a repeat with the same id is
 	// not a second sync. Generated when empty.
@@ -43,6 +51,10 @@ type IngestRequest struct {
 	// LookbackDays is how far a full backfill reaches; 0 means
 	// INGESTION_LOOKBACK_DAYS.
 	LookbackDays int `json:"lookback_days,omitempty"`
+	// Force refetches every listed match even when it is stored already,
+	// and overwrites the stored rows (design 002's force flag). The job
+	// log records it (jobs.detail.force, jobs.detail.forced).
+	Force bool `json:"force,omitempty"`
 	// Queue filters by queueId (match-v5 "queue"), Type by match type
 	// (ranked, normal, tourney, tutorial).
 	Queue *int   `json:"queue,omitempty"`
@@ -50,9 +62,15 @@ type IngestRequest struct {
 	// Priority is interactive (default for user requests) or background.
 	Priority Priority `json:"priority,omitempty"`
 	// Trigger names who asked: cli, http, nats (default), schedule, link, login.
-	Trigger     string    `json:"trigger,omitempty"`
+	Trigger string `json:"trigger,omitempty"`
+	// RequestedBy names who asked (free text, stored in jobs.requested_by).
 	RequestedBy string    `json:"requested_by,omitempty"`
 	RequestedAt time.Time `json:"requested_at,omitempty"`
+
+	// LookbackDaysAlias and RequestedByAlias carry design 002's camelCase
+	// spellings; Normalize moves them into LookbackDays and RequestedBy.
+	LookbackDaysAlias int    `json:"lookbackDays,omitempty"`
+	RequestedByAlias  string `json:"requestedBy,omitempty"`
 }
 
 // DecodeIngestRequest parses and validates a request body. Unknown fields,
@@ -84,6 +102,18 @@ func DecodeIngestRequest(data []byte) (IngestRequest, error) {
 func (r *IngestRequest) Normalize() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, a...)...)
+	}
+	if r.LookbackDaysAlias != 0 {
+		if r.LookbackDays != 0 && r.LookbackDays != r.LookbackDaysAlias {
+			return bad("lookback_days %d and lookbackDays %d disagree", r.LookbackDays, r.LookbackDaysAlias)
+		}
+		r.LookbackDays, r.LookbackDaysAlias = r.LookbackDaysAlias, 0
+	}
+	if r.RequestedByAlias != "" {
+		if r.RequestedBy != "" && r.RequestedBy != r.RequestedByAlias {
+			return bad("requested_by and requestedBy disagree")
+		}
+		r.RequestedBy, r.RequestedByAlias = r.RequestedByAlias, ""
 	}
 	if len(r.RequestID) > MaxRequestIDLen {
 		return bad("request_id longer than %d bytes", MaxRequestIDLen)

@@ -106,3 +106,25 @@ func FuzzDecodeIngestRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeDesign002Payload: design 002's job payload, camelCase names
+// and all, decodes as is; conflicting spellings are refused.
+func TestDecodeDesign002Payload(t *testing.T) {
+	r, err := DecodeIngestRequest([]byte(`{"puuid":"p-1","count":20,"lookbackDays":14,"force":true,"requestedBy":"bot-7","platform":"euw1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PUUID != "p-1" || r.Count != 20 || r.LookbackDays != 14 || !r.Force || r.RequestedBy != "bot-7" ||
+		r.Platform != "euw1" || r.Mode != ModeLatest || r.LookbackDaysAlias != 0 || r.RequestedByAlias != "" {
+		t.Fatalf("design-002 payload decoded as %+v", r)
+	}
+	for _, body := range []string{
+		`{"puuid":"p","platform":"na1","lookbackDays":3,"lookback_days":4}`,
+		`{"puuid":"p","platform":"na1","requestedBy":"a","requested_by":"b"}`,
+		`{"puuid":"p","platform":"na1","lookbackDays":9999}`,
+	} {
+		if _, err := DecodeIngestRequest([]byte(body)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: err %v, want ErrBadRequest", body, err)
+		}
+	}
+}

@@ -361,6 +361,7 @@ func (r *runner) handleOne(ctx context.Context, m jetstream.Msg, h Handler) {
 
 	stop := make(chan struct{})
 	go r.keepAlive([]jetstream.Msg{m}, stop)
+	r.awaitHold(ctx) // a pull that was open when the switch went on
 	start := time.Now()
 	res := r.call(ctx, m, h)
 	close(stop)
@@ -472,6 +473,7 @@ loop:
 		// context deadline alone left pulls open past it (seen as a
 		// match-fetcher that did not drain).
 		r.awaitHealthy(ctx)
+		r.awaitHold(ctx)
 		if ctx.Err() != nil {
 			for ; free > 0; free-- {
 				slots <- struct{}{}
@@ -530,6 +532,7 @@ func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, 
 	defer cancel()
 	for ctx.Err() == nil {
 		r.awaitHealthy(ctx)
+		r.awaitHold(ctx)
 		if ctx.Err() != nil {
 			break
 		}
@@ -607,6 +610,7 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 
 	stop := make(chan struct{})
 	go r.keepAlive(msgs, stop)
+	r.awaitHold(ctx)
 	start := time.Now()
 	results, perr := r.callBatch(ctx, msgs, h)
 	if perr != nil && len(msgs) > 1 {

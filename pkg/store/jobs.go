@@ -15,13 +15,20 @@ type Job struct {
 	Type        string // sync | latest_all | rank_daily | weekly_report | recovery | ...
 	PUUID       string // "" when not about one account
 	Status      string // pending | running | completed | failed | rejected
-	Retries     int
+	Retries     int    // redeliveries of the sync command plus retried fetches of its matches
 	Error       string
+	RequestedBy string          // who asked (design 002's requestedBy); "" → NULL
 	Detail      json.RawMessage // any JSON object; nil → NULL
 	RequestedAt time.Time       // zero → now()
 	StartedAt   time.Time       // zero → NULL
 	FinishedAt  time.Time       // zero → NULL
 }
+
+// jobInsert inserts one jobs row from the 11 parameters RecordJob and
+// RecordJobOnce pass.
+const jobInsert = `
+INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at, requested_by)
+VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10, nullif($11, ''))`
 
 // RecordJob creates job j or, when its id exists, overwrites its status,
 // retries, error, detail and timestamps (zero timestamps keep the stored
@@ -35,14 +42,13 @@ func (s *Store) RecordJob(ctx context.Context, j Job) error {
 	if len(j.Detail) > 0 {
 		detail = j.Detail
 	}
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at)
-VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10)
+	_, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retries, error = EXCLUDED.error,
     detail = coalesce(EXCLUDED.detail, jobs.detail),
     started_at = coalesce(EXCLUDED.started_at, jobs.started_at),
     finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`,
-		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt))
+		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt),
+		j.RequestedBy)
 	if err != nil {
 		return fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}
@@ -88,7 +94,8 @@ func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 		f.Limit = 100
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at
+SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at,
+    coalesce(requested_by, '')
 FROM jobs
 WHERE ($1 = '' OR type = $1) AND ($2 = '' OR puuid = $2) AND ($3 = '' OR status = $3)
 ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
@@ -100,7 +107,7 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 		var started, finished *time.Time
 		var detail []byte
 		err := r.Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retries, &j.Error, &detail, &j.RequestedAt,
-			&started, &finished)
+			&started, &finished, &j.RequestedBy)
 		j.Detail, j.StartedAt, j.FinishedAt = detail, deref(started), deref(finished)
 		return j, err
 	})
@@ -108,4 +115,16 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 		return nil, fmt.Errorf("store: jobs: %w", err)
 	}
 	return out, nil
+}
+
+// PruneJobs deletes the jobs rows that finished (completed, failed or
+// rejected) before finishedBefore, and returns how many. Running and
+// pending jobs are kept whatever their age.
+func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs
+WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finishedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("store: prune jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -183,11 +183,10 @@ func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
 	if len(j.Detail) > 0 {
 		detail = j.Detail
 	}
-	tag, err := s.pool.Exec(ctx, `
-INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at)
-VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10)
+	tag, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO NOTHING`,
-		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt))
+		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt),
+		j.RequestedBy)
 	if err != nil {
 		return false, fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

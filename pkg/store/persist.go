@@ -85,6 +85,10 @@ type LedgerUpdate struct {
 	Error        string // "" → NULL; ignored on success
 	GameCreation time.Time
 	AttemptedAt  time.Time // zero → now()
+	// RequestID is the sync whose fetch this was ("" when none): each
+	// applied temporary_failure or permanently_unfetchable attempt adds one
+	// to that job's jobs.retries.
+	RequestID string
 }
 
 // Batch is what PersistBatch writes in one transaction. Duplicates (JetStream
@@ -187,11 +191,11 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
 		return BatchResult{}, nil
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_ledger"}, []string{"seq", "match_id", "kind", "status",
-		"attempt", "http_status", "error", "game_creation", "attempted_at"},
+		"attempt", "http_status", "error", "game_creation", "attempted_at", "request_id"},
 		pgx.CopyFromSlice(len(b.Ledger), func(i int) ([]any, error) {
 			l := &b.Ledger[i]
 			return []any{i, l.MatchID, l.Kind, l.Status, l.Attempt, l.HTTPStatus, l.Error, ts(l.GameCreation),
-				ts(l.AttemptedAt)}, nil
+				ts(l.AttemptedAt), l.RequestID}, nil
 		})); err != nil {
 		return BatchResult{}, fmt.Errorf("copy ledger: %w", err)
 	}
@@ -298,12 +302,15 @@ WITH agg AS (
     ORDER BY match_id, kind, (status = 'success') DESC, attempt DESC,
         (status IN ('permanently_unfetchable', 'outside_retention_window')) DESC, seq DESC
 ), u AS (
-    SELECT p.*, a.fails, a.nf FROM pick p JOIN agg a USING (match_id, kind)
-)
+    SELECT p.*, a.fails, a.nf,
+        (SELECT count(*) FROM unnest(a.fails) x WHERE x > cur.attempt)::int AS new_fails
+    FROM pick p JOIN agg a USING (match_id, kind)
+    JOIN match_fetches cur USING (match_id, kind)
+), upd AS (
 UPDATE match_fetches f SET
     status          = u.status,
     attempt         = greatest(f.attempt, u.attempt),
-    retry_count     = f.retry_count + (SELECT count(*) FROM unnest(u.fails) x WHERE x > f.attempt),
+    retry_count     = f.retry_count + u.new_fails,
     not_found       = f.not_found + (SELECT count(*) FROM unnest(u.nf) x WHERE x > f.attempt),
     game_creation   = coalesce(u.game_creation, f.game_creation),
     fetched_at      = CASE WHEN u.status = 'success' THEN coalesce(u.attempted_at, now()) ELSE f.fetched_at END,
@@ -317,7 +324,13 @@ WHERE f.match_id = u.match_id AND f.kind = u.kind
        OR (u.status IN ('temporary_failure', 'permanently_unfetchable', 'outside_retention_window')
            AND (f.status = 'unfetched'
                 OR (u.attempt > f.attempt
-                    AND f.status NOT IN ('success', 'permanently_unfetchable', 'outside_retention_window')))))`
+                    AND f.status NOT IN ('success', 'permanently_unfetchable', 'outside_retention_window')))))
+RETURNING u.request_id, u.new_fails
+)
+UPDATE jobs j SET retries = j.retries + r.n
+FROM (SELECT request_id, sum(new_fails)::int AS n FROM upd
+      WHERE coalesce(request_id, '') <> '' AND new_fails > 0 GROUP BY request_id) r
+WHERE j.id = r.request_id`
 
 func applyLedger(ctx context.Context, tx pgx.Tx) error {
 	for _, q := range []struct{ name, sql string }{

@@ -70,7 +70,7 @@ CREATE TEMP TABLE IF NOT EXISTS stage_timelines (
 ALTER TABLE stage_timelines ALTER COLUMN raw SET STORAGE EXTERNAL;
 CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
     seq int, match_id text, kind text, status text, attempt int, http_status int,
-    error text, game_creation timestamptz, attempted_at timestamptz) ON COMMIT DELETE ROWS;
+    error text, game_creation timestamptz, attempted_at timestamptz, request_id text) ON COMMIT DELETE ROWS;
 `
 
 // Open connects a pool to url (a postgres:// URL or DSN; pool_* parameters

@@ -68,6 +68,13 @@ type SyncStart struct {
 	Mode                                                  string // e.g. "full" | "latest"; stored in jobs.detail
 	Trigger                                               string // e.g. "api" | "schedule"; stored in jobs.detail
 	RequestedAt                                           time.Time
+	// Force (design 002) is stored in jobs.detail.force.
+	Force bool
+	// RequestedBy is stored in jobs.requested_by ("" → NULL).
+	RequestedBy string
+	// Redelivery is true when this is not the first delivery of the sync
+	// command: the job's retries count goes up by one.
+	Redelivery bool
 }
 
 // BeginSync puts the account (created if absent) in syncing for
@@ -97,12 +104,20 @@ WHERE accounts.sync_request_id IS DISTINCT FROM EXCLUDED.sync_request_id`,
 			return fmt.Errorf("account: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
-INSERT INTO jobs (id, type, puuid, status, detail, requested_at, started_at)
-VALUES ($1, 'sync', $2, 'running', jsonb_build_object('mode', $3::text, 'trigger', $4::text), $5, now())
+INSERT INTO jobs (id, type, puuid, status, detail, requested_at, started_at, requested_by)
+VALUES ($1, 'sync', $2, 'running',
+    jsonb_build_object('mode', $3::text, 'trigger', $4::text) || CASE WHEN $6 THEN '{"force":true}'::jsonb ELSE '{}' END,
+    $5, now(), nullif($7, ''))
 ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = coalesce(jobs.started_at, now()),
-    puuid = coalesce(jobs.puuid, EXCLUDED.puuid)
-WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested); err != nil {
+    puuid = coalesce(jobs.puuid, EXCLUDED.puuid), requested_by = coalesce(jobs.requested_by, EXCLUDED.requested_by),
+    detail = coalesce(jobs.detail, '{}') || EXCLUDED.detail
+WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested, st.Force, st.RequestedBy); err != nil {
 			return fmt.Errorf("job: %w", err)
+		}
+		if st.Redelivery {
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET retries = retries + 1 WHERE id = $1`, st.RequestID); err != nil {
+				return fmt.Errorf("job retries: %w", err)
+			}
 		}
 		return nil
 	})
@@ -216,6 +231,41 @@ WHERE id = $1 AND status IN ('pending', 'running')`, requestID); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim matches %s: %w", requestID, err)
 	}
 	return res, nil
+}
+
+// ForceRefetch prepares a forced sync (design 002's force): the match and
+// timeline ledger rows of ids that are final (success, permanently
+// unfetchable, outside retention) are put back to unfetched, attempt 0 (a
+// new chain of attempts; retry_count keeps the history) and listed by
+// requestID, so ClaimMatches hands them to this sync to publish again and
+// the persister overwrites the stored rows. The jobs row's detail.forced
+// records how many stored matches were reopened. Returns that number.
+func (s *Store) ForceRefetch(ctx context.Context, requestID string, ids []string) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+UPDATE match_fetches SET status = 'unfetched', listed_by_request = $1, last_error = NULL, http_status = NULL,
+    attempt = 0, updated_at = now()
+WHERE match_id = ANY($2) AND status IN ('success', 'permanently_unfetchable', 'outside_retention_window')`,
+			requestID, ids)
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `SELECT count(*)::int FROM match_fetches
+WHERE match_id = ANY($2) AND kind = 'match' AND status = 'unfetched' AND listed_by_request = $1`,
+			requestID, ids).Scan(&n)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE jobs SET detail = coalesce(detail, '{}') ||
+    jsonb_build_object('force', true, 'forced', coalesce((detail->>'forced')::int, 0) + $2::int)
+WHERE id = $1`, requestID, n)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: force refetch %s: %w", requestID, err)
+	}
+	return n, nil
 }
 
 // FailSync marks sync requestID of puuid failed with reason (account

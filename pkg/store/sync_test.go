@@ -225,3 +225,37 @@ func TestSweeperQueries(t *testing.T) {
 		t.Errorf("after fail: %+v", st.Account)
 	}
 }
+
+// TestRewritePUUIDs: a key rotation rewrites an account's PUUID in every
+// table at once and leaves other players alone.
+func TestRewritePUUIDs(t *testing.T) {
+	st := openStore(t)
+	ctx := t.Context()
+	for _, p := range []string{"old-a", "other"} {
+		if err := st.UpsertAccount(ctx, store.Account{PUUID: p, GameName: p, TagLine: "T", Active: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RecordJob(ctx, store.Job{ID: "j-" + p, Type: "sync", PUUID: p, Status: "completed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := st.RewritePUUIDs(ctx, map[string]string{"old-a": "new-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n["accounts"] != 1 || n["jobs"] != 1 {
+		t.Errorf("rewritten %v, want 1 account and 1 job", n)
+	}
+	if _, err := st.AccountStatus(ctx, "new-a"); err != nil {
+		t.Errorf("account under the new PUUID: %v", err)
+	}
+	if _, err := st.AccountStatus(ctx, "old-a"); err == nil {
+		t.Error("the old PUUID still has an account")
+	}
+	if _, err := st.AccountStatus(ctx, "other"); err != nil {
+		t.Errorf("another player was touched: %v", err)
+	}
+	if _, err := st.RewritePUUIDs(ctx, map[string]string{"x": "y", "y": "z"}); err == nil {
+		t.Error("a chained rewrite was accepted")
+	}
+}

@@ -279,7 +279,7 @@ func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.Fet
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline")); err != nil {
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix())); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
 		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
 	}
@@ -352,7 +352,7 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	next.Attempt++
 	id := ""
 	if tag := deliveryTag(m); tag != "" {
-		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag)
+		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag) + next.DedupSuffix()
 	}
 	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry", id)
 }
@@ -513,7 +513,7 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	if cmd.Region == "" {
 		subj = s.d.Subjects.Failed("unknown")
 	}
-	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o)
+	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o) + cmd.DedupSuffix()
 	if tag := deliveryTag(m); tag != "" {
 		id += "/" + tag
 	}

@@ -15,7 +15,12 @@
 //     abandoned sync listed but never published) and publishes one
 //     FetchCommand per match on lol.match.fetch.<region> with Nats-Msg-Id =
 //     match ID;
-//  5. advances the cursor only when every listed match was published.
+//  5. advances the cursor only when every listed match was published (a
+//     complete listing, or the first latest sync of an account).
+//
+// A latest sync takes the newest count matches whatever their age; a full
+// sync those of the last lookback_days days. A forced sync (force) also
+// takes stored matches and has them refetched and overwritten.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -59,6 +64,8 @@ type Store interface {
 	// MatchStatuses gives the match ledger status of the ids that have a row.
 	MatchStatuses(ctx context.Context, ids []string) (map[string]string, error)
 	AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error)
+	// ForceRefetch reopens final ledger rows for a forced sync.
+	ForceRefetch(ctx context.Context, requestID string, ids []string) (int, error)
 	RecordJobOnce(ctx context.Context, j store.Job) (bool, error)
 	// Ping checks that Postgres answers: the settle policy's probe, which
 	// pauses listing while the database is down.
@@ -175,6 +182,9 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if res, ok := s.begin(ctx, cmd, platform, m, log); !ok {
 		return res
 	}
+	// Listing can take long (many pages, rate-limit waits): the lock lives
+	// as long as the listing, renewed on a timer, not until its TTL.
+	defer synclock.Heartbeat(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL)()
 	w, res, ok := s.window(ctx, cmd, log)
 	if !ok {
 		return res
@@ -187,7 +197,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if !ok {
 		return res
 	}
-	if l.complete {
+	// The cursor moves only past a window whose every match was published:
+	// a complete listing, or a first latest sync, which took the newest
+	// count matches (older ones are a full sync's business).
+	if l.complete || (cmd.Mode == bus.ModeLatest && w.cur.ListedUntilS == 0) {
 		s.advanceCursor(ctx, cmd, w, log)
 	}
 	log.InfoContext(ctx, "matches listed", "listed", l.listed, "new", len(l.fresh), "published", len(claimed.Publish),
@@ -225,14 +238,12 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		s.recordRejected(ctx, cmd, reason)
 		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
 	}
-	// Listing can take long (many pages, rate-limit waits): the lock lives
-	// as long as the listing, renewed on a timer, not until its TTL.
-	defer synclock.Heartbeat(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL)()
 
 	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		Redelivery: natsx.Delivery(m) > 1,
 	}); err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err))), false
@@ -261,13 +272,7 @@ func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Log
 		return listWindow{}, natsx.Retry(fmt.Errorf("read cursor: %w", err)), false
 	}
 	now := s.d.Now()
-	w := listWindow{now: now, endS: now.Unix(), startS: now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix(),
-		cur: cur, curRev: curRev}
-	if cmd.Mode == bus.ModeLatest && cur.ListedUntilS > 0 {
-		if c := cur.ListedUntilS - int64(s.cfg.Overlap/time.Second); c > w.startS {
-			w.startS = c
-		}
-	}
+	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, now), cur: cur, curRev: curRev}
 	return w, natsx.Result{}, true
 }
 
@@ -311,7 +316,7 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 				log.WarnContext(ctx, "Riot listed a malformed match ID; skipped", "match_id", id, "err", err)
 				continue
 			}
-			if st, ok := known[id]; ok && bus.Outcome(st).Final() {
+			if st, ok := known[id]; ok && bus.Outcome(st).Final() && !cmd.Force {
 				continue // stored, or settled for good, by an earlier sync
 			}
 			// New, or listed earlier but not final yet (in flight for
@@ -333,6 +338,14 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 // claimAndPublish claims the matches in the ledger for this sync and
 // publishes one fetch command per match it must fetch.
 func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w listWindow, fresh []string, log *slog.Logger) (store.ClaimResult, natsx.Result, bool) {
+	if cmd.Force {
+		n, err := s.d.Store.ForceRefetch(ctx, cmd.RequestID, fresh)
+		if err != nil {
+			log.WarnContext(ctx, "force refetch failed, will retry", "err", err)
+			return store.ClaimResult{}, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("force refetch: %w", err))), false
+		}
+		log.InfoContext(ctx, "force: refetching and overwriting stored matches", "forced", n, "listed", len(fresh))
+	}
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
 		return store.ClaimResult{}, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err))), false
@@ -347,8 +360,8 @@ func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w li
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
 		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
-			ListedAfterS: w.startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id)); err != nil {
+			ListedAfterS: w.startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority, Force: cmd.Force}
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id+fc.DedupSuffix())); err != nil {
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
@@ -382,6 +395,20 @@ func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res 
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev); err != nil {
 		log.WarnContext(ctx, "publish progress failed", "err", err)
 	}
+}
+
+// Window is the match-list startTime (epoch SECONDS; 0 = no lower bound)
+// of a sync: a full sync reaches back cmd.Lookback days; a latest sync
+// lists the newest matches whatever their age, from the cursor (less
+// overlap) when the account has one and with no lower bound otherwise.
+func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Time) int64 {
+	if cmd.Mode != bus.ModeLatest {
+		return now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	}
+	if cur.ListedUntilS > 0 {
+		return max(cur.ListedUntilS-int64(overlap/time.Second), 0)
+	}
+	return 0
 }
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
@@ -439,14 +466,14 @@ func (s *Service) closeAbandoned(ctx context.Context, cmd bus.SyncCommand) {
 // recordRejected logs a refused request in the job log (type sync, status
 // rejected) unless its id already has a jobs row.
 func (s *Service) recordRejected(ctx context.Context, cmd bus.SyncCommand, reason error) {
-	detail, _ := json.Marshal(map[string]string{"mode": string(cmd.Mode), "trigger": cmd.Trigger})
+	detail, _ := json.Marshal(map[string]any{"mode": string(cmd.Mode), "trigger": cmd.Trigger, "force": cmd.Force})
 	now := s.d.Now()
 	requested := cmd.Requested
 	if requested.IsZero() {
 		requested = now
 	}
 	if _, err := s.d.Store.RecordJobOnce(ctx, store.Job{ID: cmd.RequestID, Type: "sync", PUUID: cmd.PUUID,
-		Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
+		RequestedBy: cmd.RequestedBy, Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
 		s.d.Logger.WarnContext(ctx, "job log: rejected request not recorded", "request_id", cmd.RequestID, "err", err)
 	}
 }

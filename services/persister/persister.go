@@ -294,7 +294,7 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 		return item{bad: err}
 	}
 	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(r.Outcome), Attempt: r.Attempt,
-		HTTPStatus: r.Status, Error: truncate(r.Error, 1000), AttemptedAt: r.AttemptedAt}
+		HTTPStatus: r.Status, Error: truncate(r.Error, 1000), AttemptedAt: r.AttemptedAt, RequestID: r.RequestID}
 	if r.GameCreationMs > 0 {
 		lu.GameCreation = time.UnixMilli(r.GameCreationMs).UTC()
 	}

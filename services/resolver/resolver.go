@@ -28,9 +28,11 @@ import (
 )
 
 // Accounts is the part of the Riot client the resolver uses
-// (account-v1 GET /riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}).
+// (account-v1 GET /riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}
+// and GET /riot/account/v1/accounts/by-puuid/{puuid}).
 type Accounts interface {
 	AccountByRiotID(ctx context.Context, region riot.Region, id riot.RiotID) (riot.Account, error)
+	AccountByPUUID(ctx context.Context, region riot.Region, puuid string) (riot.Account, error)
 }
 
 // Config tunes the resolver.
@@ -115,7 +117,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		RequestID: req.RequestID, PUUID: req.PUUID, Platform: string(platform),
 		Region: string(platform.Region()), Mode: req.Mode, Count: req.Count, Lookback: req.LookbackDays,
 		Queue: req.Queue, Type: req.Type, Priority: req.Priority, Trigger: req.Trigger,
-		Requested: req.RequestedAt,
+		Requested: req.RequestedAt, Force: req.Force, RequestedBy: req.RequestedBy,
 	}
 	if cmd.Count == 0 {
 		cmd.Count = s.cfg.MaxMatchesPerRun
@@ -156,6 +158,8 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 			}
 		}
 		cmd.PUUID = puuid
+	} else {
+		s.refreshRiotID(ctx, platform, &cmd)
 	}
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
@@ -187,6 +191,24 @@ func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) 
 		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
 	}
 	return acc.PUUID, nil
+}
+
+// refreshRiotID looks a request by PUUID up by PUUID (account-v1
+// by-puuid) so the sync stores the player's current Riot ID: players rename
+// themselves, and every sync (the hourly scheduled ones included) brings
+// the stored name up to date. The riot-ids cache learns the new name. A
+// failed lookup is logged and the sync goes on with the stored name.
+func (s *Service) refreshRiotID(ctx context.Context, p riot.Platform, cmd *bus.SyncCommand) {
+	acc, err := s.d.Riot.AccountByPUUID(ctx, p.AccountRegion(), cmd.PUUID)
+	if err != nil || acc.GameName == "" {
+		s.d.Logger.WarnContext(ctx, "Riot ID refresh by PUUID failed; the stored one is kept", "puuid", cmd.PUUID, "err", err)
+		return
+	}
+	cmd.GameName, cmd.TagLine = acc.GameName, acc.TagLine
+	key := CacheKey(riot.RiotID{GameName: acc.GameName, TagLine: acc.TagLine})
+	if _, err := s.d.RiotIDs.Put(ctx, key, []byte(cmd.PUUID)); err != nil {
+		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
+	}
 }
 
 // CacheKey is the riot-ids KV key for a Riot ID: Riot IDs hold spaces and

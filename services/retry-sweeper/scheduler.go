@@ -27,6 +27,7 @@ const (
 	JobLatestAll    = "latest_all"
 	JobRankDaily    = "rank_daily"
 	JobWeeklyReport = "weekly_report"
+	JobPruneJobs    = "prune_jobs"
 	JobRecovery     = "recovery"
 )
 
@@ -54,6 +55,15 @@ type ScheduleConfig struct {
 	// started is taken as abandoned by a process that exited mid-run, and
 	// recorded failed when the job next runs (default 6 h).
 	AbandonAfter time.Duration
+	// PruneJobs (CRON_PRUNE_JOBS, "30 4 * * *"): delete finished jobs rows
+	// older than JobRetention (JOB_HISTORY_RETENTION, default 90 days).
+	PruneJobs    string
+	JobRetention time.Duration
+	// CatchUp (SCHEDULE_CATCH_UP, default true): at start, each job's most
+	// recent scheduled time within LockTTL runs once if no replica ran it
+	// (its cron-locks key is absent): runs missed while no scheduler was up
+	// are caught up once, not once per missed time.
+	CatchUp bool
 }
 
 // SchedulerStore is the part of pkg/store the scheduler uses.
@@ -65,6 +75,7 @@ type SchedulerStore interface {
 	SaveWeeklyReport(ctx context.Context, r store.WeeklyReport) error
 	RecordJob(ctx context.Context, j store.Job) error
 	AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error)
+	PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error)
 }
 
 // Leagues is the part of the Riot client the rank job uses (league-v4 GET
@@ -138,12 +149,19 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if cfg.AbandonAfter <= 0 {
 		cfg.AbandonAfter = 6 * time.Hour
 	}
+	if cfg.PruneJobs == "" {
+		cfg.PruneJobs = "30 4 * * *"
+	}
+	if cfg.JobRetention <= 0 {
+		cfg.JobRetention = 90 * 24 * time.Hour
+	}
 	d.Base.Fill("scheduler")
 	s := &Scheduler{cfg: cfg, d: d}
 	for _, j := range []struct{ name, expr, env string }{
 		{JobLatestAll, cfg.LatestEvery, "CRON_LATEST_EVERY"},
 		{JobRankDaily, cfg.RankDaily, "CRON_RANK_DAILY"},
 		{JobWeeklyReport, cfg.WeeklyReport, "CRON_WEEKLY_REPORT"},
+		{JobPruneJobs, cfg.PruneJobs, "CRON_PRUNE_JOBS"},
 	} {
 		sc, err := cron.ParseStandard(j.expr)
 		if err != nil {
@@ -163,17 +181,43 @@ func (s *Scheduler) Next(t time.Time) map[string]time.Time {
 	return out
 }
 
+// Prev returns each job's last scheduled time at or before t and after
+// t − LockTTL (absent when there is none).
+func (s *Scheduler) Prev(t time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, j := range s.jobs {
+		var last time.Time
+		for at := j.sched.Next(t.Add(-s.cfg.LockTTL)); !at.After(t) && !at.IsZero(); at = j.sched.Next(at) {
+			last = at
+		}
+		if !last.IsZero() {
+			out[j.name] = last
+		}
+	}
+	return out
+}
+
 // Run fires every job at its scheduled times, reading the clock every
-// Poll, until ctx ends. Times before Run started are not caught up. With
-// Enable false it returns at once.
+// Poll, until ctx ends. With CatchUp, each job's last scheduled time
+// before the start runs first unless some replica ran it (once, however
+// many were missed). With Enable false it returns at once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.cfg.Enable {
 		s.d.Logger.InfoContext(ctx, "schedules disabled (SCHEDULE_ENABLE=false)")
 		return nil
 	}
-	next := s.Next(s.d.Now())
+	start := s.d.Now()
+	next := s.Next(start)
 	for _, j := range s.jobs {
 		s.d.Logger.InfoContext(ctx, "schedule", "job", j.name, "cron", j.expr, "next", next[j.name])
+	}
+	if s.cfg.CatchUp {
+		for name, at := range s.Prev(start) {
+			ran, err := s.RunJob(ctx, name, at)
+			if ran {
+				s.d.Logger.InfoContext(ctx, "caught up a missed scheduled run", "job", name, "scheduled_at", at, "err", err)
+			}
+		}
 	}
 	t := time.NewTicker(s.cfg.Poll)
 	defer t.Stop()
@@ -214,6 +258,8 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 		run = s.rankDaily
 	case JobWeeklyReport:
 		run = s.weeklyReport
+	case JobPruneJobs:
+		run = s.pruneJobs
 	default:
 		return false, fmt.Errorf("scheduler: unknown job %q", job)
 	}
@@ -268,6 +314,13 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 	}()
 	detail, runErr = run(ctx, at)
 	return true, nil
+}
+
+// pruneJobs deletes finished jobs rows older than JobRetention before at.
+func (s *Scheduler) pruneJobs(ctx context.Context, at time.Time) (map[string]any, error) {
+	before := at.Add(-s.cfg.JobRetention)
+	n, err := s.d.Store.PruneJobs(ctx, before)
+	return map[string]any{"deleted": n, "finished_before": before.UTC()}, err
 }
 
 // shortHash is 16 hex digits of SHA-256(s), for ids that must stay short.
@@ -469,6 +522,9 @@ type ScheduleEnv struct {
 	LatestEvery  string        `env:"CRON_LATEST_EVERY" envDefault:"0 */1 * * *"`
 	RankDaily    string        `env:"CRON_RANK_DAILY" envDefault:"0 3 * * *"`
 	WeeklyReport string        `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
+	PruneJobs    string        `env:"CRON_PRUNE_JOBS" envDefault:"30 4 * * *"`
+	JobRetention time.Duration `env:"JOB_HISTORY_RETENTION" envDefault:"2160h"`
+	CatchUp      bool          `env:"SCHEDULE_CATCH_UP" envDefault:"true"`
 	Poll         time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
 }
 
@@ -506,7 +562,8 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
 	}
 	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
-		WeeklyReport: e.WeeklyReport, Poll: e.Poll}, d)
+		WeeklyReport: e.WeeklyReport, Poll: e.Poll, PruneJobs: e.PruneJobs, JobRetention: e.JobRetention,
+		CatchUp: e.CatchUp}, d)
 }
 
 // withScheduler pairs the sweeper with a scheduler built from inf.

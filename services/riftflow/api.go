@@ -47,6 +47,23 @@ import (
 //	                                    404 for a request id nobody submitted; 429 with Retry-After
 //	                                    beyond API_SSE_MAX_PER_TOKEN or API_SSE_MAX open streams
 //	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first
+//	POST /v1/admin/retry                [admin] body: a RetryRequest; 200 RetryResult: replays permanently
+//	                                    unfetchable matches (and dead letters), 100 per run
+//	GET  /v1/admin/pause                [admin] the pause switch: {"paused","reason","by","at"}
+//	PUT  /v1/admin/pause                [admin] body {"paused":bool,"reason"?,"by"?}: sets it for every service
+//	DELETE /v1/admin/accounts/{puuid}   [admin] erase a player (ForgetPlayer): 200 what was removed, 404
+//	GET  /v1/players/{puuid}            [read] a player: account, sync state, counts
+//	GET  /v1/players/{puuid}/matches?limit=&cursor=  [read] their stored matches, newest first, paged
+//	GET  /v1/matches/{match_id}         [read] the stored MatchDto as Riot sent it (ETag, 1-day cache)
+//	GET  /v1/matches/{match_id}/timeline  [read] the stored TimelineDto
+//	GET  /openapi.json                  [read] the OpenAPI document of these routes
+//
+// While the pause switch is on, every route but GET ones and the switch
+// itself answers 503; while Postgres does not answer, every route but the
+// switch does (both as problem+json).
+//
+// The routes added for designs 000-002 (admin.go) answer errors as RFC 9457
+// problem details (application/problem+json).
 //
 // Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
 // lol.ingest.rejected and logged in the jobs table (status rejected).
@@ -58,6 +75,8 @@ type API struct {
 	// Limits are the HTTP limits (APIEnv).
 	Limits APILimits
 
+	db        dbHealth
+	cache     *readCache
 	streams   *streamGate
 	submitted *recentIDs
 }
@@ -89,7 +108,7 @@ type APIEnv struct {
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
 func NewAPI(inf *app.Infra) *API {
-	a := &API{inf: inf, StaleAfter: time.Hour,
+	a := &API{inf: inf, StaleAfter: time.Hour, cache: newReadCache(),
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
 	if err := config.Parse(&e); err == nil {
@@ -121,16 +140,26 @@ func (a *API) Handler() http.Handler {
 	return mux
 }
 
-// routes lists every route with the scope it needs; handle wraps each in
-// authorize, so a route cannot be added without choosing its scope.
+// routes registers every route of routeTable with the scope it needs;
+// handle wraps each in authorize, so a route cannot be added without
+// choosing its scope. The pause and database guard wraps every handler.
 func (a *API) routes(handle func(pattern string, need Scope, h http.HandlerFunc)) {
-	handle("POST /v1/sync", ScopeSync, a.postSync)
-	handle("GET /v1/accounts/{puuid}", ScopeRead, a.getAccount)
-	handle("POST /v1/accounts/{puuid}/link", ScopeSync, a.postLink)
-	handle("POST /v1/accounts/{puuid}/unlink", ScopeSync, a.postUnlink)
-	handle("POST /v1/accounts/{puuid}/login", ScopeSync, a.postLogin)
-	handle("GET /v1/sync/{request_id}/events", ScopeRead, a.syncEvents)
-	handle("GET /v1/jobs", ScopeRead, a.getJobs)
+	for _, rt := range a.routeTable() {
+		handle(rt.pattern, rt.scope, a.guard(rt).ServeHTTP)
+	}
+}
+
+// routeTable is every route of the API with its scope, in one place.
+func (a *API) routeTable() []route {
+	return append([]route{
+		{"POST /v1/sync", ScopeSync, http.HandlerFunc(a.postSync)},
+		{"GET /v1/accounts/{puuid}", ScopeRead, http.HandlerFunc(a.getAccount)},
+		{"POST /v1/accounts/{puuid}/link", ScopeSync, http.HandlerFunc(a.postLink)},
+		{"POST /v1/accounts/{puuid}/unlink", ScopeSync, http.HandlerFunc(a.postUnlink)},
+		{"POST /v1/accounts/{puuid}/login", ScopeSync, http.HandlerFunc(a.postLogin)},
+		{"GET /v1/sync/{request_id}/events", ScopeRead, http.HandlerFunc(a.syncEvents)},
+		{"GET /v1/jobs", ScopeRead, http.HandlerFunc(a.getJobs)},
+	}, a.seedRoutes()...)
 }
 
 func (a *API) now() time.Time {
@@ -362,6 +391,7 @@ type jobJSON struct {
 	PUUID       string          `json:"puuid,omitempty"`
 	Status      string          `json:"status"`
 	Retries     int             `json:"retries"`
+	RequestedBy string          `json:"requested_by,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	Detail      json.RawMessage `json:"detail,omitempty"`
 	RequestedAt time.Time       `json:"requested_at"`
@@ -371,7 +401,7 @@ type jobJSON struct {
 
 func toJobJSON(j store.Job) jobJSON {
 	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: j.Status, Retries: j.Retries, Error: j.Error,
-		Detail: j.Detail, RequestedAt: j.RequestedAt}
+		RequestedBy: j.RequestedBy, Detail: j.Detail, RequestedAt: j.RequestedAt}
 	if !j.StartedAt.IsZero() {
 		out.StartedAt = &j.StartedAt
 	}

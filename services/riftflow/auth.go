@@ -207,14 +207,6 @@ func scopeStrings(scopes []Scope) []string {
 
 // ---- HTTP ---------------------------------------------------------------
 
-// Problem is an RFC 9457 problem details object (application/problem+json).
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
-
 // writeProblem answers code with an RFC 9457 body; type is about:blank, so
 // title is the status text.
 func writeProblem(w http.ResponseWriter, code int, detail string) {

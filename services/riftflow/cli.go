@@ -44,16 +44,28 @@ Usage:
   riftflow token list [--json]                       tokens (never the secret), scopes, last use
   riftflow token revoke ID                           revoke a token at once
   riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
-                  [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--wait]
+                  [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
+                  [--requested-by NAME] [--wait]
   riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
   riftflow status --failures                         fetch failures by status, with reasons
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
+  riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit 100]
+                                                     replay permanently unfetchable matches (and, with
+                                                     --dead, the dead letters naming them), 100 per run
   riftflow retry --dead [--stream S] [--match TEXT] [--limit 100]
                                                      replay dead letters to their original subjects
   riftflow serve                                     the HTTP API alone (/v1/..., SSE, /healthz, /metrics)
                                                      over NATS_URL and DATABASE_URL, for a Deployment
+  riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]
+                                                     what the read API serves, from Postgres
+  riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
+                                                     matches other stored accounts played in
+  riftflow rotate-key [--dry-run]                    after changing RIOT_API_KEY (paused): re-resolve
+                                                     every account, rewrite PUUIDs in one transaction
+  riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
+                                                     work (and the API answers 503) until --off
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
   riftflow version                                   print the stamped version
 
@@ -98,6 +110,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdRetry(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = cmdToken(ctx, args[1:], stdout)
+	case "pause":
+		err = cmdPause(ctx, args[1:], stdout, stderr)
+	case "forget":
+		err = cmdForget(ctx, args[1:], stdout, stderr)
+	case "show":
+		err = cmdShow(ctx, args[1:], stdout, stderr)
+	case "rotate-key":
+		err = cmdRotateKey(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}
@@ -153,6 +173,15 @@ func localNATS(env *app.Env, admin bool) error {
 	}
 	env.NATS.URL = u.String()
 	return nil
+}
+
+// openStore opens the store at dbURL(env); the caller closes it.
+func openStore(ctx context.Context, env app.Env) (*store.Store, error) {
+	url, err := dbURL(env)
+	if err != nil {
+		return nil, err
+	}
+	return store.Open(ctx, url)
 }
 
 // dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
@@ -353,12 +382,14 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")
 	fs.StringVar(&req.PUUID, "puuid", "", "PUUID (instead of --riot-id)")
 	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ...")
-	mode := fs.String("mode", "latest", "latest (from the cursor) or full (backfill --lookback-days)")
+	mode := fs.String("mode", "latest", "latest (the newest --count matches, from the cursor) or full (backfill --lookback-days)")
 	fs.IntVar(&req.Count, "count", 0, "max matches this run (default INGESTION_MAX_MATCHES_PER_RUN)")
 	fs.IntVar(&req.LookbackDays, "lookback-days", 0, "full backfill depth (default INGESTION_LOOKBACK_DAYS)")
 	fs.IntVar(&queue, "queue", -1, "only this queueId")
 	fs.StringVar(&req.Type, "type", "", "only ranked, normal, tourney or tutorial")
 	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: generated)")
+	fs.BoolVar(&req.Force, "force", false, "refetch and overwrite matches that are stored already")
+	fs.StringVar(&req.RequestedBy, "requested-by", "", "who asks (stored on the job)")
 	background := fs.Bool("background", false, "background priority (behind interactive requests)")
 	wait := fs.Bool("wait", false, "show progress and wait for the sync to finish")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
@@ -442,11 +473,7 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	if *rateLimit {
 		return cmdStatusRateLimit(ctx, env, out, *asJSON)
 	}
-	url, err := dbURL(env)
-	if err != nil {
-		return err
-	}
-	st, err := store.Open(ctx, url)
+	st, err := openStore(ctx, env)
 	if err != nil {
 		return err
 	}

@@ -2,35 +2,178 @@ package riftflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
-// cmdRetry is `riftflow retry --dead`: it republishes messages that a
-// consumer gave up on (the DEAD stream: invalid input, or out of
-// deliveries during an outage) to the subject they were first published
-// on, at most --limit per run (100, as the fetch ledger's retry job does).
+// RetryRequest says which matches `riftflow retry` and POST
+// /v1/admin/retry replay (design 000's retry job): permanently unfetchable
+// ledger rows chosen by match ID, by player or all, and with Dead also the
+// dead letters (the DEAD stream) that name them.
+//
+//	{"match_ids":["NA1_1"]} | {"puuid":"…"} | {"all":true}, plus "dead":true, "limit":100
+type RetryRequest struct {
+	MatchIDs []string `json:"match_ids,omitempty"`
+	PUUID    string   `json:"puuid,omitempty"`
+	All      bool     `json:"all,omitempty"`
+	// Dead also replays dead letters: those whose payload names one of
+	// MatchIDs or PUUID, or all of them with All (or no selector).
+	Dead bool `json:"dead,omitempty"`
+	// Stream limits dead letters to one source stream (FETCHED, FETCH, SYNC, INGEST).
+	Stream string `json:"stream,omitempty"`
+	// Limit caps the ledger rows and the dead letters replayed, each;
+	// 0 → 100 (design 000).
+	Limit int `json:"limit,omitempty"`
+}
+
+// RetryResult is what a replay did. RequestID names the jobs row (type
+// retry) that logs it and the FetchCommands it published.
+type RetryResult struct {
+	RequestID    string   `json:"request_id"`
+	Reopened     []string `json:"reopened"` // "<match id>/<kind>" put back to unfetched and republished
+	DeadReplayed int      `json:"dead_replayed"`
+	DeadSkipped  int      `json:"dead_skipped"`
+}
+
+// errRetryUsage is returned for a request that selects nothing.
+var errRetryUsage = errors.New("give match IDs, a PUUID, all, or dead")
+
+func (r *RetryRequest) validate() error {
+	n := 0
+	if len(r.MatchIDs) > 0 {
+		n++
+	}
+	if r.PUUID != "" {
+		n++
+	}
+	if r.All {
+		n++
+	}
+	switch {
+	case n == 0 && !r.Dead:
+		return errRetryUsage
+	case n > 1:
+		return errors.New("give one of match IDs, a PUUID or all, not several")
+	case r.Limit < 0 || r.Limit > 10000:
+		return fmt.Errorf("limit %d out of range 0..10000", r.Limit)
+	case len(r.MatchIDs) > 1000:
+		return fmt.Errorf("%d match IDs, at most 1000", len(r.MatchIDs))
+	}
+	for _, id := range r.MatchIDs {
+		if _, _, err := riot.ParseMatchID(id); err != nil {
+			return err
+		}
+	}
+	if r.Limit == 0 {
+		r.Limit = store.DefaultReplayLimit
+	}
+	return nil
+}
+
+// RetryMatches replays what req selects: each permanently unfetchable
+// ledger row is put back to unfetched (attempt 0) and its FetchCommand
+// published again (interactive priority, forced so dedup keeps it), then
+// dead letters are replayed when req.Dead; the run is logged as a jobs row
+// of type retry. At most req.Limit (default 100) of each per run.
+func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, subj bus.Subjects, req RetryRequest, now time.Time) (RetryResult, error) {
+	if err := req.validate(); err != nil {
+		return RetryResult{}, fmt.Errorf("%w: %v", bus.ErrBadRequest, err)
+	}
+	res := RetryResult{RequestID: "retry-" + randHex(8), Reopened: []string{}}
+	rows, err := st.ReopenUnfetchable(ctx, store.ReplayFilter{MatchIDs: req.MatchIDs, PUUID: req.PUUID, All: req.All,
+		Limit: req.Limit, RequestID: res.RequestID})
+	if err != nil {
+		return res, err
+	}
+	for _, r := range rows {
+		_, region, _ := riot.ParseMatchID(r.MatchID)
+		cmd := bus.FetchCommand{MatchID: r.MatchID, Kind: bus.Kind(r.Kind), Region: string(region), Attempt: 1,
+			RequestID: res.RequestID, Priority: bus.Interactive, Force: true}
+		if !r.GameCreation.IsZero() {
+			cmd.GameCreationMs = r.GameCreation.UnixMilli()
+		}
+		id := cmd.MatchID
+		if cmd.Kind == bus.KindTimeline {
+			id += "/timeline"
+		}
+		// A publish failure leaves the row unfetched: the retry-sweeper
+		// re-publishes it.
+		if _, err := natsx.Publish(ctx, js, subj.FetchFor(string(region), cmd.Priority), cmd,
+			jetstream.WithMsgID(id+cmd.DedupSuffix())); err != nil {
+			return res, fmt.Errorf("publish fetch of %s: %w", r.MatchID, err)
+		}
+		res.Reopened = append(res.Reopened, r.MatchID+"/"+r.Kind)
+	}
+	if req.Dead {
+		texts := req.MatchIDs
+		if req.PUUID != "" {
+			texts = []string{req.PUUID}
+		}
+		if len(texts) == 0 {
+			texts = []string{""}
+		}
+		for _, text := range texts {
+			left := req.Limit - res.DeadReplayed
+			if left <= 0 {
+				break
+			}
+			d, err := natsx.Replay(ctx, js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: text, Limit: left})
+			res.DeadReplayed += d.Replayed
+			res.DeadSkipped = d.Skipped
+			if err != nil {
+				return res, err
+			}
+		}
+	}
+	detail, _ := json.Marshal(map[string]any{"filter": req, "reopened": res.Reopened, "dead_replayed": res.DeadReplayed})
+	if err := st.RecordJob(ctx, store.Job{ID: res.RequestID, Type: "retry", PUUID: req.PUUID, Status: "completed",
+		Detail: detail, RequestedAt: now, StartedAt: now, FinishedAt: now}); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// cmdRetry is `riftflow retry`: it replays permanently unfetchable matches
+// (by --match-id, --puuid or --all) and, with --dead, dead letters (the
+// DEAD stream: invalid input, or out of deliveries during an outage) to the
+// subject they were first published on; at most --limit of each per run
+// (100, as design 000's retry job).
 func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dead := fs.Bool("dead", false, "replay dead letters (the DEAD stream)")
-	stream := fs.String("stream", "", "only messages that came from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
-	match := fs.String("match", "", "only messages whose payload contains this text (a match ID, a PUUID)")
-	limit := fs.Int("limit", 100, "most messages replayed in this run")
+	var req RetryRequest
+	fs.BoolVar(&req.Dead, "dead", false, "also replay dead letters (the DEAD stream)")
+	fs.StringVar(&req.Stream, "stream", "", "dead letters only from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
+	match := fs.String("match", "", "dead letters only whose payload contains this text (a match ID, a PUUID)")
+	ids := fs.String("match-id", "", "comma-separated match IDs to replay")
+	fs.StringVar(&req.PUUID, "puuid", "", "replay this player's unfetchable matches")
+	fs.BoolVar(&req.All, "all", false, "replay every unfetchable match")
+	fs.IntVar(&req.Limit, "limit", store.DefaultReplayLimit, "most matches (and dead letters) replayed in this run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if !*dead {
-		return errors.New("usage: riftflow retry --dead [--stream S] [--match TEXT] [--limit N]")
+	if *ids != "" {
+		req.MatchIDs = strings.Split(*ids, ",")
 	}
-	if *limit <= 0 {
-		return fmt.Errorf("--limit must be positive, got %d", *limit)
+	if req.Limit <= 0 {
+		return fmt.Errorf("--limit must be positive, got %d", req.Limit)
+	}
+	if err := req.validate(); err != nil {
+		return fmt.Errorf("usage: riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit N], or riftflow retry --dead [--stream S] [--match TEXT]: %w", err)
 	}
 	env, err := app.LoadEnv()
 	if err != nil {
@@ -44,7 +187,21 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	res, err := natsx.Replay(ctx, js, streams.StreamDead, natsx.ReplayFilter{Stream: *stream, Contains: *match, Limit: *limit})
-	fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
+	if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
+		// Dead letters only, optionally those whose payload holds --match.
+		res, err := natsx.Replay(ctx, js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: *match, Limit: req.Limit})
+		fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
+		return err
+	}
+	st, err := openStore(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := RetryMatches(ctx, st, js, bus.Subjects{Prefix: env.NATS.SubjectPrefix}, req, time.Now())
+	fmt.Fprintf(stdout, "replayed %d unfetchable ledger rows and %d dead letters (job %s)\n", len(res.Reopened), res.DeadReplayed, res.RequestID)
+	for _, r := range res.Reopened {
+		fmt.Fprintln(stdout, "  ", r)
+	}
 	return err
 }

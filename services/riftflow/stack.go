@@ -399,7 +399,7 @@ func withUser(raw, user, password string) string {
 
 // Run runs every service until ctx ends, then waits for them to drain.
 func (st *Stack) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
+	g, ctx := errgroup.WithContext(st.Infra.HoldContext(ctx))
 	var cancelled atomic.Int64 // unix ns when ctx ended
 	context.AfterFunc(ctx, func() { cancelled.Store(time.Now().UnixNano()) })
 	names := []string{"resolver", "matchid-lister", "match-fetcher", "persister", "retry-sweeper"}

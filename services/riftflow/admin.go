@@ -1,0 +1,236 @@
+package riftflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/redact"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// route is one entry of the API's route table: a net/http ServeMux
+// pattern ("METHOD /path/{wildcard}") and its handler. Middleware (auth,
+// logging) wraps routes here, in one place.
+type route struct {
+	pattern string
+	scope   Scope // the token scope it needs (auth.go)
+	handler http.Handler
+}
+
+// seedRoutes are the routes of designs 000-002: admin calls and the read API.
+func (a *API) seedRoutes() []route {
+	return []route{
+		{"POST /v1/admin/retry", ScopeAdmin, http.HandlerFunc(a.postRetry)},
+		{"GET /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.getPause)},
+		{"PUT /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.putPause)},
+		{"DELETE /v1/admin/accounts/{puuid}", ScopeAdmin, http.HandlerFunc(a.deleteAccount)},
+		{"GET /v1/players/{puuid}", ScopeRead, http.HandlerFunc(a.getPlayer)},
+		{"GET /v1/players/{puuid}/matches", ScopeRead, http.HandlerFunc(a.getPlayerMatches)},
+		{"GET /v1/matches/{match_id}", ScopeRead, http.HandlerFunc(a.getMatch)},
+		{"GET /v1/matches/{match_id}/timeline", ScopeRead, http.HandlerFunc(a.getTimeline)},
+		{"GET /openapi.json", ScopeRead, http.HandlerFunc(a.getOpenAPI)},
+	}
+}
+
+// guard answers 503 problem+json instead of rt while the pause switch is on
+// (routes that change something; GETs and the switch itself pass) or while
+// Postgres does not answer (every route but the switch).
+func (a *API) guard(rt route) http.Handler {
+	isSwitch := strings.HasSuffix(rt.pattern, "/v1/admin/pause")
+	isGet := strings.HasPrefix(rt.pattern, "GET ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isSwitch && !isGet && a.inf.Pause.Paused() {
+			st := a.inf.Pause.State()
+			w.Header().Set("Retry-After", "60")
+			writeError(w, r, http.StatusServiceUnavailable,
+				fmt.Errorf("syncing is paused (%s); PUT /v1/admin/pause {\"paused\":false} resumes it", orNone(st.Reason)))
+			return
+		}
+		if !isSwitch {
+			if err := a.dbUp(r); err != nil {
+				w.Header().Set("Retry-After", "5")
+				writeError(w, r, http.StatusServiceUnavailable, fmt.Errorf("the database does not answer: %w", err))
+				return
+			}
+		}
+		rt.handler.ServeHTTP(w, r)
+	})
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}
+
+// dbHealth caches the last Postgres ping for dbCheckEvery, so a busy API
+// does not ping per request.
+type dbHealth struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+const dbCheckEvery = time.Second
+
+func (a *API) dbUp(r *http.Request) error {
+	if a.inf.Store == nil {
+		return nil
+	}
+	a.db.mu.Lock()
+	defer a.db.mu.Unlock()
+	if time.Since(a.db.at) < dbCheckEvery {
+		return a.db.err
+	}
+	a.db.err, a.db.at = a.inf.Store.Ping(r.Context()), time.Now()
+	return a.db.err
+}
+
+// getPause is GET /v1/admin/pause.
+func (a *API) getPause(w http.ResponseWriter, r *http.Request) {
+	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
+	if err != nil {
+		writeError(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	st, err := control.Get(r.Context(), kv)
+	if err != nil {
+		writeError(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// putPause is PUT /v1/admin/pause: body {"paused":bool,"reason","by"}.
+func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
+	var st control.State
+	if err := decodeBody(r, &st); err != nil {
+		writeError(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
+		writeError(w, r, http.StatusBadRequest, errors.New("reason longer than 200 bytes or by longer than 64"))
+		return
+	}
+	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
+	if err == nil {
+		st.At = a.now().UTC()
+		err = control.Set(r.Context(), kv, st)
+	}
+	if err != nil {
+		writeError(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Problem is an RFC 9457 problem details object
+// (https://www.rfc-editor.org/rfc/rfc9457), served as application/problem+json.
+type Problem struct {
+	Type     string `json:"type"`   // "about:blank": the status code says it all
+	Title    string `json:"title"`  // the status text
+	Status   int    `json:"status"` // the HTTP status code
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"` // the request path
+}
+
+// writeError answers code with a problem+json body whose detail is err
+// (redacted) and whose instance is the request path.
+func writeError(w http.ResponseWriter, r *http.Request, code int, err error) {
+	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Instance: r.URL.Path}
+	if err != nil {
+		p.Detail = redact.String(err.Error())
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(p)
+}
+
+// decodeBody decodes a JSON request body of at most bus.MaxRequestBytes
+// into v, refusing unknown fields and trailing data.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, bus.MaxRequestBytes*16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// postRetry is POST /v1/admin/retry (RetryMatches).
+func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
+	var req RetryRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, r, http.StatusBadRequest, err)
+		return
+	}
+	res, err := RetryMatches(r.Context(), a.inf.Store, a.inf.JS, a.inf.Subjects, req, a.now())
+	switch {
+	case errors.Is(err, bus.ErrBadRequest):
+		writeError(w, r, http.StatusBadRequest, err)
+	case err != nil:
+		writeError(w, r, http.StatusServiceUnavailable, err)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
+// switch in the control bucket (NATS_URL) for every service.
+func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	off := fs.Bool("off", false, "resume syncing")
+	reason := fs.String("reason", "", "why (shown in 503 answers and logs)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	_, _, nc, js, err := connectCLI(ctx, "riftflow-pause", stderr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, streams.BucketControl)
+	if err != nil {
+		return fmt.Errorf("open the control bucket (run `riftflow streams apply`): %w", err)
+	}
+	st := control.State{Paused: !*off, Reason: *reason, By: "cli"}
+	if err := control.Set(ctx, kv, st); err != nil {
+		return err
+	}
+	if st.Paused {
+		fmt.Fprintln(stdout, "syncing paused; `riftflow pause --off` resumes it")
+	} else {
+		fmt.Fprintln(stdout, "syncing resumed")
+	}
+	return nil
+}
+
+// deleteAccount is DELETE /v1/admin/accounts/{puuid}: ForgetPlayer; 200
+// ForgetResult, 404 problem when nothing is stored for the player.
+func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
+	res, err := ForgetPlayer(r.Context(), a.inf.Store, a.inf.JS, r.PathValue("puuid"), a.inf.Logger("api"), a.now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, r, http.StatusNotFound, err)
+	case err != nil:
+		writeError(w, r, http.StatusServiceUnavailable, err)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}

@@ -1,0 +1,175 @@
+package riftflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/internal/sim"
+)
+
+// TestOpenAPIMatchesRoutes: /openapi.json documents exactly the routes
+// the API serves (method and path), no more, no fewer.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented[strings.ToUpper(method)+" "+path] = true
+		}
+	}
+	served := map[string]bool{}
+	for _, rt := range NewAPI(&app.Infra{}).routeTable() {
+		served[rt.pattern] = true
+		if !documented[rt.pattern] {
+			t.Errorf("route %s is not in openapi.json", rt.pattern)
+		}
+	}
+	for op := range documented {
+		if !served[op] {
+			t.Errorf("openapi.json documents %s, which no route serves", op)
+		}
+	}
+}
+
+// TestReadAPI: after a sync, every stored match and timeline is served
+// JSON-equal (and byte-equal) to the simulator's answer, with an ETag
+// (304 on If-None-Match) and design 002's one-day Cache-Control; answers
+// come from the in-process cache once read; a player's matches page
+// newest first through an opaque cursor; errors are problem+json.
+func TestReadAPI(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 5}}})
+	p := synthPlayer(t, h, 1)
+	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	h.waitIdle(20 * time.Second)
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
+	defer srv.Close()
+	get := func(path string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp, b.Bytes()
+	}
+	jsonEqual := func(a, b []byte) bool {
+		var x, y any
+		return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+	}
+	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT match_id, EXISTS (SELECT 1 FROM match_timelines t WHERE t.match_id = m.match_id) FROM matches m`)
+	type stored struct {
+		id       string
+		timeline bool
+	}
+	var all []stored
+	for rows.Next() {
+		var s stored
+		rows.Scan(&s.id, &s.timeline)
+		all = append(all, s)
+	}
+	if len(all) != 5 {
+		t.Fatalf("%d stored matches, want 5", len(all))
+	}
+	for _, s := range all {
+		_, want, err := h.st.Infra.Riot.Match(h.ctx, riot.Americas, s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, got := get("/v1/matches/" + s.id)
+		if resp.StatusCode != 200 || !jsonEqual(got, want) || !bytes.Equal(got, want) {
+			t.Errorf("match %s: %d, JSON-equal %v, byte-equal %v", s.id, resp.StatusCode, jsonEqual(got, want), bytes.Equal(got, want))
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=86400" || resp.Header.Get("ETag") == "" {
+			t.Errorf("match %s: Cache-Control %q, ETag %q", s.id, cc, resp.Header.Get("ETag"))
+		}
+		if r2, _ := get("/v1/matches/"+s.id, "If-None-Match", resp.Header.Get("ETag")); r2.StatusCode != http.StatusNotModified {
+			t.Errorf("match %s with If-None-Match: %d, want 304", s.id, r2.StatusCode)
+		}
+		if !s.timeline {
+			continue
+		}
+		_, wantTL, err := h.st.Infra.Riot.Timeline(h.ctx, riot.Americas, s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, got := get("/v1/matches/" + s.id + "/timeline"); resp.StatusCode != 200 || !jsonEqual(got, wantTL) {
+			t.Errorf("timeline %s: %d, JSON-equal %v", s.id, resp.StatusCode, jsonEqual(got, wantTL))
+		}
+	}
+	// Read once, served from the cache even when the row is gone.
+	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, all[0].id); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := get("/v1/matches/" + all[0].id); resp.StatusCode != 200 {
+		t.Errorf("a match read before was not served from the cache: %d", resp.StatusCode)
+	}
+	// Pages of 2, newest first.
+	var ids []string
+	cursor := ""
+	for page := 0; page < 5; page++ {
+		resp, body := get("/v1/players/" + p.PUUID + "/matches?limit=2&cursor=" + cursor)
+		var mp matchesPage
+		if resp.StatusCode != 200 || json.Unmarshal(body, &mp) != nil {
+			t.Fatalf("page %d: %d %s", page, resp.StatusCode, body)
+		}
+		for _, m := range mp.Matches {
+			ids = append(ids, m.MatchID)
+		}
+		if cursor = mp.Next; cursor == "" {
+			break
+		}
+	}
+	var want []string
+	for _, m := range p.Matches[:5] {
+		if m.ID != all[0].id {
+			want = append(want, m.ID)
+		}
+	}
+	if !reflect.DeepEqual(ids, want) {
+		t.Errorf("paged matches %v, want newest first %v", ids, want)
+	}
+	// riftflow show reads the same.
+	t.Setenv("DATABASE_URL", h.st.Infra.Env.Postgres.URL.Reveal())
+	var out, errOut bytes.Buffer
+	if rc := Main([]string{"show", "--match", all[1].id}, &out, &errOut); rc != 0 {
+		t.Fatalf("riftflow show: %d %s", rc, errOut.String())
+	}
+	if _, want, _ := h.st.Infra.Riot.Match(h.ctx, riot.Americas, all[1].id); !jsonEqual(out.Bytes(), want) {
+		t.Error("riftflow show --match differs from Riot's MatchDto")
+	}
+	out.Reset()
+	if rc := Main([]string{"show", "--puuid", p.PUUID, "--limit", "10"}, &out, &errOut); rc != 0 ||
+		strings.Count(out.String(), `"match_id"`) != 4 {
+		t.Errorf("riftflow show --puuid: %d %s", rc, out.String())
+	}
+	for path, code := range map[string]int{"/v1/matches/NA1_1": 404, "/v1/players/x/matches?cursor=bm9wZQ": 400,
+		"/v1/players/x/matches?limit=0": 400, "/v1/players/nobody": 404} {
+		if resp, _ := get(path); resp.StatusCode != code || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("GET %s: %d %s, want %d problem+json", path, resp.StatusCode, resp.Header.Get("Content-Type"), code)
+		}
+	}
+}
