@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/streams"

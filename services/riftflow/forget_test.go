@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
-	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"

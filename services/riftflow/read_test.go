@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
-	"github.com/riftflow/riftflow/internal/sim"
 )
 
 // TestOpenAPIMatchesRoutes: /openapi.json documents exactly the routes
