@@ -337,11 +337,13 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status,
 			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
 	}
-	if cmd.Attempt >= s.cfg.MaxAttempts {
-		// A 5xx or timeout streak says nothing about the match: it is
+	if cmd.Attempt-cmd.NotFound >= s.cfg.MaxAttempts {
+		// MaxAttempts 5xx or timeouts say nothing about the match: they are
 		// never final. The in-process retries end here; the fetch stays
 		// temporary_failure, the retry-sweeper tries it again on its
-		// capped backoff, and the sync completes with it pending.
+		// capped backoff, and the sync completes with it pending. Only
+		// failures other than 404 count here, so a 404 streak with a 5xx
+		// or two in it still ends as the 404s say (above).
 		return s.finish(ctx, m, cmd, bus.TemporaryFailure, re.Status,
 			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), nil)
 	}
