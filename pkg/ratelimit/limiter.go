@@ -99,6 +99,9 @@ func (o *Options) margin(w time.Duration) time.Duration {
 	return min(max(m, o.MinMargin), o.MaxMargin)
 }
 
+// margin is the time added to the end of w before it rolls.
+func (e *engine) margin(w *window) time.Duration { return e.o.margin(w.length) }
+
 // ErrKeyRejected is wrapped by the error Acquire returns once the key has
 // been rejected (RejectKey, or a 401/403 seen by any replica).
 var ErrKeyRejected = errors.New("ratelimit: API key rejected")
@@ -292,7 +295,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	}
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
-		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.o.margin(w.length))) {
+		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(w))) {
 			w.start, w.count, w.leased, w.fb = time.Time{}, 0, 0, false
 			if e.st == nil && b.inflight > 0 {
 				// Requests still in flight at the rollover may reach Riot
@@ -303,7 +306,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 				w.start, w.count = now, b.inflight
 			}
 		}
-		end := w.start.Add(w.length + e.o.margin(w.length))
+		end := w.start.Add(w.length + e.margin(w))
 		block := func(t time.Time) {
 			if res != blocked || t.After(until) {
 				res, until = blocked, t
@@ -332,12 +335,26 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	return res, until
 }
 
-func (e *engine) take(b *bucket, now time.Time) []time.Time {
+// mark is where one granted request stands in one window of its budget:
+// the window's start, the request's ordinal in it (the window's granted
+// count up to and including it: local count, or for Shared the KV count as
+// last seen minus the tokens this process still holds unsent), and how
+// many other requests of the budget were in flight when it was granted.
+// A count-1 reply (Riot's window began with this request) uses them to
+// tell which requests may share Riot's new window (engine.learn).
+type mark struct {
+	start    time.Time
+	ord      int
+	inflight int
+}
+
+func (e *engine) take(b *bucket, now time.Time) []mark {
+	inflight := b.inflight
 	b.inflight++
 	if b.limits == "" {
 		b.pre++
 	}
-	starts := make([]time.Time, len(b.windows))
+	marks := make([]mark, len(b.windows))
 	for i, w := range b.windows {
 		if w.start.IsZero() {
 			w.start = now
@@ -348,9 +365,9 @@ func (e *engine) take(b *bucket, now time.Time) []time.Time {
 		if e.st != nil {
 			w.leased-- // count, the KV view, already includes leased tokens
 		}
-		starts[i] = w.start
+		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight}
 	}
-	return starts
+	return marks
 }
 
 // acquire implements riot.Limiter for both limiters.
@@ -503,7 +520,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					continue
 				}
 				w := q.Remove(q.Front()).(*waiter)
-				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appStarts: e.take(r.app, now), mStarts: e.take(mb, now)}
+				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -547,14 +564,14 @@ func (e *engine) arm(r *route, wake, now time.Time) {
 
 // permit is one reserved request.
 type permit struct {
-	e         *engine
-	r         *route
-	mb        *bucket
-	c         riot.Call
-	at        time.Time   // when granted
-	appStarts []time.Time // start of each app window it was counted in
-	mStarts   []time.Time
-	once      sync.Once
+	e        *engine
+	r        *route
+	mb       *bucket
+	c        riot.Call
+	at       time.Time // when granted
+	appMarks []mark    // where it stands in each app window it was counted in
+	mMarks   []mark
+	once     sync.Once
 }
 
 // Cancel implements riot.Permit: the reservation returns to the budget.
@@ -568,12 +585,12 @@ func (p *permit) Cancel() {
 
 func (e *engine) cancel(p *permit) {
 	for _, x := range []struct {
-		b      *bucket
-		starts []time.Time
-	}{{p.r.app, p.appStarts}, {p.mb, p.mStarts}} {
+		b     *bucket
+		marks []mark
+	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
 		x.b.inflight--
 		for i, w := range x.b.windows {
-			if i < len(x.starts) && w.start.Equal(x.starts[i]) {
+			if i < len(x.marks) && w.start.Equal(x.marks[i].start) {
 				if e.st == nil || w.fb {
 					w.count--
 				}
@@ -604,8 +621,8 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 		e.releaseIdleProbes(p.r)
 		return
 	}
-	e.learn(p.r.app, p, p.appStarts, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
-	e.learn(p.mb, p, p.mStarts, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
+	e.learn(p.r.app, p, p.appMarks, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
+	e.learn(p.mb, p, p.mMarks, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
 	if status == http.StatusTooManyRequests {
 		e.on429(p, h, now)
 	} else if status < 500 {
@@ -650,7 +667,7 @@ func (e *engine) releaseIdleProbes(r *route) {
 }
 
 // learn applies a response's limit and count headers to b.
-func (e *engine) learn(b *bucket, p *permit, starts []time.Time, limH, cntH string, now time.Time) {
+func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, now time.Time) {
 	lims := ParseLimits(limH)
 	cnts := ParseLimits(cntH)
 	if e.o.LimitShare < 1 {
@@ -668,57 +685,90 @@ func (e *engine) learn(b *bucket, p *permit, starts []time.Time, limH, cntH stri
 			}
 		}
 	}
+	shared := e.st != nil
 	for i, w := range b.windows {
 		c, ok := countFor(cnts, w.length)
 		if !ok {
 			continue
 		}
-		var counted time.Time // start of the window p was counted in; zero if none
-		if i < len(starts) {
-			counted = starts[i]
-			if !w.start.Equal(counted) {
-				continue // the request was counted in an earlier window
-			}
+		var m mark // where p stands in the window it was counted in; zero start if none
+		if i < len(marks) {
+			m = marks[i]
 		}
-		if e.st != nil && !w.fb {
-			// Shared: KV holds the count. Raise it if Riot counts more
-			// (also seeds a window with requests sent before the limits
-			// were known). The local view follows on the next lease.
-			// Requests sent before the limits were known are added to
-			// KV by the next lease (seedIn), not here: a count header
-			// cannot tell them from tokens leased but not yet sent.
-			if c == 1 && !counted.IsZero() && counted.Before(now) {
-				// Riot's window began when this request arrived, later
-				// than the KV window was stamped (the lease came before
-				// the request). The arrival is somewhere between the
-				// grant and this response, so move the shared window's
-				// start to the response: then our next window cannot
-				// start inside Riot's, however slow the request was.
-				e.st.moveStart(b, w, counted, now)
-				if w.start.Equal(counted) {
-					w.start = time.UnixMilli(now.UnixMilli())
-				}
+		if c == 1 && !m.start.IsZero() && !w.fb {
+			e.alignToRiot(b, w, m, now)
+		}
+		if !m.start.IsZero() && !w.start.Equal(m.start) {
+			continue // the request was counted in an earlier window
+		}
+		if shared && !w.fb {
+			// Shared: KV holds the count. Raise it if Riot counts more.
+			// The local view follows on the next lease. Requests sent
+			// before the limits were known are added to KV by the next
+			// lease (seedIn), not here: a count header cannot tell them
+			// from tokens leased but not yet sent.
+			if !m.start.IsZero() && c > w.count {
+				e.st.reconcile(b, w, m.start, p.at, c)
 			}
-			if !counted.IsZero() && c > w.count {
-				e.st.reconcile(b, w, counted, p.at, c)
-			}
-			if counted.IsZero() && len(starts) == 0 {
+			if m.start.IsZero() && len(marks) == 0 {
 				w.seedCount = max(w.seedCount, c) // a request sent before the limits were known
 			}
 			continue
 		}
-		if c == 1 && !counted.IsZero() && w.start.Before(now) && w.count > 1 {
-			// Riot's window began when this request arrived, between its
-			// grant and this response: move ours to the response
-			// (conservatively keeping its count), so our next window
-			// cannot start inside Riot's.
-			w.start = now
-		}
-		if counted.IsZero() && w.start.IsZero() {
+		if m.start.IsZero() && w.start.IsZero() {
 			w.start = p.at
 		}
 		w.count = max(w.count, c)
 	}
+}
+
+// alignToRiot applies a count-1 reply: Riot's window began with request p,
+// when it arrived, somewhere between its grant and now. Riot's window ends
+// at most one window length after now, so the window of ours that holds
+// Riot's must not end before that: it must start no earlier than
+// floor = now − margin. Nothing else is implied, and budget is never given
+// up beyond what the reply proves:
+//
+//   - p was counted in our window w (w.start == m.start) and w started
+//     before floor: the requests granted in w before p reached Riot's
+//     previous window, not the one p began. w is rolled: it restarts at
+//     floor counting only what may be in Riot's new window (p, those
+//     granted after p, and those in flight when p was granted). Keeping
+//     w's count while moving its start (the old rule) idled every process
+//     for a whole window when p was a straggler granted at the end of a
+//     full window.
+//   - p was counted in an earlier window and w (already running) started
+//     before floor: p is a straggler that Riot counted in the window that
+//     w mirrors; w moves to floor keeping its count, which costs at most
+//     p's round trip.
+//
+// Callers hold mu.
+func (e *engine) alignToRiot(b *bucket, w *window, m mark, now time.Time) {
+	floor := now.Add(-e.margin(w))
+	if e.st != nil {
+		floor = time.UnixMilli(floor.UnixMilli()) // as stored in KV
+		if floor.After(m.start) {
+			e.st.align(b, w, m, floor) // KV may be ahead of our view
+		}
+	}
+	if w.start.IsZero() || !floor.After(w.start) {
+		return // w starts late enough (or starts at the next grant, after now)
+	}
+	if w.start.Equal(m.start) {
+		w.start, w.count = floor, rolledCount(w.count, m)
+		return
+	}
+	if w.start.After(m.start) {
+		w.start = floor
+	}
+}
+
+// rolledCount is what a window holding count requests keeps when a count-1
+// reply for the request marked m rolls it: the requests that may have
+// reached Riot's new window (m's request, those granted after it, those in
+// flight when it was granted), never more than count.
+func rolledCount(count int, m mark) int {
+	return min(count, 1+max(0, count-m.ord)+m.inflight)
 }
 
 // setLimits replaces b's windows, keeping the state of windows whose length
@@ -863,7 +913,7 @@ func (e *engine) snapshot() []BucketState {
 		for _, w := range b.windows {
 			ws := WindowState{Limit: w.limit, Length: w.length}
 			if !w.start.IsZero() {
-				if end := w.start.Add(w.length + e.o.margin(w.length)); end.After(now) {
+				if end := w.start.Add(w.length + e.margin(w)); end.After(now) {
 					ws.Count, ws.ResetsAt = w.count, end
 				}
 			}

@@ -434,11 +434,15 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 	}()
 }
 
-// moveStart moves a KV window that started at counted to at (later): the
-// -Count header said Riot's window began with a request granted at at.
-// The count is kept; a window already replaced is left alone.
-func (st *kvStore) moveStart(b *bucket, w *window, counted, at time.Time) {
+// align applies a count-1 reply for the request marked m to the KV window
+// of w's length (see engine.alignToRiot): if KV still holds the window m's
+// request was counted in and it started before floor, it is rolled to
+// floor with rolledCount; if it holds a later window started before floor,
+// that window moves to floor with its count. Anything else (a window
+// already starting at or after floor) is left alone.
+func (st *kvStore) align(b *bucket, w *window, m mark, floor time.Time) {
 	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -448,10 +452,17 @@ func (st *kvStore) moveStart(b *bucket, w *window, counted, at time.Time) {
 				return
 			}
 			var cur winVal
-			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start != counted.UnixMilli() || cur.Start >= at.UnixMilli() {
+			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start >= fl {
 				return
 			}
-			cur.Start = at.UnixMilli()
+			switch {
+			case cur.Start == counted:
+				cur.Start, cur.Granted = fl, rolledCount(cur.Granted, m)
+			case cur.Start > counted:
+				cur.Start = fl
+			default:
+				return
+			}
 			v, _ := json.Marshal(cur)
 			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				return
