@@ -28,17 +28,15 @@ type Options struct {
 	// whose limits are not yet known (before its first response carrying
 	// rate-limit headers). Default 1.
 	InitialInFlight int
-	// MarginFraction, MinMargin and MaxMargin size the time margin added to
-	// the end of every window, to absorb latency and server counter or clock
-	// skew (riot-api #371): margin = clamp(window×MarginFraction, MinMargin,
-	// MaxMargin). Defaults 0.02, 150 ms, 1 s: a 10 s window lasts 10.2 s
-	// (98 % of the nominal rate), a 1 s window 1.15 s. (With a 50 ms
-	// minimum, two fetchers on a loaded 2-core machine overshot a 12:1
-	// method window by one request in 2 runs of 4; with 150 ms, in none.
-	// Riot's 1 s windows rarely bind for long: a dev key's 100:120 does.)
-	MarginFraction float64
-	MinMargin      time.Duration
-	MaxMargin      time.Duration
+	// InitialMargin is the time added to the end of every window of a
+	// route until the first answer on that route has been timed (default
+	// 1 s). After that the margin is measured, not configured: the
+	// smoothed round trip (grant to answer) of the route's calls plus four
+	// times its mean deviation, as TCP sizes its retransmission timeout
+	// (RFC 6298), at least 1 ms. It absorbs the time between our window's
+	// start and Riot's (the first request's trip) and the jitter of later
+	// trips (see docs/rate-limiting.md).
+	InitialMargin time.Duration
 	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
 	RetryAfterMargin time.Duration
 	// BackoffStart and BackoffMax shape the exponential pause after a 429
@@ -68,14 +66,8 @@ func (o *Options) defaults() {
 	if o.InitialInFlight <= 0 {
 		o.InitialInFlight = 1
 	}
-	if o.MarginFraction <= 0 {
-		o.MarginFraction = 0.02
-	}
-	if o.MinMargin <= 0 {
-		o.MinMargin = 150 * time.Millisecond
-	}
-	if o.MaxMargin <= 0 {
-		o.MaxMargin = time.Second
+	if o.InitialMargin <= 0 {
+		o.InitialMargin = time.Second
 	}
 	if o.RetryAfterMargin <= 0 {
 		o.RetryAfterMargin = 500 * time.Millisecond
@@ -94,13 +86,53 @@ func (o *Options) defaults() {
 	}
 }
 
-func (o *Options) margin(w time.Duration) time.Duration {
-	m := time.Duration(float64(w) * o.MarginFraction)
-	return min(max(m, o.MinMargin), o.MaxMargin)
+// rttStat smooths the round trips (grant to answer) of one route's calls
+// as TCP does (RFC 6298): srtt += (r−srtt)/8, rttvar += (|srtt−r|−rttvar)/4.
+type rttStat struct {
+	srtt, rttvar time.Duration
+	n            int
 }
 
-// margin is the time added to the end of w before it rolls.
-func (e *engine) margin(w *window) time.Duration { return e.o.margin(w.length) }
+func (s *rttStat) add(r time.Duration) {
+	r = max(r, 0)
+	if s.n == 0 {
+		s.srtt, s.rttvar = r, r/2
+	} else {
+		d := s.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		s.rttvar += (d - s.rttvar) / 4
+		s.srtt += (r - s.srtt) / 8
+	}
+	s.n++
+}
+
+// minMargin is the resolution of window starts in KV (Unix ms).
+const minMargin = time.Millisecond
+
+// margin is srtt + 4·rttvar (above nearly every round trip seen), or
+// initial before any answer was timed.
+func (s *rttStat) margin(initial time.Duration) time.Duration {
+	if s.n == 0 {
+		return initial
+	}
+	return max(s.srtt+4*s.rttvar, minMargin)
+}
+
+// margin is the time added to the end of b's window w before it rolls:
+// the route's measured margin, or the larger one stored with the KV window
+// by the processes that leased from it (Shared), never more than the
+// window's length. Callers hold mu.
+func (e *engine) margin(b *bucket, w *window) time.Duration {
+	return min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
+}
+
+// maxMarginDiv caps the margin at a tenth of the window: one very slow
+// answer must not idle a long window for long. A window opened later than
+// that by Riot is still caught: the count-1 reply realigns ours
+// (engine.alignToRiot).
+const maxMarginDiv = 10
 
 // ErrKeyRejected is wrapped by the error Acquire returns once the key has
 // been rejected (RejectKey, or a 401/403 seen by any replica).
@@ -119,11 +151,15 @@ type window struct {
 	// request: the next lease raises the KV window to at least this, so a
 	// budget another user of the key already spent is not leased again.
 	seedCount int
+	// kvMargin (shared only) is the margin stored with the KV window: the
+	// largest measured margin of the processes that leased from it.
+	kvMargin time.Duration
 }
 
 // bucket is one budget: the app budget of a route or one method's.
 type bucket struct {
-	route, method string // method "" for the app budget
+	route, method string   // method "" for the app budget
+	rtt           *rttStat // the route's round trips
 	windows       []*window
 	limits        string // canonical learned limits, "" if not learned
 	inflight      int
@@ -162,6 +198,7 @@ type route struct {
 	rr      int
 	timer   *time.Timer
 	timerAt time.Time
+	rtt     rttStat // round trips of the route's calls, for the margin
 }
 
 type waiter struct {
@@ -249,7 +286,8 @@ func (e *engine) rejectKey(status int) bool {
 func (e *engine) route(name string) *route {
 	r := e.routes[name]
 	if r == nil {
-		r = &route{name: name, app: &bucket{route: name}, methods: map[string]*bucket{}}
+		r = &route{name: name, methods: map[string]*bucket{}}
+		r.app = &bucket{route: name, rtt: &r.rtt}
 		e.routes[name] = r
 	}
 	return r
@@ -258,7 +296,7 @@ func (e *engine) route(name string) *route {
 func (r *route) method(m string) *bucket {
 	b := r.methods[m]
 	if b == nil {
-		b = &bucket{route: r.name, method: m}
+		b = &bucket{route: r.name, method: m, rtt: &r.rtt}
 		r.methods[m] = b
 		r.order = append(r.order, b)
 	}
@@ -295,7 +333,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	}
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
-		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(w))) {
+		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(b, w))) {
 			w.start, w.count, w.leased, w.fb = time.Time{}, 0, 0, false
 			if e.st == nil && b.inflight > 0 {
 				// Requests still in flight at the rollover may reach Riot
@@ -306,7 +344,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 				w.start, w.count = now, b.inflight
 			}
 		}
-		end := w.start.Add(w.length + e.margin(w))
+		end := w.start.Add(w.length + e.margin(b, w))
 		block := func(t time.Time) {
 			if res != blocked || t.After(until) {
 				res, until = blocked, t
@@ -520,7 +558,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					continue
 				}
 				w := q.Remove(q.Front()).(*waiter)
-				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
+				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, alone: r.app.inflight == 0, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -569,6 +607,7 @@ type permit struct {
 	mb       *bucket
 	c        riot.Call
 	at       time.Time // when granted
+	alone    bool      // nothing else was in flight on the route when granted
 	appMarks []mark    // where it stands in each app window it was counted in
 	mMarks   []mark
 	once     sync.Once
@@ -617,12 +656,18 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	p.r.app.inflight--
 	p.mb.inflight--
 	if status == 0 || h == nil {
+		if status != 0 {
+			e.timed(p, now)
+		}
 		e.dispatch(p.r, now)
 		e.releaseIdleProbes(p.r)
 		return
 	}
 	e.learn(p.r.app, p, p.appMarks, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
 	e.learn(p.mb, p, p.mMarks, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
+	// Timed after learn: a count reply is judged with the margin the
+	// windows were judged with when the request was granted.
+	e.timed(p, now)
 	if status == http.StatusTooManyRequests {
 		e.on429(p, h, now)
 	} else if status < 500 {
@@ -631,6 +676,17 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	}
 	e.dispatch(p.r, now)
 	e.releaseIdleProbes(p.r)
+}
+
+// timed adds p's round trip (grant to answer) to its route's margin
+// estimate if p went out alone: the first request of a burst is the one
+// that opens Riot's window, and the others' trips include queueing behind
+// it at the server, which says nothing about when a window opens.
+// Callers hold mu.
+func (e *engine) timed(p *permit, now time.Time) {
+	if p.alone {
+		p.r.rtt.add(now.Sub(p.at))
+	}
 }
 
 // demand is the number of queued waiters that b's grants would serve.
@@ -729,14 +785,19 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 // floor = now − margin. Nothing else is implied, and budget is never given
 // up beyond what the reply proves:
 //
-//   - p was counted in our window w (w.start == m.start) and w started
-//     before floor: the requests granted in w before p reached Riot's
+//   - p was counted in our window w (w.start == m.start), w started
+//     before floor and its length has passed (p is a straggler, granted at
+//     the end of w): the requests granted in w before p reached Riot's
 //     previous window, not the one p began. w is rolled: it restarts at
 //     floor counting only what may be in Riot's new window (p, those
-//     granted after p, and those in flight when p was granted). Keeping
-//     w's count while moving its start (the old rule) idled every process
-//     for a whole window when p was a straggler granted at the end of a
-//     full window.
+//     granted after p, and those in flight when p was granted; with
+//     Shared, the other processes add their own in-flight requests when
+//     they next lease, leaseJob.inflight). Keeping w's count while moving
+//     its start (the old rule) idled every process for a whole window
+//     when p was a straggler granted at the end of a full window.
+//   - The same in a young window (its length has not passed): the
+//     requests granted before p may still be on their way, so the count
+//     is kept and w only moves to floor, which costs at most p's trip.
 //   - p was counted in an earlier window and w (already running) started
 //     before floor: p is a straggler that Riot counted in the window that
 //     w mirrors; w moves to floor keeping its count, which costs at most
@@ -744,17 +805,25 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 //
 // Callers hold mu.
 func (e *engine) alignToRiot(b *bucket, w *window, m mark, now time.Time) {
-	floor := now.Add(-e.margin(w))
+	floor := now.Add(-e.margin(b, w))
 	if e.st != nil {
 		floor = time.UnixMilli(floor.UnixMilli()) // as stored in KV
 		if floor.After(m.start) {
-			e.st.align(b, w, m, floor) // KV may be ahead of our view
+			e.st.align(b, w, m, floor, now) // KV may be ahead of our view
 		}
 	}
 	if w.start.IsZero() || !floor.After(w.start) {
 		return // w starts late enough (or starts at the next grant, after now)
 	}
 	if w.start.Equal(m.start) {
+		if now.Sub(w.start) < w.length {
+			// A young window: the requests granted before p may still be
+			// on their way (other processes' too), so they may all be in
+			// Riot's new window. Keep the count; this costs at most p's
+			// round trip.
+			w.start = floor
+			return
+		}
 		w.start, w.count = floor, rolledCount(w.count, m)
 		return
 	}
@@ -913,7 +982,7 @@ func (e *engine) snapshot() []BucketState {
 		for _, w := range b.windows {
 			ws := WindowState{Limit: w.limit, Length: w.length}
 			if !w.start.IsZero() {
-				if end := w.start.Add(w.length + e.margin(w)); end.After(now) {
+				if end := w.start.Add(w.length + e.margin(b, w)); end.After(now) {
 					ws.Count, ws.ResetsAt = w.count, end
 				}
 			}

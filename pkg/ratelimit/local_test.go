@@ -16,10 +16,9 @@ var getMatch = riot.Call{Route: "asia", Method: "match-v5.getMatch"}
 
 func TestLocalUsesBudgetWithout429(t *testing.T) {
 	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
-	// The in-process fake has no network skew: measure the algorithm with
-	// the 50 ms margin it needs here (the default floor, 150 ms, is sized
-	// for a loaded machine and caps a 1 s window at 87 %).
-	lim := NewLocal(Options{MinMargin: 50 * time.Millisecond})
+	// The margin is measured from round trips (about 1 ms to the
+	// in-process fake), so a 1 s window is not capped by a fixed margin.
+	lim := NewLocal(Options{})
 	hammer(t, []riot.Limiter{lim}, srv.URL, getMatch, 16, 3500*time.Millisecond, 1)
 	ok, tm, span := f.stats()
 	if len(tm) != 0 {

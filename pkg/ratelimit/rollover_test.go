@@ -78,7 +78,7 @@ func TestCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	clk.at(5 * time.Second)
 	p = grants(t, lim, 1)[0]
 	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
-	end := 10*time.Second + lim.e.o.margin(10*time.Second)
+	end := 10*time.Second + appMargin(lim.e)
 	clk.at(end - time.Millisecond)
 	ps := grants(t, lim, 2)
 	if len(ps) != 1 {
@@ -101,7 +101,7 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 	const app, meth = "3:10", "100:10"
 	p := grants(t, lim, 1)[0]
 	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	m := lim.e.o.margin(10 * time.Second)
+	m := appMargin(lim.e)
 	end := 10*time.Second + m
 	clk.at(end - time.Millisecond)
 	straggler := grants(t, lim, 1)[0]
@@ -121,7 +121,18 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 	if got := grants(t, lim, 1); len(got) != 0 {
 		t.Fatalf("granted %d before Riot's window (begun by the straggler) can have ended", len(got))
 	}
-	clk.at(respAt + 10*time.Second + m)
+	var resets time.Time
+	for _, b := range lim.Snapshot() {
+		if b.Method == "app" {
+			resets = b.Windows[0].ResetsAt
+		}
+	}
+	if riotEnd := clk.t0().Add(respAt + 10*time.Second); resets.Before(riotEnd) {
+		t.Fatalf("our window resets at %v, before Riot's (begun by the straggler) may end at %v", resets, riotEnd)
+	}
+	clk.mu.Lock()
+	clk.t = resets
+	clk.mu.Unlock()
 	if got := grants(t, lim, 5); len(got) != 3 {
 		t.Fatalf("granted %d once Riot's window ended, want 3", len(got))
 	}
@@ -149,7 +160,7 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	clk.at(5 * time.Second)
 	p = grants(t, b, 1)[0]
 	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
-	end := 10*time.Second + a.e.o.margin(10*time.Second)
+	end := 10*time.Second + appMargin(a.e)
 	clk.at(end - time.Millisecond)
 	ps := grants(t, a, 2)
 	if len(ps) != 1 {
@@ -170,6 +181,14 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	if len(got) < 1 || len(got) > 2 {
 		t.Fatalf("b granted %d after a's count-1 reply, want 1 or 2 (Riot's new window has 2 left)", len(got))
 	}
+}
+
+// appMargin is the margin of the first app window of route asia.
+func appMargin(e *engine) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.routes["asia"]
+	return e.margin(r.app, r.app.windows[0])
 }
 
 func (c *manualClock) t0() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }

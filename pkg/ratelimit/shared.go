@@ -124,7 +124,7 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	e.st = st
 	p := o.KeyID + "."
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := kv.WatchFiltered(wctx, []string{p + "*.pause.>", p + "*.limits.>", p + "*.probe.>", p + "rejected"})
+	w, err := kv.WatchFiltered(wctx, []string{p + "*.pause.>", p + "*.limits.>", p + "*.probe.>", p + "*.align.>", p + "rejected"})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("ratelimit: watch %s: %w", o.Bucket, err)
@@ -262,6 +262,16 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 		if len(parts) == 3 && parts[1] != "probe" {
 			r := s.e.route(parts[0])
 			b := r.app
+			var length time.Duration
+			if parts[1] == "align" { // <route>.align.app.<sec> | <route>.align.m.<method>.<sec>
+				i := strings.LastIndexByte(parts[2], '.')
+				if i < 0 {
+					s.e.mu.Unlock()
+					continue
+				}
+				sec, _ := strconv.Atoi(parts[2][i+1:])
+				length, parts[2] = time.Duration(sec)*time.Second, parts[2][:i]
+			}
 			if m, ok := strings.CutPrefix(parts[2], "m."); ok {
 				b = nil
 				for _, x := range r.order {
@@ -284,6 +294,9 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 					s.e.setLimits(b, ls, now)
 					s.e.dispatch(r, now)
 				}
+			case "align":
+				s.e.realigned(b, length)
+				s.e.dispatch(r, now)
 			}
 		}
 		s.e.mu.Unlock()
@@ -317,6 +330,15 @@ type winVal struct {
 	Start   int64 `json:"s"` // window start, Unix ms
 	Limit   int   `json:"l"`
 	Granted int   `json:"g"` // tokens handed out (leased) in this window by all processes
+	// Margin is the largest measured margin (ms) of the processes that
+	// leased from the window; every process judges the window's end as
+	// start + length + max(its own margin, Margin).
+	Margin int64 `json:"m,omitempty"`
+}
+
+// end is when the window may roll for a process whose margin is margin.
+func (v winVal) end(length, margin time.Duration) time.Time {
+	return time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
 }
 
 type pauseVal struct {
@@ -390,7 +412,7 @@ func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
 // new one started at at, the request's grant time).
 func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
 	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
-	length, limit, margin := w.length, w.limit, st.e.o.margin(w.length)
+	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -414,7 +436,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 			_ = json.Unmarshal(ent.Value(), &cur)
 			next := cur
 			switch {
-			case cur.Start == 0 || !now.Before(time.UnixMilli(cur.Start).Add(length+margin)):
+			case cur.Start == 0 || !now.Before(cur.end(length, margin)):
 				if !counted.IsZero() {
 					return // that window is over
 				}
@@ -437,11 +459,14 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 // align applies a count-1 reply for the request marked m to the KV window
 // of w's length (see engine.alignToRiot): if KV still holds the window m's
 // request was counted in and it started before floor, it is rolled to
-// floor with rolledCount; if it holds a later window started before floor,
-// that window moves to floor with its count. Anything else (a window
+// floor with rolledCount (moved keeping its count if its length has not
+// passed); if it holds a later window started before floor, that window
+// moves to floor with its count. Anything else (a window
 // already starting at or after floor) is left alone.
-func (st *kvStore) align(b *bucket, w *window, m mark, floor time.Time) {
-	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
+	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	key := st.base(b, "win") + "." + sec
 	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
 	go func() {
 		ctx, cancel := st.ctx()
@@ -456,19 +481,41 @@ func (st *kvStore) align(b *bucket, w *window, m mark, floor time.Time) {
 				return
 			}
 			switch {
-			case cur.Start == counted:
+			case cur.Start == counted && roll:
 				cur.Start, cur.Granted = fl, rolledCount(cur.Granted, m)
+			case cur.Start == counted:
+				cur.Start = fl
 			case cur.Start > counted:
 				cur.Start = fl
 			default:
 				return
 			}
 			v, _ := json.Marshal(cur)
-			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			_, err = st.kv.Update(ctx, key, v, ent.Revision())
+			if err == nil {
+				// Tell the others: a process whose view of the window is
+				// full would otherwise wait for its own end of it.
+				if _, err := st.kv.Put(ctx, st.base(b, "align")+"."+sec, []byte(strconv.FormatInt(fl, 10))); err != nil {
+					st.e.o.Logger.Debug("ratelimit: announce realigned window", "key", key, "err", err)
+				}
+				return
+			}
+			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				return
 			}
 		}
 	}()
+}
+
+// realigned applies another process's notice that it realigned b's KV
+// window of length length (align): a full local view of it is dropped, so
+// the next grant leases again and reads the window from KV. Callers hold mu.
+func (e *engine) realigned(b *bucket, length time.Duration) {
+	for _, w := range b.windows {
+		if w.length == length && w.leased <= 0 && !w.fb {
+			w.count = 0
+		}
+	}
 }
 
 type leaseJob struct {
@@ -482,10 +529,20 @@ type leaseJob struct {
 	// is raised to at least this.
 	seedCount int
 	carry     int // requests in flight from the previous window, added once to the new one
+	// localStart is the window start this process knew; inflight its
+	// requests in flight. If KV holds a later start that is still running,
+	// another process realigned the window (align) and may not have
+	// counted them: they are added.
+	localStart time.Time
+	inflight   int
+	// margin judges the stored window's end; shareMargin (this process's
+	// measured margin, 0 before any answer was timed) is stored with it.
+	margin, shareMargin time.Duration
 	// results
-	start  time.Time
-	got, g int
-	err    error
+	start    time.Time
+	got, g   int
+	kvMargin time.Duration
+	err      error
 }
 
 type probeVal struct {
@@ -630,13 +687,18 @@ func (st *kvStore) lease(r *route, b *bucket) {
 			// (see engine.check). seedIn already holds the pre-limit ones.
 			carry = max(0, b.inflight-w.seedIn)
 		}
+		var shareMargin time.Duration
+		if b.rtt.n > 0 {
+			shareMargin = b.rtt.margin(0)
+		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
-			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry})
+			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry,
+			margin: e.margin(b, w), shareMargin: shareMargin, localStart: w.start, inflight: b.inflight})
 	}
 	e.mu.Unlock()
 
 	for _, j := range jobs {
-		j.start, j.got, j.g, j.err = st.leaseOne(j)
+		j.start, j.got, j.g, j.kvMargin, j.err = st.leaseOne(j)
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -664,6 +726,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		w.leased += j.got
 		w.count = max(w.count, j.g)
+		w.kvMargin = j.kvMargin
 	}
 	b.fetching = false
 	if b.share != "" {
@@ -674,11 +737,15 @@ func (st *kvStore) lease(r *route, b *bucket) {
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,
 // starting a new window when the stored one has ended. It returns the
-// window's start, the tokens taken and the window's global granted count.
-func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, error) {
+// window's start, the tokens taken, the window's global granted count and
+// its stored margin.
+func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, error) {
 	ctx, cancel := st.ctx()
 	defer cancel()
-	margin := st.e.o.margin(j.length)
+	ms := j.shareMargin.Milliseconds()
+	if j.shareMargin > 0 {
+		ms = max(ms, 1)
+	}
 	for range 50 {
 		now := st.e.o.Now()
 		size := func(rem int) int { return max(0, min(j.want, rem, max(1, rem/st.o.LeaseDivisor))) }
@@ -686,47 +753,53 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, error) {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k := size(j.limit - g0)
-			v, _ := json.Marshal(winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k})
+			next := winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
+			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
-				return time.UnixMilli(now.UnixMilli()), k, g0 + k, nil
+				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 		if err != nil {
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 		var cur winVal
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
 			cur = winVal{} // garbage: start a new window
 		}
-		start := time.UnixMilli(cur.Start)
 		var next winVal
 		var k int
-		if cur.Start == 0 || !now.Before(start.Add(j.length+margin)) {
+		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin)) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k = size(j.limit - g0)
-			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k}
+			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
 		} else {
-			raised := max(cur.Granted+j.seedIn+j.carry, j.seedCount)
+			add := j.seedIn + j.carry
+			if !j.localStart.IsZero() && cur.Start > j.localStart.UnixMilli() {
+				add += j.inflight
+			}
+			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
 			if k == 0 && raised == cur.Granted {
-				return start, 0, cur.Granted, nil // spent: nothing to write
+				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), nil // spent: nothing to write
 			}
 			// Written even with no token left: the seeds must reach KV.
-			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k}
+			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms)}
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
 		if err == nil {
-			return time.UnixMilli(next.Start), k, next.Granted, nil
+			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 	}
-	return time.Time{}, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
+	return time.Time{}, 0, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
 }
+
+func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }

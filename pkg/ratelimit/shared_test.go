@@ -18,8 +18,7 @@ func TestSharedInstancesStayUnderLimit(t *testing.T) {
 	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
 	var lims []riot.Limiter
 	for range 3 {
-		// 50 ms margin: see TestLocalUsesBudgetWithout429.
-		lims = append(lims, newShared(t, newJS(), SharedOptions{Options: Options{MinMargin: 50 * time.Millisecond}}))
+		lims = append(lims, newShared(t, newJS(), SharedOptions{}))
 	}
 	// Each instance learns the limits with one call, in turn, before the
 	// load: this test is about sharing under load (a simultaneous cold
@@ -228,8 +227,7 @@ func TestSharedColdStartOneProbe(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 		var wg sync.WaitGroup
 		for i := range procs {
-			lim := newShared(t, newJS(), SharedOptions{KeyID: kid, ProcID: "p" + strconv.Itoa(i),
-				Options: Options{MinMargin: 50 * time.Millisecond}})
+			lim := newShared(t, newJS(), SharedOptions{KeyID: kid, ProcID: "p" + strconv.Itoa(i)})
 			var first sync.Once
 			for range 4 {
 				wg.Go(func() {
