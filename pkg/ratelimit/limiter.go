@@ -145,7 +145,6 @@ type window struct {
 	start  time.Time // zero: not started
 	count  int       // requests counted in this window (local: granted; shared: global as last seen)
 	leased int       // shared only: tokens this process holds in the window starting at start
-	fb     bool      // shared only: a fallback window (KV unreachable), local share
 	seedIn int       // shared only: this process's requests sent before the limits were known; added to KV by the next lease
 	// seedCount (shared only) is the -Count Riot reported for such a
 	// request: the next lease raises the KV window to at least this, so a
@@ -168,6 +167,10 @@ type bucket struct {
 	pauseType     string
 	backoff       time.Duration
 	fetching      bool // shared: a lease request is under way
+	// storeRetry (shared): the KV store failed; no lease or probe is
+	// tried before this time. storeDown marks the outage for logging.
+	storeRetry time.Time
+	storeDown  bool
 	// Shared, while no process knows the limits: probeUntil is the end of
 	// this process's probe lock (it may send InitialInFlight requests);
 	// probeWait the end of another process's lock (wait for its limits).
@@ -321,6 +324,9 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 			return blocked, time.Time{}
 		}
 		if e.st != nil && !now.Before(b.probeUntil) {
+			if now.Before(b.storeRetry) {
+				return blocked, b.storeRetry // fail closed: no probe without the store
+			}
 			// Shared: one process at a time probes an unknown budget
 			// (kvStore.probe), so N processes starting together send one
 			// request before the limits are known, not N.
@@ -334,7 +340,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
 		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(b, w))) {
-			w.start, w.count, w.leased, w.fb = time.Time{}, 0, 0, false
+			w.start, w.count, w.leased = time.Time{}, 0, 0
 			if e.st == nil && b.inflight > 0 {
 				// Requests still in flight at the rollover may reach Riot
 				// after its window reset and count in its next one: they
@@ -357,13 +363,13 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 			} else if !w.start.IsZero() && w.count >= w.limit {
 				block(end)
 			}
-		case w.fb:
-			if w.leased <= 0 {
-				block(end)
-			}
 		case !w.start.IsZero() && w.leased > 0:
 		case !w.start.IsZero() && w.count >= w.limit:
 			block(end)
+		case now.Before(b.storeRetry):
+			// Shared, the store failed: fail closed. Only tokens already
+			// leased (counted in KV) are spent until it is tried again.
+			block(b.storeRetry)
 		default:
 			if res == okGrant {
 				res = needLease
@@ -397,7 +403,7 @@ func (e *engine) take(b *bucket, now time.Time) []mark {
 		if w.start.IsZero() {
 			w.start = now
 		}
-		if e.st == nil || w.fb {
+		if e.st == nil {
 			w.count++
 		}
 		if e.st != nil {
@@ -630,7 +636,7 @@ func (e *engine) cancel(p *permit) {
 		x.b.inflight--
 		for i, w := range x.b.windows {
 			if i < len(x.marks) && w.start.Equal(x.marks[i].start) {
-				if e.st == nil || w.fb {
+				if e.st == nil {
 					w.count--
 				}
 				if e.st != nil {
@@ -751,13 +757,13 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 		if i < len(marks) {
 			m = marks[i]
 		}
-		if c == 1 && !m.start.IsZero() && !w.fb {
+		if c == 1 && !m.start.IsZero() {
 			e.alignToRiot(b, w, m, now)
 		}
 		if !m.start.IsZero() && !w.start.Equal(m.start) {
 			continue // the request was counted in an earlier window
 		}
-		if shared && !w.fb {
+		if shared {
 			// Shared: KV holds the count. Raise it if Riot counts more.
 			// The local view follows on the next lease. Requests sent
 			// before the limits were known are added to KV by the next

@@ -35,9 +35,10 @@ type SharedOptions struct {
 	// LeaseDivisor bounds a lease to this fraction of the window's
 	// remaining budget (default 8).
 	LeaseDivisor int
-	// FallbackShare is the fraction of each window this process uses on
-	// its own while the KV bucket is unreachable (default 0.25).
-	FallbackShare float64
+	// StoreRetry is how long a budget waits after a failed KV operation
+	// before trying the store again (default 500 ms). Meanwhile only
+	// tokens already leased are granted: the limiter fails closed.
+	StoreRetry time.Duration
 	// ProbeTTL is how long one process may probe a budget whose limits no
 	// process has learned yet before another may take over (default 15 s;
 	// keep it above RIOT_HTTP_TIMEOUT_MS). The others wait for its limits.
@@ -91,8 +92,8 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	if o.LeaseDivisor <= 0 {
 		o.LeaseDivisor = 8
 	}
-	if o.FallbackShare <= 0 || o.FallbackShare > 1 {
-		o.FallbackShare = 0.25
+	if o.StoreRetry <= 0 {
+		o.StoreRetry = 500 * time.Millisecond
 	}
 	if o.KVTimeout <= 0 {
 		o.KVTimeout = 2 * time.Second
@@ -512,7 +513,7 @@ func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
 // the next grant leases again and reads the window from KV. Callers hold mu.
 func (e *engine) realigned(b *bucket, length time.Duration) {
 	for _, w := range b.windows {
-		if w.length == length && w.leased <= 0 && !w.fb {
+		if w.length == length && w.leased <= 0 {
 			w.count = 0
 		}
 	}
@@ -631,16 +632,32 @@ func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 	case len(res.limits) > 0:
 		e.setLimits(b, res.limits, now)
 	case res.err != nil:
-		// KV unreachable: probe on our own, as a lone process would.
-		e.o.Logger.Warn("ratelimit: kv unreachable, probing unknown limits alone", "route", b.route, "bucket", b.name(), "err", res.err)
-		b.probeUntil = now.Add(st.o.ProbeTTL)
+		// KV unreachable: fail closed (no probe), try again later.
+		if !b.storeDown {
+			e.o.Logger.Warn("ratelimit: kv unreachable; not probing unknown limits until it answers", "route", b.route, "bucket", b.name(), "err", res.err)
+		}
 	case res.held:
 		b.probeUntil = res.until
 	case b.probeFreed == freed:
 		b.probeWait = res.until
 	}
+	st.storeResult(b, res.err != nil, now)
 	b.fetching = false
 	e.dispatch(r, now)
+}
+
+// storeResult records whether b's last KV operation failed: after a
+// failure b waits StoreRetry before the next (engine.check blocks it
+// meanwhile). Callers hold mu.
+func (st *kvStore) storeResult(b *bucket, failed bool, now time.Time) {
+	if failed {
+		b.storeDown, b.storeRetry = true, now.Add(st.o.StoreRetry)
+		return
+	}
+	if b.storeDown {
+		st.e.o.Logger.Info("ratelimit: kv answers again", "route", b.route, "bucket", b.name())
+	}
+	b.storeDown, b.storeRetry = false, time.Time{}
 }
 
 // lease fetches tokens from KV for every window of b that needs them, then
@@ -677,7 +694,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	want := min(max(demand, 1), st.o.MaxLease)
 	var jobs []*leaseJob
 	for _, w := range b.windows {
-		if w.fb || (!w.start.IsZero() && (w.leased > 0 || w.count >= w.limit)) {
+		if !w.start.IsZero() && (w.leased > 0 || w.count >= w.limit) {
 			continue
 		}
 		carry := 0
@@ -707,12 +724,14 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.o.Now()
+	failed := false
 	for _, j := range jobs {
 		w := j.w
 		if j.err != nil {
-			e.o.Logger.Warn("ratelimit: kv unreachable, using a local share", "route", b.route, "bucket", b.name(), "err", j.err)
-			w.fb, w.start, w.count = true, now, 0
-			w.leased = max(1, int(float64(w.limit)*st.o.FallbackShare))
+			failed = true
+			if !b.storeDown {
+				e.o.Logger.Warn("ratelimit: kv unreachable; granting only tokens already leased until it answers", "route", b.route, "bucket", b.name(), "err", j.err)
+			}
 			continue
 		}
 		if w.seedIn == j.seedIn {
@@ -728,6 +747,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		w.count = max(w.count, j.g)
 		w.kvMargin = j.kvMargin
 	}
+	st.storeResult(b, failed, now)
 	b.fetching = false
 	if b.share != "" {
 		e.fetch(r, b) // learned while this lease ran
