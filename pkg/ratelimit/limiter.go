@@ -120,6 +120,19 @@ func (s *rttStat) margin(initial time.Duration) time.Duration {
 	return max(s.srtt+4*s.rttvar, minMargin)
 }
 
+// now is the limiter's time: Options.Now, plus (Shared) the offset of the
+// NATS server's clock from it, so every process judges windows and pauses
+// on one clock (kvStore.syncClock).
+func (e *engine) now() time.Time { return e.o.Now().Add(e.offset()) }
+
+// offset is the store's clock minus Options.Now (0 for Local).
+func (e *engine) offset() time.Duration {
+	if e.st == nil {
+		return 0
+	}
+	return time.Duration(e.st.offset.Load())
+}
+
 // margin is the time added to the end of b's window w before it rolls:
 // the route's measured margin, or the larger one stored with the KV window
 // by the processes that leased from it (Shared), never more than the
@@ -419,10 +432,13 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	start := e.o.Now()
+	start := e.now()
 	deadline := start.Add(e.o.MaxWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	if d, ok := ctx.Deadline(); ok {
+		// ctx's deadline is on this host's clock; ours may be the store's.
+		if dd := start.Add(time.Until(d)); dd.Before(deadline) {
+			deadline = dd
+		}
 	}
 	e.mu.Lock()
 	if e.rejected != 0 {
@@ -462,7 +478,7 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	if w.p != nil {
 		if err != nil { // granted while ctx ended: give it back
 			e.cancel(w.p)
@@ -494,7 +510,8 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 }
 
 func (e *engine) waitErr(c riot.Call, at, deadline time.Time) error {
-	return &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, Route: c.Route, RetryAt: at,
+	// RetryAt is for callers, on this host's clock.
+	return &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, Route: c.Route, RetryAt: at.Add(-e.offset()),
 		Msg: fmt.Sprintf("rate limit wait until %s passes deadline %s", at.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))}
 }
 
@@ -597,7 +614,7 @@ func (e *engine) arm(r *route, wake, now time.Time) {
 		r.timer = time.AfterFunc(d, func() {
 			e.mu.Lock()
 			r.timerAt = time.Time{}
-			e.dispatch(r, e.o.Now())
+			e.dispatch(r, e.now())
 			e.mu.Unlock()
 		})
 	} else {
@@ -645,7 +662,7 @@ func (e *engine) cancel(p *permit) {
 			}
 		}
 	}
-	e.dispatch(p.r, e.o.Now())
+	e.dispatch(p.r, e.now())
 	e.releaseIdleProbes(p.r)
 }
 
@@ -658,7 +675,7 @@ func (p *permit) Done(status int, h http.Header) {
 func (e *engine) done(p *permit, status int, h http.Header) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	p.r.app.inflight--
 	p.mb.inflight--
 	if status == 0 || h == nil {
@@ -977,7 +994,7 @@ func (s BucketState) Used() float64 {
 func (e *engine) snapshot() []BucketState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	var out []BucketState
 	add := func(b *bucket) {
 		s := BucketState{Route: b.route, Method: b.name(), InFlight: b.inflight,

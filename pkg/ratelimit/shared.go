@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,12 @@ type SharedOptions struct {
 	ProbeTTL time.Duration
 	// KVTimeout bounds each KV operation (default 2 s).
 	KVTimeout time.Duration
+	// ClockSync is how often the offset of the NATS server's clock from
+	// Options.Now is measured (default 2 s): window starts and pause ends
+	// are on the server's clock, so host clock skew cannot move them.
+	// Negative: never; the injected clock is used as is (tests that step
+	// a manual clock).
+	ClockSync time.Duration
 	// ProcID names this process in KV (default: host name and a random
 	// suffix); StatsEvery is how often it writes its counters there
 	// (default 5 s), under <KeyID>.proc.<ProcID>, for `riftflow status`
@@ -63,12 +70,17 @@ type Shared struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	statsDone chan struct{}
+	clockDone chan struct{}
 }
 
 type kvStore struct {
 	e  *engine
 	kv jetstream.KeyValue
 	o  SharedOptions
+	// offset is the NATS server's clock minus Options.Now, in ns
+	// (syncClock); samples are the latest measurements.
+	offset  atomic.Int64
+	samples []clockSample
 	// afterProbeRead, when set (tests only), runs in startProbe between the
 	// KV read and applying its result, to order a concurrent release there.
 	afterProbeRead func()
@@ -101,6 +113,9 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	if o.ProbeTTL <= 0 {
 		o.ProbeTTL = 15 * time.Second
 	}
+	if o.ClockSync == 0 {
+		o.ClockSync = 2 * time.Second
+	}
 	if o.StatsEvery == 0 {
 		o.StatsEvery = 5 * time.Second
 	}
@@ -130,10 +145,85 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 		cancel()
 		return nil, fmt.Errorf("ratelimit: watch %s: %w", o.Bucket, err)
 	}
-	s := &Shared{e: e, st: st, cancel: cancel, done: make(chan struct{}), statsDone: make(chan struct{})}
+	if o.ClockSync > 0 {
+		if err := st.syncClock(ctx); err != nil {
+			cancel()
+			return nil, fmt.Errorf("ratelimit: server clock: %w", err)
+		}
+	}
+	s := &Shared{e: e, st: st, cancel: cancel, done: make(chan struct{}), statsDone: make(chan struct{}), clockDone: make(chan struct{})}
 	go s.watch(w)
 	go s.writeStats(wctx)
+	go s.syncClock(wctx)
 	return s, nil
+}
+
+// clockSample is one measurement of the server clock's offset: a Put's
+// server timestamp minus the middle of its round trip on our clock.
+type clockSample struct {
+	offset, rtt time.Duration
+}
+
+// maxClockSamples is how many recent samples syncClock keeps; the offset
+// is the one measured with the shortest round trip (as NTP filters), whose
+// error is at most half that round trip.
+const maxClockSamples = 8
+
+// syncClock measures the offset of the NATS server's clock from
+// Options.Now once: it writes <KeyID>.clock.<ProcID> and reads back the
+// entry's timestamp, which the server stamped when it stored the write.
+func (st *kvStore) syncClock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, st.o.KVTimeout)
+	defer cancel()
+	key := st.o.KeyID + ".clock." + st.o.ProcID
+	t1 := st.e.o.Now()
+	rev, err := st.kv.Put(ctx, key, []byte("t"))
+	t2 := st.e.o.Now()
+	if err != nil {
+		return err
+	}
+	ent, err := st.kv.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if ent.Revision() != rev {
+		return nil // another writer: no sample
+	}
+	rtt := t2.Sub(t1)
+	smp := clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}
+	st.e.mu.Lock()
+	defer st.e.mu.Unlock()
+	st.samples = append(st.samples, smp)
+	if len(st.samples) > maxClockSamples {
+		st.samples = st.samples[1:]
+	}
+	best := st.samples[0]
+	for _, s := range st.samples[1:] {
+		if s.rtt < best.rtt {
+			best = s
+		}
+	}
+	st.offset.Store(int64(best.offset))
+	return nil
+}
+
+func (s *Shared) syncClock(ctx context.Context) {
+	defer close(s.clockDone)
+	if s.st.o.ClockSync <= 0 {
+		return
+	}
+	t := time.NewTicker(s.st.o.ClockSync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.st.syncClock(ctx); err != nil && ctx.Err() == nil {
+				s.e.o.Logger.Debug("ratelimit: measure server clock", "err", err)
+			}
+		}
+	}
 }
 
 // procVal is one process's record in KV.
@@ -147,7 +237,7 @@ func (s *Shared) putStats() {
 	s.e.mu.Lock()
 	rej := s.e.rejected
 	s.e.mu.Unlock()
-	v, _ := json.Marshal(procVal{At: s.e.o.Now().UnixMilli(), Rejected: rej, Calls: s.e.met.counters()})
+	v, _ := json.Marshal(procVal{At: s.e.now().UnixMilli(), Rejected: rej, Calls: s.e.met.counters()})
 	ctx, cancel := s.st.ctx()
 	defer cancel()
 	if _, err := s.st.kv.Put(ctx, s.st.o.KeyID+".proc."+s.st.o.ProcID, v); err != nil {
@@ -192,6 +282,7 @@ func (s *Shared) Close() {
 	s.cancel()
 	<-s.done
 	<-s.statsDone
+	<-s.clockDone
 }
 
 // RejectKey records that Riot rejected the key (401 or 403) here and in KV,
@@ -241,14 +332,14 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 						b.probeFreed++
 					}
 				}
-				s.e.dispatch(r, s.e.o.Now())
+				s.e.dispatch(r, s.e.now())
 				s.e.mu.Unlock()
 			}
 			continue
 		}
 		v := string(ent.Value())
 		s.e.mu.Lock()
-		now := s.e.o.Now()
+		now := s.e.now()
 		if k == "rejected" {
 			if st, err := strconv.Atoi(v); err == nil && st != 0 {
 				if s.e.rejectKey(st) {
@@ -418,7 +509,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 		ctx, cancel := st.ctx()
 		defer cancel()
 		for range 10 {
-			now := st.e.o.Now()
+			now := st.e.now()
 			ent, err := st.kv.Get(ctx, key)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				if !counted.IsZero() {
@@ -580,7 +671,7 @@ func (st *kvStore) probe(b *bucket) probeResult {
 	}
 	key := st.base(b, "probe")
 	for range 10 {
-		now := st.e.o.Now()
+		now := st.e.now()
 		until := time.UnixMilli(now.Add(st.o.ProbeTTL).UnixMilli())
 		v, _ := json.Marshal(probeVal{Proc: st.o.ProcID, Until: until.UnixMilli()})
 		ent, err := st.kv.Get(ctx, key)
@@ -626,7 +717,7 @@ func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	switch {
 	case b.limits != "": // learned meanwhile (watch or own answer)
 	case len(res.limits) > 0:
@@ -678,7 +769,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	var pause *pauseVal
 	if share != "" {
 		b.probeUntil, b.probeWait = time.Time{}, time.Time{}
-		if now := e.o.Now(); now.Before(b.pausedUntil) {
+		if now := e.now(); now.Before(b.pausedUntil) {
 			// The answer that taught the limits may have been a 429: its
 			// pause must be in KV before the limits wake the others.
 			pause = &pauseVal{Until: b.pausedUntil.UnixMilli(), Type: b.pauseType}
@@ -723,7 +814,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	failed := false
 	for _, j := range jobs {
 		w := j.w
@@ -767,7 +858,7 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 		ms = max(ms, 1)
 	}
 	for range 50 {
-		now := st.e.o.Now()
+		now := st.e.now()
 		size := func(rem int) int { return max(0, min(j.want, rem, max(1, rem/st.o.LeaseDivisor))) }
 		ent, err := st.kv.Get(ctx, j.key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
