@@ -22,7 +22,8 @@ import (
 type SharedOptions struct {
 	Options
 	// Bucket is the JetStream KV bucket holding the state (default
-	// "ratelimit"); it is created with History 1 if missing.
+	// "ratelimit"). It must exist: it is declared, with its TTL, in
+	// streams/streams.json and created by `riftflow streams apply`.
 	Bucket string
 	// KeyID identifies the API key in KV keys: a hash of the key (for
 	// example the first 16 hex digits of its SHA-256), never the key.
@@ -88,7 +89,7 @@ type kvStore struct {
 
 var keyIDRe = regexp.MustCompile(`^[-_=a-zA-Z0-9]+$`)
 
-// NewShared binds to (creating if missing) the KV bucket and starts
+// NewShared binds to the KV bucket (declared in streams/) and starts
 // watching pauses, limits and the rejected-key flag. ctx bounds the setup
 // only; call Close to stop the watcher.
 func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*Shared, error) {
@@ -126,11 +127,7 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	o.ProcID = kvToken(strings.ReplaceAll(o.ProcID, ".", "_"))
 	kv, err := js.KeyValue(ctx, o.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: o.Bucket, History: 1,
-			Description: "riftflow shared Riot rate-limit state"})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, o.Bucket)
-		}
+		return nil, fmt.Errorf("ratelimit: KV bucket %s not found: it is declared in streams/streams.json with its TTL; run `riftflow streams apply`: %w", o.Bucket, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: kv bucket %s: %w", o.Bucket, err)

@@ -70,6 +70,9 @@ func TestSharedPausePropagates(t *testing.T) {
 			var p riot.Permit
 			p, err = b.Acquire(sctx, getMatch)
 			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue // a slow lease on a loaded machine, not the pause
+			}
 			if err != nil {
 				break
 			}

@@ -50,6 +50,9 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if id == "a" {
+			createBucket(t, js)
+		}
 		o.ProcID = id
 		lims = append(lims, newShared(t, js, o))
 	}
