@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all build run test test-short bench fuzz chaos check lint vet fmt clean tools images
+.PHONY: all build run test test-short bench bench-limit fuzz chaos check lint vet fmt clean tools images
 
 all: build
 
@@ -45,6 +45,15 @@ test:
 bench:
 	cd pkg && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 ./store/ ./ratelimit/ | tee ../bench.out
 	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee -a ../../bench.out
+
+## bench-limit: N = BENCH_LIMIT_N (1,2,4,8) fetcher instances sharing one
+## 50:1,2500:60 key against the simulator for BENCH_LIMIT_WINDOWS (5) long
+## windows, in one process (not yet separate processes, skew or NATS loss:
+## see docs/rate-limiting.md); CSV + SVG per N into BENCH_LIMIT_OUT (.data/bench-limit/)
+BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
+bench-limit:
+	mkdir -p $(BENCH_LIMIT_OUT)
+	cd services/riftflow && BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProductionShape -benchtime 1x -timeout 3h . | grep -v harness_test | tee $(BENCH_LIMIT_OUT)/bench.out
 
 ## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m)
 fuzz:
