@@ -151,14 +151,9 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	o.ProcID = "b"
 	b := newShared(t, newJS(), o)
 	const app, meth = "3:10", "100:10"
-	p := grants(t, a, 1)[0]
-	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	waitFor(t, "b learns the limits", func() bool {
-		s := b.Snapshot()
-		return len(s) > 0 && len(s[0].Windows) == 1
-	})
+	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
 	clk.at(5 * time.Second)
-	p = grants(t, b, 1)[0]
+	p := grants(t, b, 1)[0]
 	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
 	end := 10*time.Second + appMargin(a.e)
 	clk.at(end - time.Millisecond)
@@ -192,6 +187,17 @@ func appMargin(e *engine) time.Duration {
 }
 
 func (c *manualClock) t0() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
+
+// teach sends one request on a, answered with h, and waits until b has
+// learned the limits from KV.
+func teach(t *testing.T, a, b *Shared, h http.Header) {
+	t.Helper()
+	grants(t, a, 1)[0].Done(200, h)
+	waitFor(t, "b learns the limits", func() bool {
+		s := b.Snapshot()
+		return len(s) > 0 && len(s[0].Windows) == 1
+	})
+}
 
 // waitFor polls cond (for asynchronous KV writes) for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {

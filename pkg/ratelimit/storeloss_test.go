@@ -58,12 +58,7 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 	}
 	a, b := lims[0], lims[1]
 	const app, meth = "30:60", "1000:60"
-	p := grants(t, a, 1)[0]
-	p.Done(200, riotHeaders(app, "1:60", meth, "1:60"))
-	waitFor(t, "b learns the limits", func() bool {
-		s := b.Snapshot()
-		return len(s) > 0 && len(s[0].Windows) == 1
-	})
+	teach(t, a, b, riotHeaders(app, "1:60", meth, "1:60"))
 	before := 1
 	for _, l := range lims {
 		for range 2 {
