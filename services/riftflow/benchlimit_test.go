@@ -17,7 +17,8 @@ import (
 // shaped like a production key scaled down (app 50:1,2500:60: the short
 // limit spends the long window only just before it ends, as 500:10 does
 // with 30000:600) over BENCH_LIMIT_WINDOWS long windows (default 5) after
-// a warm-up. Each instance has its own NATS connection, Riot client and
+// a warm-up. The simulator blacklists the key as Riot does after repeated
+// 429s (escalating). Each instance has its own NATS connection, Riot client and
 // limiter, in this process (the pipeline harness of BenchmarkPipelineBudget);
 // they share the key only through the KV bucket. It is not the
 // multi-process bench the issue asks for (no OS processes, no clock skew, no
@@ -59,7 +60,11 @@ func BenchmarkLimitProductionShape(b *testing.B) {
 				p := startPipeline(b, pipelineOptions{fetchers: n, mode: modeShared, regions: []string{"americas"},
 					sim: sim.Options{Limits: sim.RateLimits{App: "50:1,2500:60",
 						Method: map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10"}},
-						Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per}}})
+						Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per},
+						// Riot's escalating blacklist: more than 5 application or
+						// method 429s in a minute turn the key to 403s for a
+						// minute, then twice as long each time.
+						Blacklist: sim.Blacklist{Violations: 5, Period: time.Minute, Duration: time.Minute}}})
 				p.backlog(b, ids, bus.Background)
 				s := p.h.st.Sim
 				waitUntil(b, 2*time.Minute, "warm-up", func() bool { return routeRequests(s.Stats(), "americas") >= 100 })
