@@ -10,19 +10,13 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
-// skewed is a host clock off by d (the benchmark's and these tests' way of
-// skewing a process: through the clock the limiter takes).
-func skewed(d time.Duration) func() time.Time {
-	return func() time.Time { return time.Now().Add(d) }
-}
-
 // TestSharedSkewedClocksAgree: two processes whose host clocks are 1 s
 // apart judge windows on the NATS server's clock, measured from KV entry
 // timestamps, so they agree to within the KV round trip.
 func TestSharedSkewedClocksAgree(t *testing.T) {
 	newJS := startNATS(t)
-	a := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewed(500 * time.Millisecond)}})
-	b := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewed(-500 * time.Millisecond)}})
+	a := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewedClock(500 * time.Millisecond)}})
+	b := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewedClock(-500 * time.Millisecond)}})
 	d := a.e.now().Sub(b.e.now())
 	if d < -50*time.Millisecond || d > 50*time.Millisecond {
 		t.Fatalf("the processes' limiter clocks differ by %v with hosts 1 s apart, want under 50 ms", d)
@@ -37,7 +31,7 @@ func TestSharedSkewedInstancesNo429(t *testing.T) {
 	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
 	var lims []riot.Limiter
 	for _, d := range []time.Duration{-500 * time.Millisecond, 0, 500 * time.Millisecond} {
-		lims = append(lims, newShared(t, newJS(), SharedOptions{Options: Options{Now: skewed(d)}}))
+		lims = append(lims, newShared(t, newJS(), SharedOptions{Options: Options{Now: skewedClock(d)}}))
 	}
 	for _, lim := range lims {
 		if _, err := call(t.Context(), lim, srv.URL, getMatch, 1); err != nil {
@@ -58,7 +52,7 @@ func TestSharedSkewedInstancesNo429(t *testing.T) {
 // 2 s before it was written).
 func TestSharedPauseHoldsUnderSkew(t *testing.T) {
 	newJS := startNATS(t)
-	a := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewed(-5 * time.Second)}})
+	a := newShared(t, newJS(), SharedOptions{Options: Options{Now: skewedClock(-5 * time.Second)}})
 	b := newShared(t, newJS(), SharedOptions{Options: Options{MaxWait: 100 * time.Millisecond}})
 	const app, meth = "100:10", "100:10"
 	for _, l := range []*Shared{a, b} {
