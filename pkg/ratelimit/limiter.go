@@ -31,9 +31,10 @@ type Options struct {
 	// InitialMargin is the time added to the end of every window of a
 	// route until the first answer on that route has been timed (default
 	// 1 s). After that the margin is measured, not configured: the
-	// smoothed round trip (grant to answer) of the route's calls plus four
-	// times its mean deviation, as TCP sizes its retransmission timeout
-	// (RFC 6298), at least 1 ms. It absorbs the time between our window's
+	// smoothed round trip (grant to answer) of the route's calls sent
+	// alone plus four times its mean deviation, as TCP sizes its
+	// retransmission timeout (RFC 6298), at least 1 ms and at most a
+	// quarter of the window. It absorbs the time between our window's
 	// start and Riot's (the first request's trip) and the jitter of later
 	// trips (see docs/rate-limiting.md).
 	InitialMargin time.Duration
@@ -141,11 +142,12 @@ func (e *engine) margin(b *bucket, w *window) time.Duration {
 	return min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
 }
 
-// maxMarginDiv caps the margin at a tenth of the window: one very slow
+// maxMarginDiv caps the margin at a quarter of the window: one very slow
 // answer must not idle a long window for long. A window opened later than
 // that by Riot is still caught: the count-1 reply realigns ours
-// (engine.alignToRiot).
-const maxMarginDiv = 10
+// (engine.alignToRiot). (A tenth let 1 s windows overshoot on a machine at
+// load average 27, where round trips of hundreds of ms were measured.)
+const maxMarginDiv = 4
 
 // ErrKeyRejected is wrapped by the error Acquire returns once the key has
 // been rejected (RejectKey, or a 401/403 seen by any replica).

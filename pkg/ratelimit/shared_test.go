@@ -35,8 +35,12 @@ func TestSharedInstancesStayUnderLimit(t *testing.T) {
 	if len(tm) != 0 {
 		t.Errorf("429s: %v, want none; %q", tm, f.log)
 	}
-	if u < 0.9 {
-		t.Errorf("utilisation = %.3f, want ≥ 0.9", u)
+	// The margin follows measured round trips, which grow on a loaded
+	// machine (up to a quarter of the 1 s window); 0.8 still catches a
+	// limiter that idles whole windows. Speed itself is benchmarked
+	// (BenchmarkLimitLongWindows).
+	if u < 0.8 {
+		t.Errorf("utilisation = %.3f, want ≥ 0.8", u)
 	}
 }
 
