@@ -136,10 +136,17 @@ func (e *engine) offset() time.Duration {
 
 // margin is the time added to the end of b's window w before it rolls:
 // the route's measured margin, or the larger one stored with the KV window
-// by the processes that leased from it (Shared), never more than the
-// window's length. Callers hold mu.
+// by the processes that leased from it (Shared), never more than a quarter
+// of the window's length; plus (Shared) the error bound of this process's
+// server-clock offset. Callers hold mu.
 func (e *engine) margin(b *bucket, w *window) time.Duration {
-	return min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
+	m := min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
+	if e.st != nil {
+		// Shared: this process's estimate of the server clock may be off
+		// by up to half a KV round trip.
+		m += time.Duration(e.st.offErr.Load())
+	}
+	return m
 }
 
 // maxMarginDiv caps the margin at a quarter of the window: one very slow

@@ -81,6 +81,7 @@ type kvStore struct {
 	// offset is the NATS server's clock minus Options.Now, in ns
 	// (syncClock); samples are the latest measurements.
 	offset  atomic.Int64
+	offErr  atomic.Int64 // the offset's error bound: half the chosen sample's round trip, ns
 	samples []clockSample
 	// afterProbeRead, when set (tests only), runs in startProbe between the
 	// KV read and applying its result, to order a concurrent release there.
@@ -201,6 +202,7 @@ func (st *kvStore) syncClock(ctx context.Context) error {
 		}
 	}
 	st.offset.Store(int64(best.offset))
+	st.offErr.Store(int64(best.rtt / 2))
 	return nil
 }
 
