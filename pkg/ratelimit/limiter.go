@@ -224,6 +224,11 @@ type route struct {
 	timer   *time.Timer
 	timerAt time.Time
 	rtt     rttStat // round trips of the route's calls, for the margin
+	// The current burst (engine.timed): its grant time and its shortest
+	// answered trip so far.
+	burstAt   time.Time
+	burstMin  time.Duration
+	burstSeen bool
 }
 
 type waiter struct {
@@ -590,7 +595,10 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					continue
 				}
 				w := q.Remove(q.Front()).(*waiter)
-				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, alone: r.app.inflight == 0, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
+				if r.app.inflight == 0 {
+					r.newBurst(now)
+				}
+				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -639,7 +647,6 @@ type permit struct {
 	mb       *bucket
 	c        riot.Call
 	at       time.Time // when granted
-	alone    bool      // nothing else was in flight on the route when granted
 	appMarks []mark    // where it stands in each app window it was counted in
 	mMarks   []mark
 	once     sync.Once
@@ -710,15 +717,31 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	e.releaseIdleProbes(p.r)
 }
 
-// timed adds p's round trip (grant to answer) to its route's margin
-// estimate if p went out alone: the first request of a burst is the one
-// that opens Riot's window, and the others' trips include queueing behind
-// it at the server, which says nothing about when a window opens.
-// Callers hold mu.
+// timed notes p's round trip (grant to answer) for its route's margin if
+// p belongs to the route's current burst: the requests granted at the
+// same instant as one granted while nothing was in flight. A burst opens
+// Riot's window when its first request arrives, so the burst's shortest
+// trip is the sample (route.newBurst adds it when the next burst starts);
+// the longer trips are queueing behind it, which says nothing about when
+// a window opens. Callers hold mu.
 func (e *engine) timed(p *permit, now time.Time) {
-	if p.alone {
-		p.r.rtt.add(now.Sub(p.at))
+	r := p.r
+	if !p.at.Equal(r.burstAt) {
+		return
 	}
+	if d := now.Sub(p.at); !r.burstSeen || d < r.burstMin {
+		r.burstMin, r.burstSeen = d, true
+	}
+}
+
+// newBurst starts a burst at now (a grant with nothing in flight on the
+// route), after adding the previous burst's shortest trip to the margin
+// estimate. Callers hold mu.
+func (r *route) newBurst(now time.Time) {
+	if r.burstSeen {
+		r.rtt.add(r.burstMin)
+	}
+	r.burstAt, r.burstMin, r.burstSeen = now, 0, false
 }
 
 // demand is the number of queued waiters that b's grants would serve.

@@ -145,7 +145,7 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	newJS := startNATS(t)
 	clk := newManualClock()
-	o := SharedOptions{KeyID: "roll", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: 2 * time.Second}}
+	o := SharedOptions{KeyID: "roll", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: 2 * time.Second, InitialMargin: time.Millisecond}}
 	o.ProcID = "a"
 	a := newShared(t, newJS(), o)
 	o.ProcID = "b"
