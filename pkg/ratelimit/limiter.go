@@ -29,12 +29,12 @@ type Options struct {
 	// rate-limit headers). Default 1.
 	InitialInFlight int
 	// InitialMargin is the time added to the end of every window of a
-	// route until the first answer on that route has been timed (default
-	// 1 s). After that the margin is measured, not configured: the
-	// smoothed round trip (grant to answer) of the route's calls sent
-	// alone plus four times its mean deviation, as TCP sizes its
-	// retransmission timeout (RFC 6298), at least 1 ms and at most a
-	// quarter of the window. It absorbs the time between our window's
+	// route until the first burst of grants on that route has been timed
+	// (default 1 s). After that the margin is measured, not configured:
+	// the smoothed shortest round trip (grant to answer) of each burst
+	// plus four times its mean deviation, as TCP sizes its retransmission
+	// timeout (RFC 6298), at least 1 ms and at most a quarter of the
+	// window (engine.timed). It absorbs the time between our window's
 	// start and Riot's (the first request's trip) and the jitter of later
 	// trips (see docs/rate-limiting.md).
 	InitialMargin time.Duration
