@@ -20,6 +20,13 @@
 // deadline or Options.MaxWait: it returns a *riot.Error of
 // riot.KindRateLimited with RetryAt instead, without reserving.
 //
+// Windows are held open past their nominal end by a margin measured from
+// round trips, never a constant. A count-1 reply realigns a window to Riot's
+// without giving up budget (engine.alignToRiot). Shared judges windows on
+// the NATS server's clock, so host clock skew moves nothing, and fails
+// closed when the KV bucket is unreachable: it grants only tokens already
+// leased.
+//
 // The design, its trade-offs and measured figures are in
 // docs/rate-limiting.md.
 package ratelimit

@@ -2,11 +2,13 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,10 +238,37 @@ func utilisation(ok int, span time.Duration, l Limit) float64 {
 func startNATS(t testing.TB) func() jetstream.JetStream {
 	t.Helper()
 	s := natstest.Server(t)
-	return func() jetstream.JetStream {
+	newJS := func() jetstream.JetStream {
 		_, js := natstest.Connect(t, s)
 		return js
 	}
+	createBucket(t, newJS())
+	return newJS
+}
+
+// createBucket creates the rate-limit KV bucket as streams/streams.json
+// declares it (as `riftflow streams apply` does).
+func createBucket(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	raw, err := os.ReadFile("../../streams/streams.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decl struct {
+		Buckets []jetstream.KeyValueConfig `json:"buckets"`
+	}
+	if err := json.Unmarshal(raw, &decl); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range decl.Buckets {
+		if b.Bucket == "ratelimit" {
+			if _, err := js.CreateOrUpdateKeyValue(t.Context(), b); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatal("streams.json declares no ratelimit bucket")
 }
 
 func newShared(t testing.TB, js jetstream.JetStream, o SharedOptions) *Shared {

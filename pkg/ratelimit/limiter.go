@@ -28,17 +28,16 @@ type Options struct {
 	// whose limits are not yet known (before its first response carrying
 	// rate-limit headers). Default 1.
 	InitialInFlight int
-	// MarginFraction, MinMargin and MaxMargin size the time margin added to
-	// the end of every window, to absorb latency and server counter or clock
-	// skew (riot-api #371): margin = clamp(window×MarginFraction, MinMargin,
-	// MaxMargin). Defaults 0.02, 150 ms, 1 s: a 10 s window lasts 10.2 s
-	// (98 % of the nominal rate), a 1 s window 1.15 s. (With a 50 ms
-	// minimum, two fetchers on a loaded 2-core machine overshot a 12:1
-	// method window by one request in 2 runs of 4; with 150 ms, in none.
-	// Riot's 1 s windows rarely bind for long: a dev key's 100:120 does.)
-	MarginFraction float64
-	MinMargin      time.Duration
-	MaxMargin      time.Duration
+	// InitialMargin is the time added to the end of every window of a
+	// route until the first burst of grants on that route has been timed
+	// (default 1 s). After that the margin is measured, not configured:
+	// the smoothed shortest round trip (grant to answer) of each burst
+	// plus four times its mean deviation, as TCP sizes its retransmission
+	// timeout (RFC 6298), at least 1 ms and at most a quarter of the
+	// window (engine.timed). It absorbs the time between our window's
+	// start and Riot's (the first request's trip) and the jitter of later
+	// trips (see docs/rate-limiting.md).
+	InitialMargin time.Duration
 	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
 	RetryAfterMargin time.Duration
 	// BackoffStart and BackoffMax shape the exponential pause after a 429
@@ -68,14 +67,8 @@ func (o *Options) defaults() {
 	if o.InitialInFlight <= 0 {
 		o.InitialInFlight = 1
 	}
-	if o.MarginFraction <= 0 {
-		o.MarginFraction = 0.02
-	}
-	if o.MinMargin <= 0 {
-		o.MinMargin = 150 * time.Millisecond
-	}
-	if o.MaxMargin <= 0 {
-		o.MaxMargin = time.Second
+	if o.InitialMargin <= 0 {
+		o.InitialMargin = time.Second
 	}
 	if o.RetryAfterMargin <= 0 {
 		o.RetryAfterMargin = 500 * time.Millisecond
@@ -94,10 +87,74 @@ func (o *Options) defaults() {
 	}
 }
 
-func (o *Options) margin(w time.Duration) time.Duration {
-	m := time.Duration(float64(w) * o.MarginFraction)
-	return min(max(m, o.MinMargin), o.MaxMargin)
+// rttStat smooths the round trips (grant to answer) of one route's calls
+// as TCP does (RFC 6298): srtt += (r−srtt)/8, rttvar += (|srtt−r|−rttvar)/4.
+type rttStat struct {
+	srtt, rttvar time.Duration
+	n            int
 }
+
+func (s *rttStat) add(r time.Duration) {
+	r = max(r, 0)
+	if s.n == 0 {
+		s.srtt, s.rttvar = r, r/2
+	} else {
+		d := s.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		s.rttvar += (d - s.rttvar) / 4
+		s.srtt += (r - s.srtt) / 8
+	}
+	s.n++
+}
+
+// minMargin is the resolution of window starts in KV (Unix ms).
+const minMargin = time.Millisecond
+
+// margin is srtt + 4·rttvar (above nearly every round trip seen), or
+// initial before any answer was timed.
+func (s *rttStat) margin(initial time.Duration) time.Duration {
+	if s.n == 0 {
+		return initial
+	}
+	return max(s.srtt+4*s.rttvar, minMargin)
+}
+
+// now is the limiter's time: Options.Now, plus (Shared) the offset of the
+// NATS server's clock from it, so every process judges windows and pauses
+// on one clock (kvStore.syncClock).
+func (e *engine) now() time.Time { return e.o.Now().Add(e.offset()) }
+
+// offset is the store's clock minus Options.Now (0 for Local).
+func (e *engine) offset() time.Duration {
+	if e.st == nil {
+		return 0
+	}
+	return time.Duration(e.st.offset.Load())
+}
+
+// margin is the time added to the end of b's window w before it rolls:
+// the route's measured margin, or the larger one stored with the KV window
+// by the processes that leased from it (Shared), never more than a quarter
+// of the window's length; plus (Shared) the error bound of this process's
+// server-clock offset. Callers hold mu.
+func (e *engine) margin(b *bucket, w *window) time.Duration {
+	m := min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
+	if e.st != nil {
+		// Shared: this process's estimate of the server clock may be off
+		// by up to half a KV round trip.
+		m += time.Duration(e.st.offErr.Load())
+	}
+	return m
+}
+
+// maxMarginDiv caps the margin at a quarter of the window: one very slow
+// answer must not idle a long window for long. A window opened later than
+// that by Riot is still caught: the count-1 reply realigns ours
+// (engine.alignToRiot). (A tenth let 1 s windows overshoot on a machine at
+// load average 27, where round trips of hundreds of ms were measured.)
+const maxMarginDiv = 4
 
 // ErrKeyRejected is wrapped by the error Acquire returns once the key has
 // been rejected (RejectKey, or a 401/403 seen by any replica).
@@ -110,17 +167,20 @@ type window struct {
 	start  time.Time // zero: not started
 	count  int       // requests counted in this window (local: granted; shared: global as last seen)
 	leased int       // shared only: tokens this process holds in the window starting at start
-	fb     bool      // shared only: a fallback window (KV unreachable), local share
 	seedIn int       // shared only: this process's requests sent before the limits were known; added to KV by the next lease
 	// seedCount (shared only) is the -Count Riot reported for such a
 	// request: the next lease raises the KV window to at least this, so a
 	// budget another user of the key already spent is not leased again.
 	seedCount int
+	// kvMargin (shared only) is the margin stored with the KV window: the
+	// largest measured margin of the processes that leased from it.
+	kvMargin time.Duration
 }
 
 // bucket is one budget: the app budget of a route or one method's.
 type bucket struct {
-	route, method string // method "" for the app budget
+	route, method string   // method "" for the app budget
+	rtt           *rttStat // the route's round trips
 	windows       []*window
 	limits        string // canonical learned limits, "" if not learned
 	inflight      int
@@ -129,6 +189,10 @@ type bucket struct {
 	pauseType     string
 	backoff       time.Duration
 	fetching      bool // shared: a lease request is under way
+	// storeRetry (shared): the KV store failed; no lease or probe is
+	// tried before this time. storeDown marks the outage for logging.
+	storeRetry time.Time
+	storeDown  bool
 	// Shared, while no process knows the limits: probeUntil is the end of
 	// this process's probe lock (it may send InitialInFlight requests);
 	// probeWait the end of another process's lock (wait for its limits).
@@ -159,6 +223,12 @@ type route struct {
 	rr      int
 	timer   *time.Timer
 	timerAt time.Time
+	rtt     rttStat // round trips of the route's calls, for the margin
+	// The current burst (engine.timed): its grant time and its shortest
+	// answered trip so far.
+	burstAt   time.Time
+	burstMin  time.Duration
+	burstSeen bool
 }
 
 type waiter struct {
@@ -246,7 +316,8 @@ func (e *engine) rejectKey(status int) bool {
 func (e *engine) route(name string) *route {
 	r := e.routes[name]
 	if r == nil {
-		r = &route{name: name, app: &bucket{route: name}, methods: map[string]*bucket{}}
+		r = &route{name: name, methods: map[string]*bucket{}}
+		r.app = &bucket{route: name, rtt: &r.rtt}
 		e.routes[name] = r
 	}
 	return r
@@ -255,7 +326,7 @@ func (e *engine) route(name string) *route {
 func (r *route) method(m string) *bucket {
 	b := r.methods[m]
 	if b == nil {
-		b = &bucket{route: r.name, method: m}
+		b = &bucket{route: r.name, method: m, rtt: &r.rtt}
 		r.methods[m] = b
 		r.order = append(r.order, b)
 	}
@@ -280,6 +351,9 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 			return blocked, time.Time{}
 		}
 		if e.st != nil && !now.Before(b.probeUntil) {
+			if now.Before(b.storeRetry) {
+				return blocked, b.storeRetry // fail closed: no probe without the store
+			}
 			// Shared: one process at a time probes an unknown budget
 			// (kvStore.probe), so N processes starting together send one
 			// request before the limits are known, not N.
@@ -292,8 +366,8 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	}
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
-		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.o.margin(w.length))) {
-			w.start, w.count, w.leased, w.fb = time.Time{}, 0, 0, false
+		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(b, w))) {
+			w.start, w.count, w.leased = time.Time{}, 0, 0
 			if e.st == nil && b.inflight > 0 {
 				// Requests still in flight at the rollover may reach Riot
 				// after its window reset and count in its next one: they
@@ -303,7 +377,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 				w.start, w.count = now, b.inflight
 			}
 		}
-		end := w.start.Add(w.length + e.o.margin(w.length))
+		end := w.start.Add(w.length + e.margin(b, w))
 		block := func(t time.Time) {
 			if res != blocked || t.After(until) {
 				res, until = blocked, t
@@ -316,13 +390,13 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 			} else if !w.start.IsZero() && w.count >= w.limit {
 				block(end)
 			}
-		case w.fb:
-			if w.leased <= 0 {
-				block(end)
-			}
 		case !w.start.IsZero() && w.leased > 0:
 		case !w.start.IsZero() && w.count >= w.limit:
 			block(end)
+		case now.Before(b.storeRetry):
+			// Shared, the store failed: fail closed. Only tokens already
+			// leased (counted in KV) are spent until it is tried again.
+			block(b.storeRetry)
 		default:
 			if res == okGrant {
 				res = needLease
@@ -332,25 +406,39 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	return res, until
 }
 
-func (e *engine) take(b *bucket, now time.Time) []time.Time {
+// mark is where one granted request stands in one window of its budget:
+// the window's start, the request's ordinal in it (the window's granted
+// count up to and including it: local count, or for Shared the KV count as
+// last seen minus the tokens this process still holds unsent), and how
+// many other requests of the budget were in flight when it was granted.
+// A count-1 reply (Riot's window began with this request) uses them to
+// tell which requests may share Riot's new window (engine.learn).
+type mark struct {
+	start    time.Time
+	ord      int
+	inflight int
+}
+
+func (e *engine) take(b *bucket, now time.Time) []mark {
+	inflight := b.inflight
 	b.inflight++
 	if b.limits == "" {
 		b.pre++
 	}
-	starts := make([]time.Time, len(b.windows))
+	marks := make([]mark, len(b.windows))
 	for i, w := range b.windows {
 		if w.start.IsZero() {
 			w.start = now
 		}
-		if e.st == nil || w.fb {
+		if e.st == nil {
 			w.count++
 		}
 		if e.st != nil {
 			w.leased-- // count, the KV view, already includes leased tokens
 		}
-		starts[i] = w.start
+		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight}
 	}
-	return starts
+	return marks
 }
 
 // acquire implements riot.Limiter for both limiters.
@@ -358,10 +446,13 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	start := e.o.Now()
+	start := e.now()
 	deadline := start.Add(e.o.MaxWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	if d, ok := ctx.Deadline(); ok {
+		// ctx's deadline is on this host's clock; ours may be the store's.
+		if dd := start.Add(time.Until(d)); dd.Before(deadline) {
+			deadline = dd
+		}
 	}
 	e.mu.Lock()
 	if e.rejected != 0 {
@@ -401,7 +492,7 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	if w.p != nil {
 		if err != nil { // granted while ctx ended: give it back
 			e.cancel(w.p)
@@ -433,7 +524,8 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 }
 
 func (e *engine) waitErr(c riot.Call, at, deadline time.Time) error {
-	return &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, Route: c.Route, RetryAt: at,
+	// RetryAt is for callers, on this host's clock.
+	return &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, Route: c.Route, RetryAt: at.Add(-e.offset()),
 		Msg: fmt.Sprintf("rate limit wait until %s passes deadline %s", at.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))}
 }
 
@@ -503,7 +595,10 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					continue
 				}
 				w := q.Remove(q.Front()).(*waiter)
-				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appStarts: e.take(r.app, now), mStarts: e.take(mb, now)}
+				if r.app.inflight == 0 {
+					r.newBurst(now)
+				}
+				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -536,7 +631,7 @@ func (e *engine) arm(r *route, wake, now time.Time) {
 		r.timer = time.AfterFunc(d, func() {
 			e.mu.Lock()
 			r.timerAt = time.Time{}
-			e.dispatch(r, e.o.Now())
+			e.dispatch(r, e.now())
 			e.mu.Unlock()
 		})
 	} else {
@@ -547,14 +642,14 @@ func (e *engine) arm(r *route, wake, now time.Time) {
 
 // permit is one reserved request.
 type permit struct {
-	e         *engine
-	r         *route
-	mb        *bucket
-	c         riot.Call
-	at        time.Time   // when granted
-	appStarts []time.Time // start of each app window it was counted in
-	mStarts   []time.Time
-	once      sync.Once
+	e        *engine
+	r        *route
+	mb       *bucket
+	c        riot.Call
+	at       time.Time // when granted
+	appMarks []mark    // where it stands in each app window it was counted in
+	mMarks   []mark
+	once     sync.Once
 }
 
 // Cancel implements riot.Permit: the reservation returns to the budget.
@@ -568,13 +663,13 @@ func (p *permit) Cancel() {
 
 func (e *engine) cancel(p *permit) {
 	for _, x := range []struct {
-		b      *bucket
-		starts []time.Time
-	}{{p.r.app, p.appStarts}, {p.mb, p.mStarts}} {
+		b     *bucket
+		marks []mark
+	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
 		x.b.inflight--
 		for i, w := range x.b.windows {
-			if i < len(x.starts) && w.start.Equal(x.starts[i]) {
-				if e.st == nil || w.fb {
+			if i < len(x.marks) && w.start.Equal(x.marks[i].start) {
+				if e.st == nil {
 					w.count--
 				}
 				if e.st != nil {
@@ -583,7 +678,7 @@ func (e *engine) cancel(p *permit) {
 			}
 		}
 	}
-	e.dispatch(p.r, e.o.Now())
+	e.dispatch(p.r, e.now())
 	e.releaseIdleProbes(p.r)
 }
 
@@ -596,16 +691,22 @@ func (p *permit) Done(status int, h http.Header) {
 func (e *engine) done(p *permit, status int, h http.Header) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	p.r.app.inflight--
 	p.mb.inflight--
 	if status == 0 || h == nil {
+		if status != 0 {
+			e.timed(p, now)
+		}
 		e.dispatch(p.r, now)
 		e.releaseIdleProbes(p.r)
 		return
 	}
-	e.learn(p.r.app, p, p.appStarts, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
-	e.learn(p.mb, p, p.mStarts, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
+	e.learn(p.r.app, p, p.appMarks, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
+	e.learn(p.mb, p, p.mMarks, h.Get("X-Method-Rate-Limit"), h.Get("X-Method-Rate-Limit-Count"), now)
+	// Timed after learn: a count reply is judged with the margin the
+	// windows were judged with when the request was granted.
+	e.timed(p, now)
 	if status == http.StatusTooManyRequests {
 		e.on429(p, h, now)
 	} else if status < 500 {
@@ -614,6 +715,33 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	}
 	e.dispatch(p.r, now)
 	e.releaseIdleProbes(p.r)
+}
+
+// timed notes p's round trip (grant to answer) for its route's margin if
+// p belongs to the route's current burst: the requests granted at the
+// same instant as one granted while nothing was in flight. A burst opens
+// Riot's window when its first request arrives, so the burst's shortest
+// trip is the sample (route.newBurst adds it when the next burst starts);
+// the longer trips are queueing behind it, which says nothing about when
+// a window opens. Callers hold mu.
+func (e *engine) timed(p *permit, now time.Time) {
+	r := p.r
+	if !p.at.Equal(r.burstAt) {
+		return
+	}
+	if d := now.Sub(p.at); !r.burstSeen || d < r.burstMin {
+		r.burstMin, r.burstSeen = d, true
+	}
+}
+
+// newBurst starts a burst at now (a grant with nothing in flight on the
+// route), after adding the previous burst's shortest trip to the margin
+// estimate. Callers hold mu.
+func (r *route) newBurst(now time.Time) {
+	if r.burstSeen {
+		r.rtt.add(r.burstMin)
+	}
+	r.burstAt, r.burstMin, r.burstSeen = now, 0, false
 }
 
 // demand is the number of queued waiters that b's grants would serve.
@@ -650,7 +778,7 @@ func (e *engine) releaseIdleProbes(r *route) {
 }
 
 // learn applies a response's limit and count headers to b.
-func (e *engine) learn(b *bucket, p *permit, starts []time.Time, limH, cntH string, now time.Time) {
+func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, now time.Time) {
 	lims := ParseLimits(limH)
 	cnts := ParseLimits(cntH)
 	if e.o.LimitShare < 1 {
@@ -668,57 +796,103 @@ func (e *engine) learn(b *bucket, p *permit, starts []time.Time, limH, cntH stri
 			}
 		}
 	}
+	shared := e.st != nil
 	for i, w := range b.windows {
 		c, ok := countFor(cnts, w.length)
 		if !ok {
 			continue
 		}
-		var counted time.Time // start of the window p was counted in; zero if none
-		if i < len(starts) {
-			counted = starts[i]
-			if !w.start.Equal(counted) {
-				continue // the request was counted in an earlier window
-			}
+		var m mark // where p stands in the window it was counted in; zero start if none
+		if i < len(marks) {
+			m = marks[i]
 		}
-		if e.st != nil && !w.fb {
-			// Shared: KV holds the count. Raise it if Riot counts more
-			// (also seeds a window with requests sent before the limits
-			// were known). The local view follows on the next lease.
-			// Requests sent before the limits were known are added to
-			// KV by the next lease (seedIn), not here: a count header
-			// cannot tell them from tokens leased but not yet sent.
-			if c == 1 && !counted.IsZero() && counted.Before(now) {
-				// Riot's window began when this request arrived, later
-				// than the KV window was stamped (the lease came before
-				// the request). The arrival is somewhere between the
-				// grant and this response, so move the shared window's
-				// start to the response: then our next window cannot
-				// start inside Riot's, however slow the request was.
-				e.st.moveStart(b, w, counted, now)
-				if w.start.Equal(counted) {
-					w.start = time.UnixMilli(now.UnixMilli())
-				}
+		if c == 1 && !m.start.IsZero() {
+			e.alignToRiot(b, w, m, now)
+		}
+		if !m.start.IsZero() && !w.start.Equal(m.start) {
+			continue // the request was counted in an earlier window
+		}
+		if shared {
+			// Shared: KV holds the count. Raise it if Riot counts more.
+			// The local view follows on the next lease. Requests sent
+			// before the limits were known are added to KV by the next
+			// lease (seedIn), not here: a count header cannot tell them
+			// from tokens leased but not yet sent.
+			if !m.start.IsZero() && c > w.count {
+				e.st.reconcile(b, w, m.start, p.at, c)
 			}
-			if !counted.IsZero() && c > w.count {
-				e.st.reconcile(b, w, counted, p.at, c)
-			}
-			if counted.IsZero() && len(starts) == 0 {
+			if m.start.IsZero() && len(marks) == 0 {
 				w.seedCount = max(w.seedCount, c) // a request sent before the limits were known
 			}
 			continue
 		}
-		if c == 1 && !counted.IsZero() && w.start.Before(now) && w.count > 1 {
-			// Riot's window began when this request arrived, between its
-			// grant and this response: move ours to the response
-			// (conservatively keeping its count), so our next window
-			// cannot start inside Riot's.
-			w.start = now
-		}
-		if counted.IsZero() && w.start.IsZero() {
+		if m.start.IsZero() && w.start.IsZero() {
 			w.start = p.at
 		}
 		w.count = max(w.count, c)
 	}
+}
+
+// alignToRiot applies a count-1 reply: Riot's window began with request p,
+// when it arrived, somewhere between its grant and now. Riot's window ends
+// at most one window length after now, so the window of ours that holds
+// Riot's must not end before that: it must start no earlier than
+// floor = now − margin. Nothing else is implied, and budget is never given
+// up beyond what the reply proves:
+//
+//   - p was counted in our window w (w.start == m.start), w started
+//     before floor and its length has passed (p is a straggler, granted at
+//     the end of w): the requests granted in w before p reached Riot's
+//     previous window, not the one p began. w is rolled: it restarts at
+//     floor counting only what may be in Riot's new window (p, those
+//     granted after p, and those in flight when p was granted; with
+//     Shared, the other processes add their own in-flight requests when
+//     they next lease, leaseJob.inflight). Keeping w's count while moving
+//     its start (the old rule) idled every process for a whole window
+//     when p was a straggler granted at the end of a full window.
+//   - The same in a young window (its length has not passed): the
+//     requests granted before p may still be on their way, so the count
+//     is kept and w only moves to floor, which costs at most p's trip.
+//   - p was counted in an earlier window and w (already running) started
+//     before floor: p is a straggler that Riot counted in the window that
+//     w mirrors; w moves to floor keeping its count, which costs at most
+//     p's round trip.
+//
+// Callers hold mu.
+func (e *engine) alignToRiot(b *bucket, w *window, m mark, now time.Time) {
+	floor := now.Add(-e.margin(b, w))
+	if e.st != nil {
+		floor = time.UnixMilli(floor.UnixMilli()) // as stored in KV
+		if floor.After(m.start) {
+			e.st.align(b, w, m, floor, now) // KV may be ahead of our view
+		}
+	}
+	if w.start.IsZero() || !floor.After(w.start) {
+		return // w starts late enough (or starts at the next grant, after now)
+	}
+	if w.start.Equal(m.start) {
+		if now.Sub(w.start) < w.length {
+			// A young window: the requests granted before p may still be
+			// on their way (other processes' too), so they may all be in
+			// Riot's new window. Keep the count; this costs at most p's
+			// round trip.
+			w.start = floor
+			return
+		}
+		w.start, w.count = floor, rolledCount(w.count, m)
+		return
+	}
+	if w.start.After(m.start) {
+		w.start = floor
+	}
+}
+
+// rolledCount is what a window holding count requests keeps when a count-1
+// reply for the request marked m rolls it: the requests that may have
+// reached Riot's new window (m's request, those granted after it, those in
+// flight when it was granted), never more than count.
+func rolledCount(count int, m mark) int {
+	return min(count, 1+max(0, count-m.ord)+m.inflight)
 }
 
 // setLimits replaces b's windows, keeping the state of windows whose length
@@ -852,7 +1026,7 @@ func (s BucketState) Used() float64 {
 func (e *engine) snapshot() []BucketState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	var out []BucketState
 	add := func(b *bucket) {
 		s := BucketState{Route: b.route, Method: b.name(), InFlight: b.inflight,
@@ -863,7 +1037,7 @@ func (e *engine) snapshot() []BucketState {
 		for _, w := range b.windows {
 			ws := WindowState{Limit: w.limit, Length: w.length}
 			if !w.start.IsZero() {
-				if end := w.start.Add(w.length + e.o.margin(w.length)); end.After(now) {
+				if end := w.start.Add(w.length + e.margin(b, w)); end.After(now) {
 					ws.Count, ws.ResetsAt = w.count, end
 				}
 			}

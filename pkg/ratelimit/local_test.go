@@ -16,10 +16,9 @@ var getMatch = riot.Call{Route: "asia", Method: "match-v5.getMatch"}
 
 func TestLocalUsesBudgetWithout429(t *testing.T) {
 	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
-	// The in-process fake has no network skew: measure the algorithm with
-	// the 50 ms margin it needs here (the default floor, 150 ms, is sized
-	// for a loaded machine and caps a 1 s window at 87 %).
-	lim := NewLocal(Options{MinMargin: 50 * time.Millisecond})
+	// The margin is measured from round trips (about 1 ms to the
+	// in-process fake), so a 1 s window is not capped by a fixed margin.
+	lim := NewLocal(Options{})
 	hammer(t, []riot.Limiter{lim}, srv.URL, getMatch, 16, 3500*time.Millisecond, 1)
 	ok, tm, span := f.stats()
 	if len(tm) != 0 {
@@ -27,8 +26,12 @@ func TestLocalUsesBudgetWithout429(t *testing.T) {
 	}
 	u := utilisation(ok, span, Limit{20, time.Second})
 	t.Logf("ok=%d span=%v utilisation of 20:1 = %.3f", ok, span, u)
-	if u < 0.9 {
-		t.Errorf("utilisation of 20:1 = %.3f (%d in %v), want ≥ 0.9", u, ok, span)
+	// The margin follows measured round trips, which grow on a loaded
+	// machine (up to a quarter of the 1 s window); 0.8 still catches a
+	// limiter that idles whole windows. Speed itself is benchmarked
+	// (BenchmarkLimitLongWindows).
+	if u < 0.8 {
+		t.Errorf("utilisation of 20:1 = %.3f (%d in %v), want ≥ 0.8", u, ok, span)
 	}
 	st := lim.Snapshot()
 	if len(st) != 2 || st[0].Method != "app" || len(st[0].Windows) != 2 || st[0].Windows[1].Limit != 300 {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +22,8 @@ import (
 type SharedOptions struct {
 	Options
 	// Bucket is the JetStream KV bucket holding the state (default
-	// "ratelimit"); it is created with History 1 if missing.
+	// "ratelimit"). It must exist: it is declared, with its TTL, in
+	// streams/streams.json and created by `riftflow streams apply`.
 	Bucket string
 	// KeyID identifies the API key in KV keys: a hash of the key (for
 	// example the first 16 hex digits of its SHA-256), never the key.
@@ -35,15 +37,22 @@ type SharedOptions struct {
 	// LeaseDivisor bounds a lease to this fraction of the window's
 	// remaining budget (default 8).
 	LeaseDivisor int
-	// FallbackShare is the fraction of each window this process uses on
-	// its own while the KV bucket is unreachable (default 0.25).
-	FallbackShare float64
+	// StoreRetry is how long a budget waits after a failed KV operation
+	// before trying the store again (default 500 ms). Meanwhile only
+	// tokens already leased are granted: the limiter fails closed.
+	StoreRetry time.Duration
 	// ProbeTTL is how long one process may probe a budget whose limits no
 	// process has learned yet before another may take over (default 15 s;
 	// keep it above RIOT_HTTP_TIMEOUT_MS). The others wait for its limits.
 	ProbeTTL time.Duration
 	// KVTimeout bounds each KV operation (default 2 s).
 	KVTimeout time.Duration
+	// ClockSync is how often the offset of the NATS server's clock from
+	// Options.Now is measured (default 2 s): window starts and pause ends
+	// are on the server's clock, so host clock skew cannot move them.
+	// Negative: never; the injected clock is used as is (tests that step
+	// a manual clock).
+	ClockSync time.Duration
 	// ProcID names this process in KV (default: host name and a random
 	// suffix); StatsEvery is how often it writes its counters there
 	// (default 5 s), under <KeyID>.proc.<ProcID>, for `riftflow status`
@@ -62,12 +71,18 @@ type Shared struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	statsDone chan struct{}
+	clockDone chan struct{}
 }
 
 type kvStore struct {
 	e  *engine
 	kv jetstream.KeyValue
 	o  SharedOptions
+	// offset is the NATS server's clock minus Options.Now, in ns
+	// (syncClock); samples are the latest measurements.
+	offset  atomic.Int64
+	offErr  atomic.Int64 // the offset's error bound: half the chosen sample's round trip, ns
+	samples []clockSample
 	// afterProbeRead, when set (tests only), runs in startProbe between the
 	// KV read and applying its result, to order a concurrent release there.
 	afterProbeRead func()
@@ -75,7 +90,7 @@ type kvStore struct {
 
 var keyIDRe = regexp.MustCompile(`^[-_=a-zA-Z0-9]+$`)
 
-// NewShared binds to (creating if missing) the KV bucket and starts
+// NewShared binds to the KV bucket (declared in streams/) and starts
 // watching pauses, limits and the rejected-key flag. ctx bounds the setup
 // only; call Close to stop the watcher.
 func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*Shared, error) {
@@ -91,14 +106,17 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	if o.LeaseDivisor <= 0 {
 		o.LeaseDivisor = 8
 	}
-	if o.FallbackShare <= 0 || o.FallbackShare > 1 {
-		o.FallbackShare = 0.25
+	if o.StoreRetry <= 0 {
+		o.StoreRetry = 500 * time.Millisecond
 	}
 	if o.KVTimeout <= 0 {
 		o.KVTimeout = 2 * time.Second
 	}
 	if o.ProbeTTL <= 0 {
 		o.ProbeTTL = 15 * time.Second
+	}
+	if o.ClockSync == 0 {
+		o.ClockSync = 2 * time.Second
 	}
 	if o.StatsEvery == 0 {
 		o.StatsEvery = 5 * time.Second
@@ -110,11 +128,7 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	o.ProcID = kvToken(strings.ReplaceAll(o.ProcID, ".", "_"))
 	kv, err := js.KeyValue(ctx, o.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: o.Bucket, History: 1,
-			Description: "riftflow shared Riot rate-limit state"})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, o.Bucket)
-		}
+		return nil, fmt.Errorf("ratelimit: KV bucket %s not found: it is declared in streams/streams.json with its TTL; run `riftflow streams apply`: %w", o.Bucket, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: kv bucket %s: %w", o.Bucket, err)
@@ -124,15 +138,91 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	e.st = st
 	p := o.KeyID + "."
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := kv.WatchFiltered(wctx, []string{p + "*.pause.>", p + "*.limits.>", p + "*.probe.>", p + "rejected"})
+	w, err := kv.WatchFiltered(wctx, []string{p + "*.pause.>", p + "*.limits.>", p + "*.probe.>", p + "*.align.>", p + "rejected"})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("ratelimit: watch %s: %w", o.Bucket, err)
 	}
-	s := &Shared{e: e, st: st, cancel: cancel, done: make(chan struct{}), statsDone: make(chan struct{})}
+	if o.ClockSync > 0 {
+		if err := st.syncClock(ctx); err != nil {
+			cancel()
+			return nil, fmt.Errorf("ratelimit: server clock: %w", err)
+		}
+	}
+	s := &Shared{e: e, st: st, cancel: cancel, done: make(chan struct{}), statsDone: make(chan struct{}), clockDone: make(chan struct{})}
 	go s.watch(w)
 	go s.writeStats(wctx)
+	go s.syncClock(wctx)
 	return s, nil
+}
+
+// clockSample is one measurement of the server clock's offset: a Put's
+// server timestamp minus the middle of its round trip on our clock.
+type clockSample struct {
+	offset, rtt time.Duration
+}
+
+// maxClockSamples is how many recent samples syncClock keeps; the offset
+// is the one measured with the shortest round trip (as NTP filters), whose
+// error is at most half that round trip.
+const maxClockSamples = 8
+
+// syncClock measures the offset of the NATS server's clock from
+// Options.Now once: it writes <KeyID>.clock.<ProcID> and reads back the
+// entry's timestamp, which the server stamped when it stored the write.
+func (st *kvStore) syncClock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, st.o.KVTimeout)
+	defer cancel()
+	key := st.o.KeyID + ".clock." + st.o.ProcID
+	t1 := st.e.o.Now()
+	rev, err := st.kv.Put(ctx, key, []byte("t"))
+	t2 := st.e.o.Now()
+	if err != nil {
+		return err
+	}
+	ent, err := st.kv.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if ent.Revision() != rev {
+		return nil // another writer: no sample
+	}
+	rtt := t2.Sub(t1)
+	smp := clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}
+	st.e.mu.Lock()
+	defer st.e.mu.Unlock()
+	st.samples = append(st.samples, smp)
+	if len(st.samples) > maxClockSamples {
+		st.samples = st.samples[1:]
+	}
+	best := st.samples[0]
+	for _, s := range st.samples[1:] {
+		if s.rtt < best.rtt {
+			best = s
+		}
+	}
+	st.offset.Store(int64(best.offset))
+	st.offErr.Store(int64(best.rtt / 2))
+	return nil
+}
+
+func (s *Shared) syncClock(ctx context.Context) {
+	defer close(s.clockDone)
+	if s.st.o.ClockSync <= 0 {
+		return
+	}
+	t := time.NewTicker(s.st.o.ClockSync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.st.syncClock(ctx); err != nil && ctx.Err() == nil {
+				s.e.o.Logger.Debug("ratelimit: measure server clock", "err", err)
+			}
+		}
+	}
 }
 
 // procVal is one process's record in KV.
@@ -146,7 +236,7 @@ func (s *Shared) putStats() {
 	s.e.mu.Lock()
 	rej := s.e.rejected
 	s.e.mu.Unlock()
-	v, _ := json.Marshal(procVal{At: s.e.o.Now().UnixMilli(), Rejected: rej, Calls: s.e.met.counters()})
+	v, _ := json.Marshal(procVal{At: s.e.now().UnixMilli(), Rejected: rej, Calls: s.e.met.counters()})
 	ctx, cancel := s.st.ctx()
 	defer cancel()
 	if _, err := s.st.kv.Put(ctx, s.st.o.KeyID+".proc."+s.st.o.ProcID, v); err != nil {
@@ -191,6 +281,7 @@ func (s *Shared) Close() {
 	s.cancel()
 	<-s.done
 	<-s.statsDone
+	<-s.clockDone
 }
 
 // RejectKey records that Riot rejected the key (401 or 403) here and in KV,
@@ -240,14 +331,14 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 						b.probeFreed++
 					}
 				}
-				s.e.dispatch(r, s.e.o.Now())
+				s.e.dispatch(r, s.e.now())
 				s.e.mu.Unlock()
 			}
 			continue
 		}
 		v := string(ent.Value())
 		s.e.mu.Lock()
-		now := s.e.o.Now()
+		now := s.e.now()
 		if k == "rejected" {
 			if st, err := strconv.Atoi(v); err == nil && st != 0 {
 				if s.e.rejectKey(st) {
@@ -262,6 +353,16 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 		if len(parts) == 3 && parts[1] != "probe" {
 			r := s.e.route(parts[0])
 			b := r.app
+			var length time.Duration
+			if parts[1] == "align" { // <route>.align.app.<sec> | <route>.align.m.<method>.<sec>
+				i := strings.LastIndexByte(parts[2], '.')
+				if i < 0 {
+					s.e.mu.Unlock()
+					continue
+				}
+				sec, _ := strconv.Atoi(parts[2][i+1:])
+				length, parts[2] = time.Duration(sec)*time.Second, parts[2][:i]
+			}
 			if m, ok := strings.CutPrefix(parts[2], "m."); ok {
 				b = nil
 				for _, x := range r.order {
@@ -284,6 +385,9 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 					s.e.setLimits(b, ls, now)
 					s.e.dispatch(r, now)
 				}
+			case "align":
+				s.e.realigned(b, length)
+				s.e.dispatch(r, now)
 			}
 		}
 		s.e.mu.Unlock()
@@ -317,6 +421,15 @@ type winVal struct {
 	Start   int64 `json:"s"` // window start, Unix ms
 	Limit   int   `json:"l"`
 	Granted int   `json:"g"` // tokens handed out (leased) in this window by all processes
+	// Margin is the largest measured margin (ms) of the processes that
+	// leased from the window; every process judges the window's end as
+	// start + length + max(its own margin, Margin).
+	Margin int64 `json:"m,omitempty"`
+}
+
+// end is when the window may roll for a process whose margin is margin.
+func (v winVal) end(length, margin time.Duration) time.Time {
+	return time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
 }
 
 type pauseVal struct {
@@ -390,12 +503,12 @@ func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
 // new one started at at, the request's grant time).
 func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
 	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
-	length, limit, margin := w.length, w.limit, st.e.o.margin(w.length)
+	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
 		for range 10 {
-			now := st.e.o.Now()
+			now := st.e.now()
 			ent, err := st.kv.Get(ctx, key)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				if !counted.IsZero() {
@@ -414,7 +527,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 			_ = json.Unmarshal(ent.Value(), &cur)
 			next := cur
 			switch {
-			case cur.Start == 0 || !now.Before(time.UnixMilli(cur.Start).Add(length+margin)):
+			case cur.Start == 0 || !now.Before(cur.end(length, margin)):
 				if !counted.IsZero() {
 					return // that window is over
 				}
@@ -434,11 +547,18 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 	}()
 }
 
-// moveStart moves a KV window that started at counted to at (later): the
-// -Count header said Riot's window began with a request granted at at.
-// The count is kept; a window already replaced is left alone.
-func (st *kvStore) moveStart(b *bucket, w *window, counted, at time.Time) {
-	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+// align applies a count-1 reply for the request marked m to the KV window
+// of w's length (see engine.alignToRiot): if KV still holds the window m's
+// request was counted in and it started before floor, it is rolled to
+// floor with rolledCount (moved keeping its count if its length has not
+// passed); if it holds a later window started before floor, that window
+// moves to floor with its count. Anything else (a window
+// already starting at or after floor) is left alone.
+func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
+	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	key := st.base(b, "win") + "." + sec
+	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -448,16 +568,45 @@ func (st *kvStore) moveStart(b *bucket, w *window, counted, at time.Time) {
 				return
 			}
 			var cur winVal
-			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start != counted.UnixMilli() || cur.Start >= at.UnixMilli() {
+			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start >= fl {
 				return
 			}
-			cur.Start = at.UnixMilli()
+			switch {
+			case cur.Start == counted && roll:
+				cur.Start, cur.Granted = fl, rolledCount(cur.Granted, m)
+			case cur.Start == counted:
+				cur.Start = fl
+			case cur.Start > counted:
+				cur.Start = fl
+			default:
+				return
+			}
 			v, _ := json.Marshal(cur)
-			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			_, err = st.kv.Update(ctx, key, v, ent.Revision())
+			if err == nil {
+				// Tell the others: a process whose view of the window is
+				// full would otherwise wait for its own end of it.
+				if _, err := st.kv.Put(ctx, st.base(b, "align")+"."+sec, []byte(strconv.FormatInt(fl, 10))); err != nil {
+					st.e.o.Logger.Debug("ratelimit: announce realigned window", "key", key, "err", err)
+				}
+				return
+			}
+			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				return
 			}
 		}
 	}()
+}
+
+// realigned applies another process's notice that it realigned b's KV
+// window of length length (align): a full local view of it is dropped, so
+// the next grant leases again and reads the window from KV. Callers hold mu.
+func (e *engine) realigned(b *bucket, length time.Duration) {
+	for _, w := range b.windows {
+		if w.length == length && w.leased <= 0 {
+			w.count = 0
+		}
+	}
 }
 
 type leaseJob struct {
@@ -471,10 +620,20 @@ type leaseJob struct {
 	// is raised to at least this.
 	seedCount int
 	carry     int // requests in flight from the previous window, added once to the new one
+	// localStart is the window start this process knew; inflight its
+	// requests in flight. If KV holds a later start that is still running,
+	// another process realigned the window (align) and may not have
+	// counted them: they are added.
+	localStart time.Time
+	inflight   int
+	// margin judges the stored window's end; shareMargin (this process's
+	// measured margin, 0 before any answer was timed) is stored with it.
+	margin, shareMargin time.Duration
 	// results
-	start  time.Time
-	got, g int
-	err    error
+	start    time.Time
+	got, g   int
+	kvMargin time.Duration
+	err      error
 }
 
 type probeVal struct {
@@ -511,7 +670,7 @@ func (st *kvStore) probe(b *bucket) probeResult {
 	}
 	key := st.base(b, "probe")
 	for range 10 {
-		now := st.e.o.Now()
+		now := st.e.now()
 		until := time.UnixMilli(now.Add(st.o.ProbeTTL).UnixMilli())
 		v, _ := json.Marshal(probeVal{Proc: st.o.ProcID, Until: until.UnixMilli()})
 		ent, err := st.kv.Get(ctx, key)
@@ -557,22 +716,38 @@ func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
 	switch {
 	case b.limits != "": // learned meanwhile (watch or own answer)
 	case len(res.limits) > 0:
 		e.setLimits(b, res.limits, now)
 	case res.err != nil:
-		// KV unreachable: probe on our own, as a lone process would.
-		e.o.Logger.Warn("ratelimit: kv unreachable, probing unknown limits alone", "route", b.route, "bucket", b.name(), "err", res.err)
-		b.probeUntil = now.Add(st.o.ProbeTTL)
+		// KV unreachable: fail closed (no probe), try again later.
+		if !b.storeDown {
+			e.o.Logger.Warn("ratelimit: kv unreachable; not probing unknown limits until it answers", "route", b.route, "bucket", b.name(), "err", res.err)
+		}
 	case res.held:
 		b.probeUntil = res.until
 	case b.probeFreed == freed:
 		b.probeWait = res.until
 	}
+	st.storeResult(b, res.err != nil, now)
 	b.fetching = false
 	e.dispatch(r, now)
+}
+
+// storeResult records whether b's last KV operation failed: after a
+// failure b waits StoreRetry before the next (engine.check blocks it
+// meanwhile). Callers hold mu.
+func (st *kvStore) storeResult(b *bucket, failed bool, now time.Time) {
+	if failed {
+		b.storeDown, b.storeRetry = true, now.Add(st.o.StoreRetry)
+		return
+	}
+	if b.storeDown {
+		st.e.o.Logger.Info("ratelimit: kv answers again", "route", b.route, "bucket", b.name())
+	}
+	b.storeDown, b.storeRetry = false, time.Time{}
 }
 
 // lease fetches tokens from KV for every window of b that needs them, then
@@ -593,7 +768,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	var pause *pauseVal
 	if share != "" {
 		b.probeUntil, b.probeWait = time.Time{}, time.Time{}
-		if now := e.o.Now(); now.Before(b.pausedUntil) {
+		if now := e.now(); now.Before(b.pausedUntil) {
 			// The answer that taught the limits may have been a 429: its
 			// pause must be in KV before the limits wake the others.
 			pause = &pauseVal{Until: b.pausedUntil.UnixMilli(), Type: b.pauseType}
@@ -609,7 +784,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	want := min(max(demand, 1), st.o.MaxLease)
 	var jobs []*leaseJob
 	for _, w := range b.windows {
-		if w.fb || (!w.start.IsZero() && (w.leased > 0 || w.count >= w.limit)) {
+		if !w.start.IsZero() && (w.leased > 0 || w.count >= w.limit) {
 			continue
 		}
 		carry := 0
@@ -619,13 +794,18 @@ func (st *kvStore) lease(r *route, b *bucket) {
 			// (see engine.check). seedIn already holds the pre-limit ones.
 			carry = max(0, b.inflight-w.seedIn)
 		}
+		var shareMargin time.Duration
+		if b.rtt.n > 0 {
+			shareMargin = b.rtt.margin(0)
+		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
-			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry})
+			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry,
+			margin: e.margin(b, w), shareMargin: shareMargin, localStart: w.start, inflight: b.inflight})
 	}
 	e.mu.Unlock()
 
 	for _, j := range jobs {
-		j.start, j.got, j.g, j.err = st.leaseOne(j)
+		j.start, j.got, j.g, j.kvMargin, j.err = st.leaseOne(j)
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -633,13 +813,15 @@ func (st *kvStore) lease(r *route, b *bucket) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.o.Now()
+	now := e.now()
+	failed := false
 	for _, j := range jobs {
 		w := j.w
 		if j.err != nil {
-			e.o.Logger.Warn("ratelimit: kv unreachable, using a local share", "route", b.route, "bucket", b.name(), "err", j.err)
-			w.fb, w.start, w.count = true, now, 0
-			w.leased = max(1, int(float64(w.limit)*st.o.FallbackShare))
+			failed = true
+			if !b.storeDown {
+				e.o.Logger.Warn("ratelimit: kv unreachable; granting only tokens already leased until it answers", "route", b.route, "bucket", b.name(), "err", j.err)
+			}
 			continue
 		}
 		if w.seedIn == j.seedIn {
@@ -653,7 +835,9 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		w.leased += j.got
 		w.count = max(w.count, j.g)
+		w.kvMargin = j.kvMargin
 	}
+	st.storeResult(b, failed, now)
 	b.fetching = false
 	if b.share != "" {
 		e.fetch(r, b) // learned while this lease ran
@@ -663,59 +847,69 @@ func (st *kvStore) lease(r *route, b *bucket) {
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,
 // starting a new window when the stored one has ended. It returns the
-// window's start, the tokens taken and the window's global granted count.
-func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, error) {
+// window's start, the tokens taken, the window's global granted count and
+// its stored margin.
+func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, error) {
 	ctx, cancel := st.ctx()
 	defer cancel()
-	margin := st.e.o.margin(j.length)
+	ms := j.shareMargin.Milliseconds()
+	if j.shareMargin > 0 {
+		ms = max(ms, 1)
+	}
 	for range 50 {
-		now := st.e.o.Now()
+		now := st.e.now()
 		size := func(rem int) int { return max(0, min(j.want, rem, max(1, rem/st.o.LeaseDivisor))) }
 		ent, err := st.kv.Get(ctx, j.key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k := size(j.limit - g0)
-			v, _ := json.Marshal(winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k})
+			next := winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
+			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
-				return time.UnixMilli(now.UnixMilli()), k, g0 + k, nil
+				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 		if err != nil {
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 		var cur winVal
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
 			cur = winVal{} // garbage: start a new window
 		}
-		start := time.UnixMilli(cur.Start)
 		var next winVal
 		var k int
-		if cur.Start == 0 || !now.Before(start.Add(j.length+margin)) {
+		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin)) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k = size(j.limit - g0)
-			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k}
+			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
 		} else {
-			raised := max(cur.Granted+j.seedIn+j.carry, j.seedCount)
+			add := j.seedIn + j.carry
+			if !j.localStart.IsZero() && cur.Start > j.localStart.UnixMilli() {
+				add += j.inflight
+			}
+			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
 			if k == 0 && raised == cur.Granted {
-				return start, 0, cur.Granted, nil // spent: nothing to write
+				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), nil // spent: nothing to write
 			}
 			// Written even with no token left: the seeds must reach KV.
-			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k}
+			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms)}
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
 		if err == nil {
-			return time.UnixMilli(next.Start), k, next.Granted, nil
+			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return time.Time{}, 0, 0, err
+			return time.Time{}, 0, 0, 0, err
 		}
 	}
-	return time.Time{}, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
+	return time.Time{}, 0, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
 }
+
+func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }

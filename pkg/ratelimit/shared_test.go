@@ -18,8 +18,7 @@ func TestSharedInstancesStayUnderLimit(t *testing.T) {
 	f, srv := newFakeRiot(t, "20:1,300:10", map[string]string{"": "200:1"})
 	var lims []riot.Limiter
 	for range 3 {
-		// 50 ms margin: see TestLocalUsesBudgetWithout429.
-		lims = append(lims, newShared(t, newJS(), SharedOptions{Options: Options{MinMargin: 50 * time.Millisecond}}))
+		lims = append(lims, newShared(t, newJS(), SharedOptions{}))
 	}
 	// Each instance learns the limits with one call, in turn, before the
 	// load: this test is about sharing under load (a simultaneous cold
@@ -36,8 +35,12 @@ func TestSharedInstancesStayUnderLimit(t *testing.T) {
 	if len(tm) != 0 {
 		t.Errorf("429s: %v, want none; %q", tm, f.log)
 	}
-	if u < 0.9 {
-		t.Errorf("utilisation = %.3f, want ≥ 0.9", u)
+	// The margin follows measured round trips, which grow on a loaded
+	// machine (up to a quarter of the 1 s window); 0.8 still catches a
+	// limiter that idles whole windows. Speed itself is benchmarked
+	// (BenchmarkLimitLongWindows).
+	if u < 0.8 {
+		t.Errorf("utilisation = %.3f, want ≥ 0.8", u)
 	}
 }
 
@@ -71,6 +74,9 @@ func TestSharedPausePropagates(t *testing.T) {
 			var p riot.Permit
 			p, err = b.Acquire(sctx, getMatch)
 			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue // a slow lease on a loaded machine, not the pause
+			}
 			if err != nil {
 				break
 			}
@@ -228,8 +234,7 @@ func TestSharedColdStartOneProbe(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 		var wg sync.WaitGroup
 		for i := range procs {
-			lim := newShared(t, newJS(), SharedOptions{KeyID: kid, ProcID: "p" + strconv.Itoa(i),
-				Options: Options{MinMargin: 50 * time.Millisecond}})
+			lim := newShared(t, newJS(), SharedOptions{KeyID: kid, ProcID: "p" + strconv.Itoa(i)})
 			var first sync.Once
 			for range 4 {
 				wg.Go(func() {

@@ -1,0 +1,211 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// manualClock is an injected clock that moves only when the test says so.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{t: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// at sets the clock to the epoch plus d.
+func (c *manualClock) at(d time.Duration) {
+	c.mu.Lock()
+	c.t = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(d)
+	c.mu.Unlock()
+}
+
+// riotHeaders is an answer's rate-limit headers: app limits and count, and
+// a method limit of 100 per the same windows with the given count.
+func riotHeaders(app, appCount, method, methodCount string) http.Header {
+	h := http.Header{}
+	h.Set("X-App-Rate-Limit", app)
+	h.Set("X-App-Rate-Limit-Count", appCount)
+	h.Set("X-Method-Rate-Limit", method)
+	h.Set("X-Method-Rate-Limit-Count", methodCount)
+	return h
+}
+
+// grants counts how many Acquire calls are granted at the clock's time
+// before one is refused (at most max).
+func grants(t *testing.T, lim riot.Limiter, max int) []riot.Permit {
+	t.Helper()
+	var ps []riot.Permit
+	for len(ps) < max {
+		p, err := lim.Acquire(context.Background(), getMatch)
+		if err != nil {
+			if !isRateLimited(err) {
+				t.Fatal(err)
+			}
+			break
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// TestCountOneAfterRolloverKeepsBudget: a request granted at the very end
+// of a full 3:10 window reaches Riot after Riot's window reset and is
+// answered with count 1. Riot's new window holds that one request, so two
+// more may go at once. The old rule moved the full window's start to the
+// answer while keeping its count 3: nothing more for a whole window (the
+// 50–60 s gaps the issue measured with 8 fetchers).
+func TestCountOneAfterRolloverKeepsBudget(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond})
+	const app, meth = "3:10", "100:10"
+	p := grants(t, lim, 1)[0]
+	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(5 * time.Second)
+	p = grants(t, lim, 1)[0]
+	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	end := 10*time.Second + appMargin(lim.e)
+	clk.at(end - time.Millisecond)
+	ps := grants(t, lim, 2)
+	if len(ps) != 1 {
+		t.Fatalf("granted %d at the window's end, want the 1 left", len(ps))
+	}
+	clk.at(end + 20*time.Millisecond)
+	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	if got := grants(t, lim, 5); len(got) != 2 {
+		t.Fatalf("after a count-1 reply: granted %d, want the 2 Riot's new window has left", len(got))
+	}
+}
+
+// TestCountOneForStragglerMovesNextWindow: a request granted at the end of
+// one window reaches Riot late and begins Riot's next window, while ours
+// already started without it. Our next window must not end before Riot's,
+// or its successor would grant into Riot's still-running window.
+func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond})
+	const app, meth = "3:10", "100:10"
+	p := grants(t, lim, 1)[0]
+	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	m := appMargin(lim.e)
+	end := 10*time.Second + m
+	clk.at(end - time.Millisecond)
+	straggler := grants(t, lim, 1)[0]
+	clk.at(end + time.Millisecond)
+	next := grants(t, lim, 1)[0] // our next window starts here, counting the straggler too
+	respAt := end + 500*time.Millisecond
+	clk.at(respAt)
+	straggler.Done(200, riotHeaders(app, "1:10", meth, "1:10")) // Riot's window began with it, as late as now
+	next.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	got := grants(t, lim, 5)
+	if len(got) != 1 {
+		t.Fatalf("granted %d in the next window, want 1", len(got))
+	}
+	got[0].Done(200, riotHeaders(app, "3:10", meth, "3:10"))
+	// Riot's window runs until respAt+10 s at the latest: nothing before.
+	clk.at(respAt + 10*time.Second - 50*time.Millisecond)
+	if got := grants(t, lim, 1); len(got) != 0 {
+		t.Fatalf("granted %d before Riot's window (begun by the straggler) can have ended", len(got))
+	}
+	var resets time.Time
+	for _, b := range lim.Snapshot() {
+		if b.Method == "app" {
+			resets = b.Windows[0].ResetsAt
+		}
+	}
+	if riotEnd := clk.t0().Add(respAt + 10*time.Second); resets.Before(riotEnd) {
+		t.Fatalf("our window resets at %v, before Riot's (begun by the straggler) may end at %v", resets, riotEnd)
+	}
+	clk.mu.Lock()
+	clk.t = resets
+	clk.mu.Unlock()
+	if got := grants(t, lim, 5); len(got) != 3 {
+		t.Fatalf("granted %d once Riot's window ended, want 3", len(got))
+	}
+}
+
+// TestSharedCountOneAfterRolloverKeepsBudget is the shared limiter's case
+// of TestCountOneAfterRolloverKeepsBudget, with two processes: the KV
+// window must be rolled (not moved with its full count) so the other
+// process gets the budget Riot's new window has left.
+func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
+	newJS := startNATS(t)
+	clk := newManualClock()
+	o := SharedOptions{KeyID: "roll", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: 2 * time.Second, InitialMargin: time.Millisecond}}
+	o.ProcID = "a"
+	a := newShared(t, newJS(), o)
+	o.ProcID = "b"
+	b := newShared(t, newJS(), o)
+	const app, meth = "3:10", "100:10"
+	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(5 * time.Second)
+	p := grants(t, b, 1)[0]
+	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	end := 10*time.Second + appMargin(a.e)
+	clk.at(end - time.Millisecond)
+	ps := grants(t, a, 2)
+	if len(ps) != 1 {
+		t.Fatalf("a granted %d at the window's end, want the 1 left", len(ps))
+	}
+	clk.at(end + 20*time.Millisecond)
+	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	key := "roll.asia.win.app.10"
+	waitFor(t, "the KV window to be realigned", func() bool {
+		ent, err := a.st.kv.Get(context.Background(), key)
+		if err != nil {
+			return false
+		}
+		var wv winVal
+		return json.Unmarshal(ent.Value(), &wv) == nil && wv.Start != clk.t0().UnixMilli()
+	})
+	got := grants(t, b, 5)
+	if len(got) < 1 || len(got) > 2 {
+		t.Fatalf("b granted %d after a's count-1 reply, want 1 or 2 (Riot's new window has 2 left)", len(got))
+	}
+}
+
+// appMargin is the margin of the first app window of route asia.
+func appMargin(e *engine) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.routes["asia"]
+	return e.margin(r.app, r.app.windows[0])
+}
+
+func (c *manualClock) t0() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
+
+// teach sends one request on a, answered with h, and waits until b has
+// learned the limits from KV.
+func teach(t *testing.T, a, b *Shared, h http.Header) {
+	t.Helper()
+	grants(t, a, 1)[0].Done(200, h)
+	waitFor(t, "b learns the limits", func() bool {
+		s := b.Snapshot()
+		return len(s) > 0 && len(s[0].Windows) == 1
+	})
+}
+
+// waitFor polls cond (for asynchronous KV writes) for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for d := time.Now().Add(5 * time.Second); time.Now().Before(d); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
