@@ -201,8 +201,14 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 		}
 	}
 	player := demoPlayer(t, simURL)
+	// The API needs a bearer token with scope sync; the operator makes one
+	// with the same binary (`riftflow token create`, docs/security.md).
+	token := createToken(t, bins["riftflow/riftflow"], dbURL)
 	body := fmt.Sprintf(`{"puuid":%q,"platform":%q,"mode":"full","lookback_days":730}`, player.PUUID, player.Platform)
-	resp, err := http.Post(api.base+"/v1/sync", "application/json", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, api.base+"/v1/sync", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +221,7 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 	if resp.StatusCode != http.StatusAccepted || accepted.RequestID == "" {
 		t.Fatalf("POST /v1/sync = %d %+v, want 202 with a request_id", resp.StatusCode, accepted)
 	}
-	if ev := firstSSEEvent(t, api.base+"/v1/sync/"+accepted.RequestID+"/events"); ev == "" {
+	if ev := firstSSEEvent(t, api.base+"/v1/sync/"+accepted.RequestID+"/events", token); ev == "" {
 		t.Error("the SSE progress stream sent no event")
 	}
 	stored := waitMatchesStored(t, dbURL, player.PUUID, player.Stored, 3*time.Minute)
@@ -228,6 +234,24 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 		}
 	}
 	checkAlertMetrics(t, r, procs)
+}
+
+// createToken makes an API token with scope sync in the database at dbURL
+// with the CLI binary, as an operator does, and returns it.
+func createToken(t *testing.T, cli, dbURL string) string {
+	t.Helper()
+	cmd := exec.Command(cli, "token", "create", "--name", "deploy-test", "--scopes", "sync")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("riftflow token create: %v\n%s", err, out)
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	tok := lines[len(lines)-1]
+	if !strings.HasPrefix(tok, "rft_") {
+		t.Fatalf("riftflow token create printed no token:\n%s", out)
+	}
+	return tok
 }
 
 // mapping says how cluster addresses and secrets become local ones.
@@ -724,11 +748,12 @@ func getJSON(t *testing.T, u string, v any) {
 }
 
 // firstSSEEvent reads the first data line of a Server-Sent Events stream.
-func firstSSEEvent(t *testing.T, u string) string {
+func firstSSEEvent(t *testing.T, u, token string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("GET %s: %v", u, err)
