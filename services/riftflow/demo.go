@@ -159,7 +159,7 @@ func printDemoSummary(ctx context.Context, st *Stack, puuid string, out io.Write
 look further: start the same stack again, kept running (it reuses .data/), then in another terminal
   bin/riftflow up%[1]s
   psql "$(cat .data/database.url)" -c 'SELECT match_id, queue_id, game_creation FROM matches ORDER BY game_creation'
-  curl -s http://<the HTTP address riftflow up prints>/v1/accounts/%[2]s   # the read API
+  curl -s -H "Authorization: Bearer $(cat .data/api.token)" http://<the HTTP address riftflow up prints>/v1/players/%[2]s   # the read API
   traces: docker run --rm -p 16686:16686 -p 4318:4318 cr.jaegertracing.io/jaegertracing/jaeger:2.15.0
           then OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 make run, and open http://localhost:16686
 `, ephemeralFlag(st), puuid)
