@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nkeys"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -66,13 +67,9 @@ func TestRenderedWorkloadsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts every workload of the overlays as processes")
 	}
-	pgURL := os.Getenv("DATABASE_URL")
-	if pgURL == "" {
-		pgURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
 	bins := buildBinaries(t)
 	for _, dir := range []string{"overlays/prod", "overlays/dev"} {
-		t.Run(dir, func(t *testing.T) { runOverlay(t, dir, bins, pgURL) })
+		t.Run(dir, func(t *testing.T) { runOverlay(t, dir, bins) })
 	}
 }
 
@@ -102,7 +99,7 @@ func buildBinaries(t *testing.T) map[string]string {
 // natsUsers is the prod cluster's auth: nkey user -> seed.
 type natsUsers map[string][]byte
 
-func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) {
+func runOverlay(t *testing.T, dir string, bins map[string]string) {
 	r := render(t, dir)
 	prod := strings.HasSuffix(dir, "prod")
 
@@ -136,7 +133,8 @@ func runOverlay(t *testing.T, dir string, bins map[string]string, pgURL string) 
 		tlsDir = makeTLS(t)
 	}
 	natsURL := startNATSCluster(t, users, tlsDir)
-	dbURL := freshDatabase(t, pgURL)
+	// An empty database: the rendered migrate Job must create the schema.
+	dbURL := pgtest.NewEmptyDatabase(t)
 	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusOK)
@@ -643,35 +641,6 @@ func checkReplicas(t *testing.T, natsURL string, users natsUsers, tlsDir string,
 			t.Errorf("stream %s has %d replicas, want %d", name, got, want)
 		}
 	}
-}
-
-// freshDatabase creates a database for this run and drops it afterwards.
-func freshDatabase(t *testing.T, admin string) string {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Skipf("no Postgres at DATABASE_URL: %v", err)
-	}
-	defer conn.Close(ctx)
-	name := "riftflow_deploy_" + randHex(t, 6)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
 }
 
 // startSim runs `riftflow sim` and returns the Riot base URL (with

@@ -75,15 +75,7 @@ func Main(m *testing.M) {
 // fails the test when CI=true and skips it otherwise.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	if !mainCalled {
-		t.Fatal("pgtest.NewDatabase: call pgtest.Main(m) from TestMain")
-	}
-	if adminURL == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("pgtest: no PostgreSQL under CI=true: %v", unavailErr)
-		}
-		t.Skipf("pgtest: no PostgreSQL: %v", unavailErr)
-	}
+	requireServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -105,19 +97,51 @@ func NewDatabase(t testing.TB) string {
 	if tmplErr != nil {
 		t.Fatalf("pgtest: template database: %v", tmplErr)
 	}
+	u := newDatabase(ctx, t, tmplName)
+	// Exercise store.Migrate on the clone as well: it must be a no-op there.
+	if err := store.Migrate(ctx, u, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("pgtest: migrate %s: %v", u, err)
+	}
+	return u
+}
 
+// NewEmptyDatabase is NewDatabase without the migrations, for tests of
+// the migration itself (the migrate Job of the Kubernetes overlays).
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	requireServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return newDatabase(ctx, t, "")
+}
+
+// requireServer fails t without Main, and without a server fails it under
+// CI=true or skips it otherwise.
+func requireServer(t testing.TB) {
+	t.Helper()
+	if !mainCalled {
+		t.Fatal("pgtest: call pgtest.Main(m) from TestMain")
+	}
+	if adminURL == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pgtest: no PostgreSQL under CI=true: %v", unavailErr)
+		}
+		t.Skipf("pgtest: no PostgreSQL: %v", unavailErr)
+	}
+}
+
+// newDatabase creates rf_test_<hex> from template ("" for none), dropped on
+// t's cleanup, and returns its URL.
+func newDatabase(ctx context.Context, t testing.TB, template string) string {
+	t.Helper()
 	name := "rf_test_" + randomHex()
-	if err := createDatabase(ctx, adminURL, name, tmplName); err != nil {
+	if err := createDatabase(ctx, adminURL, name, template); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() { dropDatabase(adminURL, name) })
 	u, err := pgcluster.DatabaseURL(adminURL, name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
-	}
-	// Exercise store.Migrate on the clone as well: it must be a no-op there.
-	if err := store.Migrate(ctx, u, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatalf("pgtest: migrate %s: %v", name, err)
 	}
 	return u
 }
