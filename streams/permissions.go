@@ -68,11 +68,11 @@ type Grant struct {
 // rate-limit state (a forged "key rejected" would halt every fetch).
 var Grants = []Grant{
 	{User: UserResolver, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerResolver},
+		Consume: []string{ConsumerResolver, ConsumerResolverBackground},
 		Publish: []string{"{prefix}.sync.>", "{prefix}.ingest.rejected", "{prefix}.dead." + StreamIngest},
 		KVWrite: []string{BucketRiotIDs, BucketRateLimit}},
 	{User: UserMatchIDLister, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerMatchIDLister},
+		Consume: []string{ConsumerMatchIDLister, ConsumerMatchIDListerInteractive},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.ingest.rejected", "{prefix}.dead." + StreamSync},
 		KVWrite: []string{BucketSyncLocks, BucketCursors, BucketRateLimit}},
 	{User: UserMatchFetcher, KVRead: []string{BucketControl},
@@ -82,13 +82,13 @@ var Grants = []Grant{
 		KVWrite: []string{BucketRateLimit},
 		Objects: []string{ObjectPayloads}},
 	{User: UserPersister, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerPersister},
+		Consume: []string{ConsumerPersister, ConsumerPersisterInteractive},
 		Publish: []string{"{prefix}.progress.>", "{prefix}.dead." + StreamFetched},
 		KVWrite: []string{BucketSyncLocks},
 		Objects: []string{ObjectPayloads}},
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
 		Consume: []string{ConsumerRetrySweeper},
-		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request",
+		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},
 		Messages: []string{StreamIngest, StreamSync, StreamFetch, StreamFetched},
 		KVWrite:  []string{BucketSyncLocks, BucketCronLocks, BucketRateLimit}},
@@ -96,7 +96,7 @@ var Grants = []Grant{
 	// (control), retry (fetch commands) and forget (locks, cursors, the
 	// Riot ID cache).
 	{User: UserCLI,
-		Publish:   []string{"{prefix}.ingest.request", "{prefix}.ingest.rejected", "{prefix}.match.fetch.>"},
+		Publish:   []string{"{prefix}.ingest.request", "{prefix}.ingest.request.background", "{prefix}.ingest.rejected", "{prefix}.match.fetch.>"},
 		Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"},
 		Ordered:   []string{StreamEvents},
 		KVRead:    []string{BucketRateLimit},

@@ -36,13 +36,26 @@ const (
 	StreamDead       = "DEAD"
 )
 
-// Durable consumer names (see also FetcherConsumer).
+// Durable consumer names (see also FetcherConsumer). Every stage reads two
+// queues, interactive and background, through two consumers, and serves
+// each with its own workers, so a user's sync never waits behind a
+// backfill at any stage (bus.Subjects.IngestFor, SyncFor, FetchFor,
+// FetchedFor).
 const (
-	ConsumerResolver      = "resolver"
+	// ConsumerResolver reads the public ingest subject (interactive).
+	ConsumerResolver = "resolver"
+	// ConsumerResolverBackground reads "<prefix>.ingest.request.background".
+	ConsumerResolverBackground = "resolver-background"
+	// ConsumerMatchIDLister reads background sync commands.
 	ConsumerMatchIDLister = "matchid-lister"
-	ConsumerPersister     = "persister"
-	ConsumerRetrySweeper  = "retry-sweeper"
-	fetcherPrefix         = "match-fetcher-"
+	// ConsumerMatchIDListerInteractive reads "<prefix>.sync.*.interactive".
+	ConsumerMatchIDListerInteractive = "matchid-lister-interactive"
+	// ConsumerPersister reads the results of background fetches.
+	ConsumerPersister = "persister"
+	// ConsumerPersisterInteractive reads "<prefix>.match.{fetched,failed}.*.interactive".
+	ConsumerPersisterInteractive = "persister-interactive"
+	ConsumerRetrySweeper         = "retry-sweeper"
+	fetcherPrefix                = "match-fetcher-"
 )
 
 // KV bucket names.

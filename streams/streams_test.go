@@ -142,13 +142,16 @@ func TestConsumersHaveDeclaredFilters(t *testing.T) {
 		stream, name string
 		filters      []string
 	}{
-		{StreamIngest, ConsumerResolver, nil},
-		{StreamSync, ConsumerMatchIDLister, nil},
+		{StreamIngest, ConsumerResolver, []string{sub.IngestFor(bus.Interactive)}},
+		{StreamIngest, ConsumerResolverBackground, []string{sub.IngestFor(bus.Background)}},
+		{StreamSync, ConsumerMatchIDLister, []string{"lol.sync.*"}},
+		{StreamSync, ConsumerMatchIDListerInteractive, []string{"lol.sync.*.interactive"}},
 		{StreamFetch, FetcherConsumer("americas"), []string{sub.Fetch("americas")}},
 		{StreamFetch, FetcherConsumer("asia"), []string{sub.Fetch("asia")}},
 		{StreamFetch, InteractiveFetcherConsumer("americas"), []string{sub.FetchFor("americas", bus.Interactive)}},
 		{StreamFetch, InteractiveFetcherConsumer("asia"), []string{sub.FetchFor("asia", bus.Interactive)}},
-		{StreamFetched, ConsumerPersister, sub.ResultsAll()},
+		{StreamFetched, ConsumerPersister, []string{"lol.match.fetched.*", "lol.match.failed.*"}},
+		{StreamFetched, ConsumerPersisterInteractive, []string{"lol.match.fetched.*.interactive", "lol.match.failed.*.interactive"}},
 		{StreamAdvisories, ConsumerRetrySweeper, nil},
 	}
 	if len(set.Consumers) != len(want) {
@@ -309,4 +312,87 @@ func joinURLs(u []string) string {
 		s += "," + x
 	}
 	return s
+}
+
+// TestPriorityQueuesPerStage: at every stage an interactive and a
+// background message land on two different consumers (each message on
+// exactly one), and declarations from before the split (the resolver,
+// lister and persister reading their whole stream) upgrade in place.
+func TestPriorityQueuesPerStage(t *testing.T) {
+	js := startJS(t)
+	set, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old declarations: one consumer per stage over every subject.
+	old := map[string]jetstream.ConsumerConfig{
+		ConsumerResolver:      {Durable: ConsumerResolver, AckPolicy: jetstream.AckExplicitPolicy},
+		ConsumerMatchIDLister: {Durable: ConsumerMatchIDLister, AckPolicy: jetstream.AckExplicitPolicy},
+		ConsumerPersister: {Durable: ConsumerPersister, AckPolicy: jetstream.AckExplicitPolicy,
+			FilterSubjects: []string{"lol.match.fetched.>", "lol.match.failed.>"}},
+	}
+	for _, st := range set.Streams {
+		if _, err := js.CreateStream(t.Context(), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range set.Consumers {
+		if o, ok := old[c.Config.Durable]; ok {
+			if _, err := js.CreateConsumer(t.Context(), c.Stream, o); err != nil {
+				t.Fatalf("old %s: %v", o.Durable, err)
+			}
+		}
+	}
+	if err := Apply(t.Context(), js, set, quiet); err != nil {
+		t.Fatalf("upgrade from the unsplit consumers: %v", err)
+	}
+	sub := bus.Subjects{}
+	stages := []struct {
+		stream                  string
+		subject                 func(bus.Priority) string
+		interactive, background string
+	}{
+		{StreamIngest, sub.IngestFor, ConsumerResolver, ConsumerResolverBackground},
+		{StreamSync, func(p bus.Priority) string { return sub.SyncFor("jp1", p) }, ConsumerMatchIDListerInteractive, ConsumerMatchIDLister},
+		{StreamFetch, func(p bus.Priority) string { return sub.FetchFor("asia", p) }, InteractiveFetcherConsumer("asia"), FetcherConsumer("asia")},
+		{StreamFetched, func(p bus.Priority) string { return sub.FetchedFor("asia", p) }, ConsumerPersisterInteractive, ConsumerPersister},
+		{StreamFetched, func(p bus.Priority) string { return sub.FailedFor("asia", p) }, ConsumerPersisterInteractive, ConsumerPersister},
+	}
+	for _, st := range stages {
+		if st.subject(bus.Interactive) == st.subject(bus.Background) {
+			t.Errorf("%s: one subject for both priorities", st.stream)
+		}
+		for _, p := range []bus.Priority{bus.Interactive, bus.Background} {
+			before := pendingOf(t, js, st.stream, st.interactive) + pendingOf(t, js, st.stream, st.background)
+			bi := pendingOf(t, js, st.stream, st.interactive)
+			if _, err := js.Publish(t.Context(), st.subject(p), []byte("x")); err != nil {
+				t.Fatalf("%s: %v", st.subject(p), err)
+			}
+			want := st.background
+			if p == bus.Interactive {
+				want = st.interactive
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for pendingOf(t, js, st.stream, st.interactive)+pendingOf(t, js, st.stream, st.background) != before+1 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			grew := pendingOf(t, js, st.stream, st.interactive) - bi
+			if (want == st.interactive) != (grew == 1) {
+				t.Errorf("%s (%s) did not land on %s alone", st.subject(p), p, want)
+			}
+		}
+	}
+}
+
+func pendingOf(t *testing.T, js jetstream.JetStream, stream, consumer string) uint64 {
+	t.Helper()
+	c, err := js.Consumer(t.Context(), stream, consumer)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", consumer, stream, err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumPending
 }

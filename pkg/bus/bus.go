@@ -9,6 +9,13 @@
 //	lol.match.fetch.<region>  FetchCommand    → match-fetcher   (Nats-Msg-Id = match ID)
 //	lol.match.fetched.<region> FetchResult    → persister       (success, payload gzip)
 //	lol.match.failed.<region>  FetchResult    → persister       (failure outcome)
+//
+// Every stage has two queues, so interactive work never waits behind a
+// backfill: lol.ingest.request (interactive) and lol.ingest.request.background;
+// past the resolver, "<subject>.interactive" beside each background subject
+// above (SyncFor, FetchFor, FetchedFor, FailedFor). Each queue has its own
+// durable consumer and its own workers.
+//
 //	lol.progress.<puuid>      ProgressEvent   → clients (EVENTS stream, WebSocket)
 //	lol.ingest.rejected       Rejection       → clients, logs
 //
@@ -38,13 +45,40 @@ func (s Subjects) p() string {
 }
 
 // IngestRequest is the subject users publish IngestRequest messages on.
+// It is the interactive queue of the resolver: a user's request is never
+// behind a backlog of scheduled ones (IngestFor).
 func (s Subjects) IngestRequest() string { return s.p() + ".ingest.request" }
+
+// IngestFor is the ingest subject for a priority: background requests
+// (scheduled syncs, `riftflow sync --background`) go to
+// "<prefix>.ingest.request.background", a queue of their own with its own
+// resolver workers; interactive ones to IngestRequest.
+func (s Subjects) IngestFor(p Priority) string {
+	if p == Background {
+		return s.IngestRequest() + ".background"
+	}
+	return s.IngestRequest()
+}
 
 // IngestRejected carries a Rejection for every request that was refused.
 func (s Subjects) IngestRejected() string { return s.p() + ".ingest.rejected" }
 
 // Sync carries SyncCommands for accounts on one platform ("jp1").
 func (s Subjects) Sync(platform string) string { return s.p() + ".sync." + platform }
+
+// SyncFor is the Sync subject for a priority: interactive commands go to
+// "<prefix>.sync.<platform>.interactive", background ones to Sync(platform),
+// each read by its own lister consumer.
+func (s Subjects) SyncFor(platform string, p Priority) string {
+	if p == Interactive {
+		return s.Sync(platform) + interactiveToken
+	}
+	return s.Sync(platform)
+}
+
+// interactiveToken is the last subject token of every interactive queue
+// past the resolver.
+const interactiveToken = ".interactive"
 
 // SyncAll matches every Sync subject.
 func (s Subjects) SyncAll() string { return s.p() + ".sync.>" }
@@ -58,7 +92,7 @@ func (s Subjects) Fetch(region string) string { return s.p() + ".match.fetch." +
 // fetches to Fetch(region).
 func (s Subjects) FetchFor(region string, p Priority) string {
 	if p == Interactive {
-		return s.Fetch(region) + ".interactive"
+		return s.Fetch(region) + interactiveToken
 	}
 	return s.Fetch(region)
 }
@@ -81,6 +115,25 @@ func (s Subjects) Fetched(region string) string { return s.p() + ".match.fetched
 
 // Failed carries unsuccessful FetchResults for one region.
 func (s Subjects) Failed(region string) string { return s.p() + ".match.failed." + region }
+
+// FetchedFor and FailedFor are Fetched and Failed for a priority: the
+// results of interactive fetches go to "<subject>.interactive", read by the
+// persister's interactive consumer, so they are stored while a backfill's
+// results still queue.
+func (s Subjects) FetchedFor(region string, p Priority) string {
+	if p == Interactive {
+		return s.Fetched(region) + interactiveToken
+	}
+	return s.Fetched(region)
+}
+
+// FailedFor: see FetchedFor.
+func (s Subjects) FailedFor(region string, p Priority) string {
+	if p == Interactive {
+		return s.Failed(region) + interactiveToken
+	}
+	return s.Failed(region)
+}
 
 // ResultsAll matches every Fetched and Failed subject (the persister's input).
 func (s Subjects) ResultsAll() []string {

@@ -48,3 +48,27 @@ func IsLastDelivery(c jetstream.Consumer, m jetstream.Msg) bool {
 	info := c.CachedInfo()
 	return info != nil && LastDelivery(m, info.Config.MaxDeliver)
 }
+
+// DeliveredBy returns the one of cons that delivered m (matched by name
+// against m's metadata), for a stage reading two queues (interactive and
+// background) with one handler; the first non-nil of cons when none
+// matches or m has no metadata; nil when every one is nil.
+func DeliveredBy(m jetstream.Msg, cons ...jetstream.Consumer) jetstream.Consumer {
+	var first jetstream.Consumer
+	md, mdErr := (*jetstream.MsgMetadata)(nil), error(jetstream.ErrNotJSMessage)
+	if m != nil {
+		md, mdErr = m.Metadata()
+	}
+	for _, c := range cons {
+		if c == nil {
+			continue
+		}
+		if first == nil {
+			first = c
+		}
+		if info := c.CachedInfo(); mdErr == nil && info != nil && info.Name == md.Consumer {
+			return c
+		}
+	}
+	return first
+}

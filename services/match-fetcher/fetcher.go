@@ -508,12 +508,14 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		}
 		res.Payload, res.PayloadRef = nil, name
 	}
-	subj := s.d.Subjects.Failed(cmd.Region)
+	// Results keep their fetch's priority: the persister reads the
+	// interactive ones from a queue of their own.
+	subj := s.d.Subjects.FailedFor(cmd.Region, cmd.Priority)
 	if o == bus.Success {
-		subj = s.d.Subjects.Fetched(cmd.Region)
+		subj = s.d.Subjects.FetchedFor(cmd.Region, cmd.Priority)
 	}
 	if cmd.Region == "" {
-		subj = s.d.Subjects.Failed("unknown")
+		subj = s.d.Subjects.FailedFor("unknown", cmd.Priority)
 	}
 	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o) + cmd.DedupSuffix()
 	if tag := deliveryTag(m); tag != "" {

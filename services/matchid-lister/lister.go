@@ -1,5 +1,5 @@
 // Package lister is riftflow's matchid-lister. For each SyncCommand on
-// lol.sync.<platform> it:
+// lol.sync.<platform> (background) or lol.sync.<platform>.interactive it:
 //
 //  1. claims the account's lock in the sync-locks KV bucket (atomic create
 //     with a TTL; a second request for a syncing account is rejected with
@@ -27,6 +27,10 @@
 //
 // The lock is released by the persister when the sync completes, or
 // expires; the retry-sweeper recovers syncs whose lock died.
+//
+// The two sync queues have their own consumers and workers, so an
+// interactive sync is never queued behind background ones; its fetch
+// commands go to the interactive fetch queue.
 package lister
 
 import (
@@ -41,6 +45,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -99,20 +104,27 @@ type Config struct {
 	// RetryDelay is the delay before a retryable Riot failure (5xx, timeout,
 	// 429) is retried, doubled per delivery of the same SyncCommand (5 s,
 	// 10 s, 20 s, … capped at 5 min), or Retry-After when that is later.
-	RetryDelay  time.Duration
+	RetryDelay time.Duration
+	// Concurrency is the number of background syncs listed at once.
 	Concurrency int
+	// InteractiveConcurrency is the number of interactive syncs listed at
+	// once, beside the background ones (default 2).
+	InteractiveConcurrency int
 }
 
 // Deps are the lister's collaborators.
 type Deps struct {
 	JS       jetstream.JetStream
-	Consumer jetstream.Consumer // "matchid-lister" on SYNC
-	Locks    natsx.Lock         // sync-locks bucket
-	Cursors  jetstream.KeyValue // cursors bucket
-	Riot     MatchLister
-	Store    Store
-	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
-	app.Base                   // Subjects, Logger, Tracer, Now
+	Consumer jetstream.Consumer // "matchid-lister" on SYNC (background)
+	// Interactive is "matchid-lister-interactive" on SYNC; optional (nil:
+	// only the background queue is served).
+	Interactive jetstream.Consumer
+	Locks       natsx.Lock         // sync-locks bucket
+	Cursors     jetstream.KeyValue // cursors bucket
+	Riot        MatchLister
+	Store       Store
+	Dead        *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
+	app.Base                      // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running lister.
@@ -138,17 +150,30 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
 	}
+	if cfg.InteractiveConcurrency <= 0 {
+		cfg.InteractiveConcurrency = 2
+	}
 	d.Base.Fill("matchid-lister")
 	return &Service{cfg: cfg, d: d}, nil
 }
 
-// Run consumes until ctx ends, then drains.
+// Run consumes both queues until ctx ends, then drains.
 func (s *Service) Run(ctx context.Context) error {
-	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
-		Name: "matchid-lister", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
-		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead,
-			Probe: s.d.Store.Ping},
-	})
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(c jetstream.Consumer, name string, n int) {
+		g.Go(func() error {
+			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
+				Name: name, Concurrency: n, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead,
+					Probe: s.d.Store.Ping},
+			})
+		})
+	}
+	run(s.d.Consumer, "matchid-lister", s.cfg.Concurrency)
+	if s.d.Interactive != nil {
+		run(s.d.Interactive, "matchid-lister-interactive", s.cfg.InteractiveConcurrency)
+	}
+	return g.Wait()
 }
 
 // Handle processes one SyncCommand. A sync that still fails on the
@@ -158,7 +183,7 @@ func (s *Service) Run(ctx context.Context) error {
 // command is dead-lettered so `riftflow retry --dead` can run it again.
 func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	res := s.handle(ctx, m)
-	if res.Err() == nil || !res.Kind().Retryable() || ctx.Err() != nil || !natsx.IsLastDelivery(s.d.Consumer, m) {
+	if res.Err() == nil || !res.Kind().Retryable() || ctx.Err() != nil || !natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Interactive), m) {
 		return res
 	}
 	var cmd bus.SyncCommand
@@ -413,7 +438,7 @@ func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Tim
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
 	var re *riot.Error
-	last := natsx.IsLastDelivery(s.d.Consumer, m)
+	last := natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Interactive), m)
 	code := 502
 	switch {
 	case ctx.Err() != nil:

@@ -15,20 +15,29 @@ type Env struct {
 	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	// Overlap is CURSOR_OVERLAP, how far before the cursor a latest sync
 	// starts listing, to catch games that were in progress.
-	Overlap     time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
-	Concurrency int           `env:"LISTER_CONCURRENCY" envDefault:"4"`
+	Overlap time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
+	// Concurrency is LISTER_CONCURRENCY: background syncs listed at once.
+	Concurrency int `env:"LISTER_CONCURRENCY" envDefault:"4"`
+	// InteractiveConcurrency is LISTER_INTERACTIVE_CONCURRENCY: interactive
+	// syncs (lol.sync.<platform>.interactive) listed at once, beside them.
+	InteractiveConcurrency int `env:"LISTER_INTERACTIVE_CONCURRENCY" envDefault:"2"`
 	// RetryDelay is LISTER_RETRY_DELAY: the first retry delay of a failed
 	// match list, doubled per delivery up to 5 min.
 	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
 }
 
-// FromInfra builds a lister bound to the "matchid-lister" consumer on SYNC.
+// FromInfra builds a lister bound to the "matchid-lister" (background) and
+// "matchid-lister-interactive" consumers on SYNC.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
 	if err := config.Parse(&e); err != nil {
 		return nil, err
 	}
 	cons, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDLister)
+	if err != nil {
+		return nil, err
+	}
+	ic, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDListerInteractive)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +49,7 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
-		Deps{JS: inf.JS, Consumer: cons, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency, RetryDelay: e.RetryDelay},
+		Deps{JS: inf.JS, Consumer: cons, Interactive: ic, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
 			Base: inf.Base("matchid-lister")})
 }

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -57,10 +58,14 @@ type Config struct {
 // Deps are the persister's collaborators.
 type Deps struct {
 	JS       jetstream.JetStream
-	Consumer jetstream.Consumer // "persister" on FETCHED
-	Store    Store
-	Locks    natsx.Lock        // sync-locks
-	Dead     *natsx.DeadLetter // the DEAD stream; nil: rejected messages are only terminated
+	Consumer jetstream.Consumer // "persister" on FETCHED (background fetches)
+	// Interactive is "persister-interactive" on FETCHED (the results of
+	// interactive fetches), batched by a runner of its own so they are
+	// stored while a backfill's results queue; optional.
+	Interactive jetstream.Consumer
+	Store       Store
+	Locks       natsx.Lock        // sync-locks
+	Dead        *natsx.DeadLetter // the DEAD stream; nil: rejected messages are only terminated
 	// Payloads is the "payloads" object store, for FetchResults whose
 	// payload is too large to travel inline (PayloadRef).
 	Payloads jetstream.ObjectStore
@@ -111,12 +116,22 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return s, nil
 }
 
-// Run consumes until ctx ends, then drains.
+// Run consumes both queues until ctx ends, then drains.
 func (s *Service) Run(ctx context.Context) error {
-	return natsx.ConsumeBatch(ctx, s.d.Consumer, s.HandleBatch, natsx.BatchOptions{
-		Name: "persister", MaxBatch: s.cfg.MaxBatch, MaxWait: s.cfg.MaxWait, Logger: s.d.Logger, Tracer: s.d.Tracer,
-		Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping},
-	})
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(c jetstream.Consumer, name string) {
+		g.Go(func() error {
+			return natsx.ConsumeBatch(ctx, c, s.HandleBatch, natsx.BatchOptions{
+				Name: name, MaxBatch: s.cfg.MaxBatch, MaxWait: s.cfg.MaxWait, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping},
+			})
+		})
+	}
+	run(s.d.Consumer, "persister")
+	if s.d.Interactive != nil {
+		run(s.d.Interactive, "persister-interactive")
+	}
+	return g.Wait()
 }
 
 // item is one decoded message's contribution to a batch.

@@ -17,13 +17,18 @@ type Env struct {
 	LockTTL  time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 }
 
-// FromInfra builds a persister bound to the "persister" consumer on FETCHED.
+// FromInfra builds a persister bound to the "persister" and
+// "persister-interactive" consumers on FETCHED.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
 	if err := config.Parse(&e); err != nil {
 		return nil, err
 	}
 	cons, err := inf.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersister)
+	if err != nil {
+		return nil, err
+	}
+	ic, err := inf.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersisterInteractive)
 	if err != nil {
 		return nil, err
 	}
@@ -36,5 +41,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
 	}
 	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
-		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("persister")})
+		Deps{JS: inf.JS, Consumer: cons, Interactive: ic, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("persister")})
 }

@@ -1,7 +1,12 @@
 // Package resolver is riftflow's first stage. It consumes IngestRequests
-// from lol.ingest.request, validates them, resolves a Riot ID to a PUUID
-// through account-v1 (cached in the riot-ids KV bucket for a day), and
-// publishes one SyncCommand on lol.sync.<platform>.
+// from lol.ingest.request (interactive) and lol.ingest.request.background,
+// validates them, resolves a Riot ID to a PUUID through account-v1 (cached
+// in the riot-ids KV bucket for a day), and publishes one SyncCommand on
+// lol.sync.<platform> (or lol.sync.<platform>.interactive).
+//
+// The two ingest queues have their own consumers and workers, so a user's
+// request is never queued behind scheduled ones; background lookups also
+// yield to interactive ones in the Riot rate limiter.
 //
 // A request that can never succeed (bad JSON, unknown platform, a Riot ID
 // without '#', an unknown player), or whose account lookup still fails on
@@ -20,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -47,18 +53,24 @@ type Config struct {
 	// consumer's last delivery the request is rejected with code 503 and
 	// the reason (RESOLVER_RETRY_DELAY, default 5s).
 	RetryDelay time.Duration
-	// Concurrency is the number of requests handled at once.
+	// Concurrency is the number of interactive requests handled at once.
 	Concurrency int
+	// BackgroundConcurrency is the number of background requests handled
+	// at once, beside the interactive ones (default 2).
+	BackgroundConcurrency int
 }
 
 // Deps are the resolver's collaborators.
 type Deps struct {
 	JS       jetstream.JetStream
-	Consumer jetstream.Consumer // the durable "resolver" consumer on INGEST
-	RiotIDs  jetstream.KeyValue // the riot-ids bucket (TTL 1 day)
-	Riot     Accounts
-	Dead     *natsx.DeadLetter // the DEAD stream; nil: given-up requests are only terminated
-	app.Base                   // Subjects, Logger, Tracer, Now
+	Consumer jetstream.Consumer // the durable "resolver" consumer on INGEST (interactive)
+	// Background is "resolver-background" on INGEST; optional (nil: only
+	// the interactive queue is served).
+	Background jetstream.Consumer
+	RiotIDs    jetstream.KeyValue // the riot-ids bucket (TTL 1 day)
+	Riot       Accounts
+	Dead       *natsx.DeadLetter // the DEAD stream; nil: given-up requests are only terminated
+	app.Base                     // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running resolver.
@@ -84,16 +96,29 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
+	if cfg.BackgroundConcurrency <= 0 {
+		cfg.BackgroundConcurrency = 2
+	}
 	d.Base.Fill("resolver")
 	return &Service{cfg: cfg, d: d}, nil
 }
 
-// Run consumes until ctx ends, then drains in-flight requests.
+// Run consumes both queues until ctx ends, then drains in-flight requests.
 func (s *Service) Run(ctx context.Context) error {
-	return natsx.Consume(ctx, s.d.Consumer, s.Handle, natsx.ConsumeOptions{
-		Name: "resolver", Concurrency: s.cfg.Concurrency, Logger: s.d.Logger, Tracer: s.d.Tracer,
-		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxRetryDelay}, Dead: s.d.Dead},
-	})
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(c jetstream.Consumer, name string, n int) {
+		g.Go(func() error {
+			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
+				Name: name, Concurrency: n, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxRetryDelay}, Dead: s.d.Dead},
+			})
+		})
+	}
+	run(s.d.Consumer, "resolver", s.cfg.Concurrency)
+	if s.d.Background != nil {
+		run(s.d.Background, "resolver-background", s.cfg.BackgroundConcurrency)
+	}
+	return g.Wait()
 }
 
 // Handle processes one lol.ingest.request message and says how to settle it.
@@ -111,6 +136,9 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	}
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("riftflow.request_id", req.RequestID))
+	if req.Priority == bus.Background {
+		ctx = riot.WithBackground(ctx) // interactive lookups go first
+	}
 
 	platform, _ := riot.ParsePlatform(req.Platform) // validated by Decode
 	cmd := bus.SyncCommand{
@@ -137,7 +165,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 			switch {
 			case errors.As(err, &re) && re.Kind == riot.KindNotFound:
 				return s.reject(ctx, m, req.RequestID, 404, fmt.Errorf("no Riot account %q", id.String()))
-			case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(s.d.Consumer, m):
+			case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Background), m):
 				// A nak now would end in a MAX_DELIVERIES advisory and the
 				// request would vanish: refuse it with the reason instead.
 				return s.reject(ctx, m, req.RequestID, 503,
@@ -162,7 +190,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		s.refreshRiotID(ctx, platform, &cmd)
 	}
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
 		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
 		return natsx.Retry(fmt.Errorf("publish sync command: %w", err))
 	}

@@ -11,14 +11,18 @@ import (
 
 // Env is the resolver's own configuration.
 type Env struct {
-	// Concurrency is RESOLVER_CONCURRENCY: requests handled at once.
+	// Concurrency is RESOLVER_CONCURRENCY: interactive requests handled at once.
 	Concurrency int `env:"RESOLVER_CONCURRENCY" envDefault:"8"`
+	// BackgroundConcurrency is RESOLVER_BACKGROUND_CONCURRENCY: background
+	// requests (lol.ingest.request.background) handled at once, beside them.
+	BackgroundConcurrency int `env:"RESOLVER_BACKGROUND_CONCURRENCY" envDefault:"2"`
 	// RetryDelay is RESOLVER_RETRY_DELAY: the first retry delay of a failed
 	// account lookup, doubled per delivery.
 	RetryDelay time.Duration `env:"RESOLVER_RETRY_DELAY" envDefault:"5s"`
 }
 
-// FromInfra builds a resolver bound to the "resolver" consumer on INGEST.
+// FromInfra builds a resolver bound to the "resolver" (interactive) and
+// "resolver-background" consumers on INGEST.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
 	if err := config.Parse(&e); err != nil {
@@ -28,11 +32,15 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	bg, err := inf.Consumer(ctx, streams.StreamIngest, streams.ConsumerResolverBackground)
+	if err != nil {
+		return nil, err
+	}
 	ids, err := inf.KV(ctx, streams.BucketRiotIDs)
 	if err != nil {
 		return nil, err
 	}
 	return New(Config{MaxMatchesPerRun: inf.Env.Ingestion.MaxMatchesPerRun, LookbackDays: inf.Env.Ingestion.LookbackDays,
-		Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
-		Deps{JS: inf.JS, Consumer: cons, RiotIDs: ids, Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")})
+		Concurrency: e.Concurrency, BackgroundConcurrency: e.BackgroundConcurrency, RetryDelay: e.RetryDelay},
+		Deps{JS: inf.JS, Consumer: cons, Background: bg, RiotIDs: ids, Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")})
 }

@@ -355,7 +355,7 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRequest(), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}

@@ -504,7 +504,7 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		if strings.HasPrefix(a.SyncRequestID, "recover-") {
 			cmd.RequestID = a.SyncRequestID + "r"
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Sync(cmd.Platform), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
 			return n, err
 		}
 		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)

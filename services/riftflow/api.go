@@ -240,7 +240,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 			}
 		}
 	}
-	m := nats.NewMsg(a.inf.Subjects.IngestRequest())
+	m := nats.NewMsg(a.inf.Subjects.IngestFor(req.Priority))
 	m.Data, _ = json.Marshal(req)
 	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
 		writeErr(w, http.StatusServiceUnavailable, err)

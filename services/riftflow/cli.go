@@ -326,7 +326,7 @@ func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 	if err := publishRequest(ctx, nc, subj, req); err != nil {
 		return bus.ProgressEvent{}, err
 	}
-	fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestRequest())
+	fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
 	last := -1
 	for {
 		select {
@@ -360,7 +360,7 @@ func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(subj.IngestRequest())
+	m := nats.NewMsg(subj.IngestFor(req.Priority))
 	m.Data = data
 	m.Header.Set(nats.MsgIdHdr, "ingest:"+req.RequestID)
 	js, err := jetstream.New(nc)
@@ -436,7 +436,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 		if err := publishRequest(ctx, nc, subj, req); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestRequest())
+		fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

@@ -225,6 +225,8 @@ func (h *harness) waitIdle(timeout time.Duration) {
 		for _, c := range []struct{ stream, name string }{
 			{streams.StreamIngest, streams.ConsumerResolver}, {streams.StreamSync, streams.ConsumerMatchIDLister},
 			{streams.StreamFetched, streams.ConsumerPersister},
+			{streams.StreamIngest, streams.ConsumerResolverBackground}, {streams.StreamSync, streams.ConsumerMatchIDListerInteractive},
+			{streams.StreamFetched, streams.ConsumerPersisterInteractive},
 			{streams.StreamFetch, streams.FetcherConsumer("americas")}, {streams.StreamFetch, streams.FetcherConsumer("asia")},
 			{streams.StreamFetch, streams.FetcherConsumer("europe")}, {streams.StreamFetch, streams.FetcherConsumer("sea")},
 			{streams.StreamFetch, streams.InteractiveFetcherConsumer("americas")}, {streams.StreamFetch, streams.InteractiveFetcherConsumer("asia")},

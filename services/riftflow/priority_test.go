@@ -1,6 +1,7 @@
 package riftflow
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // TestInteractiveBeatsBackfill: with a background backlog that needs the
@@ -62,4 +66,142 @@ func TestInteractiveBeatsBackfill(t *testing.T) {
 	if done > backlog/2 {
 		t.Errorf("%d of %d backfill matches were stored before the interactive sync completed: it waited behind the backlog", done, backlog)
 	}
+}
+
+// TestInteractiveFirstAtEveryStage: a backfill floods all four stages at
+// once (ingest requests, sync commands, fetch commands and fetch results,
+// all background), then a user's interactive sync runs. It completes while
+// every stage's background queue still holds most of its backlog: at no
+// stage did the user's work wait for it. The resolver, lister and fetcher
+// backlogs are slow because they share a small Riot budget (which serves
+// interactive calls first); the persister's is stopped outright by a
+// transaction the test holds open on the backlog's ledger rows, so there
+// the assertion is exact (none of it stored), and once released the whole
+// backlog is stored: it was real work in the same process.
+func TestInteractiveFirstAtEveryStage(t *testing.T) {
+	const players, matchesEach, results = 120, 2, 200
+	h := startHarness(t, harnessOptions{sim: sim.Options{
+		Limits: sim.RateLimits{App: "10:1,600:60"},
+		// One more synthetic player: the user, whose matches all exist.
+		Synthetic: sim.Synthetic{Players: players + 1, MatchesPerPlayer: matchesEach},
+	}})
+	ctx := h.ctx
+	js := h.st.Infra.JS
+	subj := h.st.Infra.Subjects
+	ctl, err := h.st.Infra.KV(ctx, streams.BucketControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pause, so the whole backlog is queued before anything runs.
+	if err := control.Set(ctx, ctl, control.State{Paused: true, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * natsx.HoldPoll)
+
+	// Resolver: background requests by Riot ID (one account lookup each)
+	// for the first half of the synthetic players.
+	for i := 1; i <= players/2; i++ {
+		req := bus.IngestRequest{RequestID: fmt.Sprintf("bg-ingest-%d", i), RiotID: sim.SyntheticRiotID(i).String(),
+			Platform: "na1", Mode: bus.ModeLatest, Priority: bus.Background, Trigger: "test"}
+		publishPrio(t, js, subj.IngestFor(bus.Background), req, "ingest:"+req.RequestID)
+	}
+	// Lister: background sync commands for the other half.
+	for i := players/2 + 1; i <= players; i++ {
+		cmd := bus.SyncCommand{RequestID: fmt.Sprintf("bg-sync-%d", i), PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1",
+			Region: "americas", Mode: bus.ModeLatest, Count: matchesEach, Lookback: 730, Priority: bus.Background,
+			Trigger: "test", Requested: time.Now()}
+		publishPrio(t, js, subj.SyncFor("na1", bus.Background), cmd, "sync:"+cmd.RequestID)
+	}
+	// Fetcher: background fetch commands for every synthetic match.
+	for i := range players * matchesEach {
+		id := fmt.Sprintf("NA1_%d", sim.SyntheticGameIDBase+i)
+		cmd := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1, Priority: bus.Background, RequestID: "backfill"}
+		publishPrio(t, js, subj.FetchFor("americas", bus.Background), cmd, id)
+	}
+	// Persister: background fetch results whose ledger rows a transaction
+	// of the test holds (an uncommitted insert of the same keys).
+	tx, err := h.st.Infra.Store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	for i := range results {
+		id := fmt.Sprintf("NA1_%d", 8_000_000_000+i)
+		if _, err := tx.Exec(ctx, `INSERT INTO match_fetches (match_id, kind) VALUES ($1, 'match')`, id); err != nil {
+			t.Fatal(err)
+		}
+		res := bus.FetchResult{MatchID: id, Kind: bus.KindMatch, Region: "americas", Outcome: bus.TemporaryFailure,
+			Attempt: 1, Status: 503, Error: "backfill", AttemptedAt: time.Now()}
+		publishPrio(t, js, subj.FailedFor("americas", bus.Background), res, id+"/failed")
+	}
+	stages := []struct {
+		stream, consumer string
+		backlog          int
+	}{
+		{streams.StreamIngest, streams.ConsumerResolverBackground, players / 2},
+		{streams.StreamSync, streams.ConsumerMatchIDLister, players / 2},
+		{streams.StreamFetch, streams.FetcherConsumer("americas"), players * matchesEach},
+		{streams.StreamFetched, streams.ConsumerPersister, results},
+	}
+	for _, s := range stages {
+		if n := remaining(t, h, s.stream, s.consumer); n != s.backlog {
+			t.Fatalf("%s: %d queued before the run, want %d", s.consumer, n, s.backlog)
+		}
+	}
+
+	if err := control.Set(ctx, ctl, control.State{Paused: false, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// The user: on na1, the same americas budget as the backlog.
+	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(players + 1).String(), Platform: "na1",
+		Mode: bus.ModeLatest, Count: matchesEach, Priority: bus.Interactive}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total == 0 {
+		t.Fatalf("interactive sync: %+v %v", ev, err)
+	}
+	for _, s := range stages {
+		n := remaining(t, h, s.stream, s.consumer)
+		t.Logf("%s: the interactive sync (%d matches) completed with %d of %d backfill messages still queued", s.consumer, ev.Total, n, s.backlog)
+		want := s.backlog / 2
+		if s.consumer == streams.ConsumerPersister {
+			want = s.backlog // held by the test's transaction: none can be stored
+		}
+		if n < want {
+			t.Errorf("%s: only %d of %d backfill messages left (want ≥ %d): the interactive sync waited behind the backfill", s.consumer, n, s.backlog, want)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`); n != 0 {
+		t.Errorf("%d backfill results stored while their rows were held", n)
+	}
+	// Released, the persister's backlog is stored.
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for h.count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`) < results {
+		if time.Now().After(deadline) {
+			t.Fatal("the persister's backlog was not stored after the hold ended")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func publishPrio(t *testing.T, js jetstream.JetStream, subject string, v any, msgID string) {
+	t.Helper()
+	if _, err := js.Publish(t.Context(), subject, mustJSON(v), jetstream.WithMsgID(msgID)); err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+}
+
+// remaining is what a consumer has not settled yet: pending plus in flight.
+func remaining(t *testing.T, h *harness, stream, consumer string) int {
+	t.Helper()
+	c, err := h.st.Infra.JS.Consumer(h.ctx, stream, consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.NumPending) + info.NumAckPending
 }
