@@ -25,36 +25,41 @@ type workload struct {
 	service  string // image riftflow/<service>, OTEL_SERVICE_NAME
 	stream   string
 	consumer string
-	// interactive is the fetchers' second consumer, the interactive queue
-	// of their region: the ScaledObject has a trigger on each.
-	interactive string
-	region      string // FETCHER_REGIONS, fetchers only
-	riotKey     bool   // calls the Riot API
-	maxScaled   int32  // upper bound on maxReplicaCount, 0 = unchecked
+	// other is the workload's second consumer, its other priority queue
+	// (every stage reads an interactive and a background queue): the
+	// ScaledObject has a trigger on each.
+	other string
+
+	region    string // FETCHER_REGIONS, fetchers only
+	riotKey   bool   // calls the Riot API
+	maxScaled int32  // upper bound on maxReplicaCount, 0 = unchecked
 }
 
 var workloads = func() []workload {
 	ws := []workload{
-		{name: "resolver", service: "resolver", stream: streams.StreamIngest, consumer: streams.ConsumerResolver, riotKey: true},
-		{name: "matchid-lister", service: "matchid-lister", stream: streams.StreamSync, consumer: streams.ConsumerMatchIDLister, riotKey: true},
+		{name: "resolver", service: "resolver", stream: streams.StreamIngest, consumer: streams.ConsumerResolver,
+			other: streams.ConsumerResolverBackground, riotKey: true},
+		{name: "matchid-lister", service: "matchid-lister", stream: streams.StreamSync, consumer: streams.ConsumerMatchIDLister,
+			other: streams.ConsumerMatchIDListerInteractive, riotKey: true},
 	}
 	// One fetcher Deployment per regional route, each on its own consumer.
 	for _, r := range streams.DefaultRegions {
 		ws = append(ws, workload{name: "match-fetcher-" + r, service: "match-fetcher", stream: streams.StreamFetch,
-			consumer: streams.FetcherConsumer(r), interactive: streams.InteractiveFetcherConsumer(r), region: r, riotKey: true})
+			consumer: streams.FetcherConsumer(r), other: streams.InteractiveFetcherConsumer(r), region: r, riotKey: true})
 	}
 	return append(ws,
-		workload{name: "persister", service: "persister", stream: streams.StreamFetched, consumer: streams.ConsumerPersister},
+		workload{name: "persister", service: "persister", stream: streams.StreamFetched, consumer: streams.ConsumerPersister,
+			other: streams.ConsumerPersisterInteractive},
 		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper, maxScaled: 2},
 	)
 }()
 
 // consumers are the consumers w binds, in trigger order.
 func (w workload) consumers() []string {
-	if w.interactive == "" {
+	if w.other == "" {
 		return []string{w.consumer}
 	}
-	return []string{w.consumer, w.interactive}
+	return []string{w.consumer, w.other}
 }
 
 // TestWorkloadsMatchStreamDeclarations checks the table above against the
