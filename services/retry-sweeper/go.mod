@@ -6,8 +6,14 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/riftflow/riftflow/pkg v0.0.0
 	github.com/riftflow/riftflow/streams v0.0.0
-	github.com/robfig/cron/v3 v3.0.1
 	golang.org/x/sync v0.24.0
+)
+
+require (
+	github.com/felixge/httpsnoop v1.1.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )
 
 require (
@@ -20,6 +26,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/exaring/otelpgx v0.13.0 // indirect
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -30,6 +37,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jackc/tern/v2 v2.3.4 // indirect
+	github.com/jonboulle/clockwork v0.5.0
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect

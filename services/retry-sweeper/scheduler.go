@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/robfig/cron/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -32,8 +32,8 @@ const (
 )
 
 // ScheduleConfig is design 002's scheduler: standard 5-field cron expressions
-// (minute hour day-of-month month day-of-week, evaluated in the clock's
-// location, UTC in riftflow) for the three scheduled jobs.
+// (minute hour day-of-month month day-of-week, evaluated in UTC) for the
+// scheduled jobs, run by gocron v2 (github.com/go-co-op/gocron/v2).
 type ScheduleConfig struct {
 	// Enable is SCHEDULE_ENABLE; false runs no scheduled job (start-up
 	// recovery still runs).
@@ -46,7 +46,8 @@ type ScheduleConfig struct {
 	// WeeklyReport (CRON_WEEKLY_REPORT, "0 4 * * 1"): weekly reports.
 	WeeklyReport string
 	// Poll is how often Run reads the clock (default 15 s); a run is late by
-	// at most Poll.
+	// at most Poll. gocron's timers run on that clock (pollClock), so an
+	// injected clock (SchedulerDeps.Now) drives the schedules in tests.
 	Poll time.Duration
 	// LockTTL is how long a run's cron-locks key is kept (default 8 days,
 	// longer than the longest period, so no replica re-runs a time).
@@ -107,7 +108,7 @@ type Scheduler struct {
 type scheduledJob struct {
 	name  string
 	expr  string
-	sched cron.Schedule
+	sched gocron.Cron // parsed by gocron's default cron (standard 5 fields, UTC)
 }
 
 // WeeklyNotice is published on lol.report.weekly for every stored report.
@@ -125,8 +126,10 @@ type WeeklyNotice struct {
 	At           time.Time            `json:"at"`
 }
 
-// NewScheduler parses the cron expressions (cron.ParseStandard) and checks
-// deps. Empty expressions take design 002's defaults.
+// NewScheduler parses the cron expressions (gocron's standard 5-field
+// syntax, in UTC) and checks deps. Empty expressions take design 002's
+// defaults. Errors: a missing dependency; an expression that does not
+// parse or never fires, naming its environment variable.
 func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if d.JS == nil || d.Store == nil || d.CronLocks == nil {
 		return nil, errors.New("scheduler: JS, Store and CronLocks are required")
@@ -163,8 +166,8 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 		{JobWeeklyReport, cfg.WeeklyReport, "CRON_WEEKLY_REPORT"},
 		{JobPruneJobs, cfg.PruneJobs, "CRON_PRUNE_JOBS"},
 	} {
-		sc, err := cron.ParseStandard(j.expr)
-		if err != nil {
+		sc := gocron.NewDefaultCron(false)
+		if err := sc.IsValid(j.expr, time.UTC, d.Now()); err != nil {
 			return nil, fmt.Errorf("scheduler: %s %q: %w", j.env, j.expr, err)
 		}
 		s.jobs = append(s.jobs, scheduledJob{name: j.name, expr: j.expr, sched: sc})
@@ -197,10 +200,14 @@ func (s *Scheduler) Prev(t time.Time) map[string]time.Time {
 	return out
 }
 
-// Run fires every job at its scheduled times, reading the clock every
-// Poll, until ctx ends. With CatchUp, each job's last scheduled time
-// before the start runs first unless some replica ran it (once, however
-// many were missed). With Enable false it returns at once.
+// Run fires every job at its scheduled times until ctx ends, on a gocron
+// scheduler whose clock is the scheduler's (read every Poll). Each firing
+// runs the job for its last scheduled time at or before now (Prev): after
+// a clock jump past several times, once, for the latest; RunJob's
+// cron-locks key makes that run happen on one replica only. With CatchUp,
+// each job's last scheduled time before the start runs first unless some
+// replica ran it (once, however many were missed). With Enable false it
+// returns at once. Errors: gocron refusing a job or failing to stop.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.cfg.Enable {
 		s.d.Logger.InfoContext(ctx, "schedules disabled (SCHEDULE_ENABLE=false)")
@@ -219,26 +226,33 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 		}
 	}
-	t := time.NewTicker(s.cfg.Poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		now := s.d.Now()
-		for _, j := range s.jobs {
-			at := next[j.name]
-			if now.Before(at) {
-				continue
+	clock := newPollClock(s.d.Now)
+	sched, err := gocron.NewScheduler(gocron.WithClock(clock), gocron.WithLocation(time.UTC),
+		gocron.WithLogger(s.d.Logger), gocron.WithStopTimeout(30*time.Second))
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	for _, j := range s.jobs {
+		_, err := sched.NewJob(gocron.CronJob(j.expr, false), gocron.NewTask(func(ctx context.Context) {
+			at, ok := s.Prev(s.d.Now())[j.name]
+			if !ok {
+				return
 			}
 			if _, err := s.RunJob(ctx, j.name, at); err != nil && ctx.Err() == nil {
 				s.d.Logger.WarnContext(ctx, "scheduled job failed", "job", j.name, "scheduled_at", at, "err", err)
 			}
-			next[j.name] = j.sched.Next(now)
+		}), gocron.WithName(j.name), gocron.WithContext(ctx), gocron.WithSingletonMode(gocron.LimitModeReschedule))
+		if err != nil {
+			sched.Shutdown()
+			return fmt.Errorf("scheduler: job %s %q: %w", j.name, j.expr, err)
 		}
 	}
+	sched.Start()
+	clock.run(ctx, s.cfg.Poll)
+	if err := sched.Shutdown(); err != nil {
+		return fmt.Errorf("scheduler: stop: %w", err)
+	}
+	return nil
 }
 
 // JobID is the jobs-row id of job's run scheduled at at: "<job>-<unix s>".

@@ -425,10 +425,12 @@ func nextMonday(t time.Time) time.Time {
 	return d
 }
 
-// TestSchedulerRunsOnceAcrossReplicas runs two scheduler replicas on one
-// injected clock; when the clock jumps past Monday 04:00, each of the three
-// jobs runs once (one replica wins each cron-locks key, the other skips),
-// and the job log holds one completed row per job.
+// TestSchedulerRunsOnceAcrossReplicas runs two scheduler replicas (gocron
+// on one injected clock); when the clock jumps past Monday 04:00, each of
+// the three jobs due runs once, for its latest scheduled time (the hourly
+// latest sync for 04:00, not 03:00 as well), on one replica (one wins each
+// cron-locks key, the other skips), and the job log holds one completed row
+// per job. Scheduled requests go to the background ingest queue.
 func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 3}}})
@@ -445,7 +447,7 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	t.Setenv("SCHEDULE_ENABLE", "true")
 	t.Setenv("SCHEDULE_POLL", "20ms")
 	t.Setenv("SCHEDULE_CATCH_UP", "false") // TestSchedulerCatchesUpOnceAndPrunes
-	got, stop := h.capture(h.st.Infra.Subjects.IngestRequest(), h.st.Infra.Subjects.WeeklyReport())
+	got, stop := h.capture(h.st.Infra.Subjects.IngestFor(bus.Background), h.st.Infra.Subjects.WeeklyReport())
 	defer stop()
 	ctx, cancel := context.WithCancel(h.ctx)
 	var wg sync.WaitGroup
@@ -472,7 +474,7 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	if r, k := strings.Count(s, "scheduled job ran"), strings.Count(s, "owned by another replica"); r != 3 || k != 3 {
 		t.Errorf("%d runs and %d skips, want 3 and 3", r, k)
 	}
-	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(3 * time.Hour),
+	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(4 * time.Hour),
 		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
 		if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, sweeper.JobID(job, at), job); n != 1 {
 			t.Errorf("job %s at %v not completed in the job log", job, at)
@@ -484,7 +486,7 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	reqs, notices := 0, 0
 	for _, m := range got() {
 		switch m.Subject {
-		case h.st.Infra.Subjects.IngestRequest():
+		case h.st.Infra.Subjects.IngestFor(bus.Background):
 			var r bus.IngestRequest
 			json.Unmarshal(m.Data, &r)
 			if r.Trigger != "schedule" || r.Priority != bus.Background || r.Mode != bus.ModeLatest {
