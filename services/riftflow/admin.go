@@ -117,7 +117,7 @@ func (a *API) getPause(w http.ResponseWriter, r *http.Request) {
 func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
 	var st control.State
 	if err := decodeBody(r, &st); err != nil {
-		writeError(w, r, http.StatusBadRequest, err)
+		bodyErr(w, r, err)
 		return
 	}
 	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
@@ -137,24 +137,48 @@ func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
 }
 
 // Problem is an RFC 9457 problem details object
-// (https://www.rfc-editor.org/rfc/rfc9457), served as application/problem+json.
+// (https://www.rfc-editor.org/rfc/rfc9457), served as application/problem+json
+// for every error the API answers.
 type Problem struct {
 	Type     string `json:"type"`   // "about:blank": the status code says it all
 	Title    string `json:"title"`  // the status text
 	Status   int    `json:"status"` // the HTTP status code
 	Detail   string `json:"detail,omitempty"`
 	Instance string `json:"instance,omitempty"` // the request path
+	// RequestID is an extension member of the 409 of a sync: the request
+	// that holds the account.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // writeError answers code with a problem+json body whose detail is err
-// (redacted) and whose instance is the request path.
+// (redacted: a Postgres or NATS error may quote a URL) and whose instance
+// is the request path.
 func writeError(w http.ResponseWriter, r *http.Request, code int, err error) {
-	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Instance: r.URL.Path}
+	p := Problem{Status: code}
 	if err != nil {
 		p.Detail = redact.String(err.Error())
 	}
+	writeProblemDoc(w, r, p)
+}
+
+// writeProblemAt answers code with a problem+json body with detail.
+func writeProblemAt(w http.ResponseWriter, r *http.Request, code int, detail string) {
+	writeProblemDoc(w, r, Problem{Status: code, Detail: detail})
+}
+
+// writeProblemDoc writes p, filling type (about:blank), title (the status
+// text) and instance (r's path; r may be nil), as application/problem+json.
+func writeProblemDoc(w http.ResponseWriter, r *http.Request, p Problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	p.Title = http.StatusText(p.Status)
+	if p.Instance == "" && r != nil {
+		p.Instance = r.URL.Path
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(code)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
 	json.NewEncoder(w).Encode(p)
 }
 
@@ -176,7 +200,7 @@ func decodeBody(r *http.Request, v any) error {
 func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 	var req RetryRequest
 	if err := decodeBody(r, &req); err != nil {
-		writeError(w, r, http.StatusBadRequest, err)
+		bodyErr(w, r, err)
 		return
 	}
 	res, err := RetryMatches(r.Context(), a.inf.Store, a.inf.JS, a.inf.Subjects, req, a.now())

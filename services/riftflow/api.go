@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,7 +20,6 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
@@ -34,7 +34,8 @@ import (
 // weak a scope 403, both RFC 9457 application/problem+json:
 //
 //	POST /v1/sync                       [sync] body: an IngestRequest; 202 {"request_id","events"}, 400, or
-//	                                    409 {"error","request_id"} when another request syncs the account
+//	                                    409 (problem+json with "request_id", the holder's) when another
+//	                                    request syncs the account
 //	GET  /v1/accounts/{puuid}           [read] the account's sync status, progress, counts (404 unknown)
 //	POST /v1/accounts/{puuid}/link      [sync] body {"platform", "riot_id"?}: the account becomes active
 //	                                    and a full sync starts now: 202 as POST /v1/sync, or 409
@@ -62,8 +63,12 @@ import (
 // itself answers 503; while Postgres does not answer, every route but the
 // switch does (both as problem+json).
 //
-// The routes added for designs 000-002 (admin.go) answer errors as RFC 9457
-// problem details (application/problem+json).
+// Every error, on every route, is an RFC 9457 problem details object
+// (application/problem+json, Problem): bad input, unknown ids, conflicts,
+// the pause and database guard, authentication, an unknown path under /v1
+// (404) or a known path with another method (405 with Allow). Only an
+// event stream already started can no longer answer one; it ends with an
+// plain end of the stream instead.
 //
 // Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
 // lol.ingest.rejected and logged in the jobs table (status rejected).
@@ -131,13 +136,38 @@ func NewAPI(inf *app.Infra) *API {
 // Mount registers the API's routes on the ops server.
 func (a *API) Mount(ops *telemetry.Ops) {
 	a.routes(func(pattern string, need Scope, h http.HandlerFunc) { ops.Handle(pattern, a.authorize(need, h)) })
+	ops.Handle("/v1/", a.unrouted())
 }
 
 // Handler serves the API's routes alone (tests, embedding).
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	a.routes(func(pattern string, need Scope, h http.HandlerFunc) { mux.Handle(pattern, a.authorize(need, h)) })
+	mux.Handle("/v1/", a.unrouted())
 	return mux
+}
+
+// unrouted answers what no route takes under /v1/, as problem+json: 405
+// with an Allow header when the path is a route's with another method,
+// else 404.
+func (a *API) unrouted() http.Handler {
+	allow := map[string][]string{} // route path pattern -> its methods
+	paths := http.NewServeMux()
+	for _, rt := range a.routeTable() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if _, seen := allow[path]; !seen {
+			paths.Handle(path, http.NotFoundHandler())
+		}
+		allow[path] = append(allow[path], method)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, path := paths.Handler(r); path != "" {
+			w.Header().Set("Allow", strings.Join(allow[path], ", "))
+			writeProblemAt(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("%s does not take %s; it takes %s", r.URL.Path, r.Method, strings.Join(allow[path], ", ")))
+			return
+		}
+		writeProblemAt(w, r, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
 }
 
 // routes registers every route of routeTable with the scope it needs;
@@ -175,31 +205,25 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// writeErr answers code with {"error": err}, the text redacted (a
-// Postgres or NATS error may quote a URL).
-func writeErr(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": redact.String(err.Error())})
-}
-
 // bodyErr answers a request body that could not be read: 413 over
-// API_MAX_BODY_BYTES, else 400.
-func bodyErr(w http.ResponseWriter, err error) {
+// API_MAX_BODY_BYTES, else 400 (problem+json).
+func bodyErr(w http.ResponseWriter, r *http.Request, err error) {
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit))
+		writeProblemAt(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit))
 		return
 	}
-	writeErr(w, http.StatusBadRequest, err)
+	writeError(w, r, http.StatusBadRequest, err)
 }
 
 func (a *API) postSync(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		bodyErr(w, err)
+		bodyErr(w, r, err)
 		return
 	}
 	req, err := decodeSync(body)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		writeError(w, r, http.StatusBadRequest, err)
 		return
 	}
 	a.submit(w, r, req)
@@ -234,8 +258,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 		if locks, err := a.inf.Lock(r.Context(), streams.BucketSyncLocks); err == nil {
 			if v, err := synclock.Get(r.Context(), locks, puuid); err == nil && v.RequestID != req.RequestID {
 				a.rejectBusy(r.Context(), req, puuid, v.RequestID)
-				writeJSON(w, http.StatusConflict, map[string]string{
-					"error": fmt.Sprintf("account is already syncing (request %s)", v.RequestID), "request_id": v.RequestID})
+				writeProblemDoc(w, r, Problem{Status: http.StatusConflict, RequestID: v.RequestID,
+					Detail: fmt.Sprintf("account is already syncing (request %s)", v.RequestID)})
 				return
 			}
 		}
@@ -243,7 +267,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 	m := nats.NewMsg(a.inf.Subjects.IngestFor(req.Priority))
 	m.Data, _ = json.Marshal(req)
 	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
-		writeErr(w, http.StatusServiceUnavailable, err)
+		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
 	a.submitted.add(req.RequestID)
@@ -279,11 +303,11 @@ type linkBody struct {
 func (a *API) postLink(w http.ResponseWriter, r *http.Request) {
 	req, acct, err := decodeLink(r.PathValue("puuid"), r.Body)
 	if err != nil {
-		bodyErr(w, err)
+		bodyErr(w, r, err)
 		return
 	}
 	if err := a.inf.Store.LinkAccount(r.Context(), acct); err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	req.RequestID = "link-" + randHex(8)
@@ -322,16 +346,16 @@ func decodeLink(puuid string, body io.Reader) (bus.IngestRequest, store.Account,
 
 func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
 	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
 		return
 	}
 	err := a.inf.Store.UnlinkAccount(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
 		return
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"puuid": r.PathValue("puuid"), "active": false})
@@ -340,16 +364,16 @@ func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
 // postLogin is design 001's stale-login trigger.
 func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account: link it first"))
 		return
 	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account: link it first"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account: link it first"))
 		return
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	switch {
@@ -363,7 +387,7 @@ func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 	req := bus.IngestRequest{RequestID: "login-" + randHex(8), PUUID: s.PUUID, Platform: s.Platform,
 		Mode: bus.ModeLatest, Trigger: "login"}
 	if err := req.Normalize(); err != nil {
-		writeErr(w, http.StatusConflict, fmt.Errorf("account cannot be synced: %w", err))
+		writeError(w, r, http.StatusConflict, fmt.Errorf("account cannot be synced: %w", err))
 		return
 	}
 	a.submit(w, r, req)
@@ -374,7 +398,7 @@ func (a *API) getJobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := a.inf.Store.Jobs(r.Context(), store.JobFilter{Type: q.Get("type"), PUUID: q.Get("puuid"),
 		Status: q.Get("status"), Limit: min(atoiOr(q.Get("limit"), 100), 1000)})
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	out := make([]jobJSON, 0, len(jobs))
@@ -433,16 +457,16 @@ func (a *API) knownPUUID(ctx context.Context, req bus.IngestRequest) string {
 
 func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
 	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
 		return
 	}
 	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	if errors.Is(err, store.ErrNotFound) {
-		writeErr(w, http.StatusNotFound, errors.New("no such account"))
+		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
 		return
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s)
@@ -470,14 +494,14 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("request_id")
 	if !validID(id, bus.MaxRequestIDLen) {
-		writeProblem(w, http.StatusNotFound, "no such request")
+		writeProblemAt(w, r, http.StatusNotFound, "no such request")
 		return
 	}
 	tok, _ := tokenFrom(ctx)
 	release, ok := a.streams.acquire(tok.ID, a.Limits.SSEPerToken, a.Limits.SSETotal)
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("too many open event streams (at most %d per token, %d in all)",
+		writeProblemAt(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many open event streams (at most %d per token, %d in all)",
 			a.Limits.SSEPerToken, a.Limits.SSETotal))
 		return
 	}
@@ -496,12 +520,12 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			job = j
 		case !errors.Is(err, store.ErrNotFound):
-			writeErr(w, http.StatusServiceUnavailable, err)
+			writeError(w, r, http.StatusServiceUnavailable, err)
 			return
 		}
 	}
 	if final, data, err := a.finishedEvent(ctx, job); err != nil {
-		writeErr(w, http.StatusServiceUnavailable, err)
+		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	} else if final != "" {
 		startSSE(w)
@@ -522,7 +546,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		writeErr(w, http.StatusServiceUnavailable, err)
+		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
 	ch := make(chan jetstream.Msg, 256)
@@ -533,7 +557,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	if err != nil {
-		writeErr(w, http.StatusServiceUnavailable, err)
+		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
 	defer cc.Stop()
@@ -541,7 +565,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	// ordered consumer exists only once consuming).
 	info, err := cons.Info(ctx)
 	if err != nil {
-		writeErr(w, http.StatusServiceUnavailable, err)
+		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
 	backlog := info.NumPending + info.Delivered.Consumer
@@ -568,7 +592,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if backlog == 0 && !known {
-		writeProblem(w, http.StatusNotFound, "no such request")
+		writeProblemAt(w, r, http.StatusNotFound, "no such request")
 		return
 	}
 	keepalive := time.NewTicker(a.Limits.Keepalive)
@@ -590,7 +614,7 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 				// The end of the replay without an event for an id
 				// nobody submitted: it does not exist.
 				if md, err := m.Metadata(); err == nil && md.NumPending == 0 && !started {
-					writeProblem(w, http.StatusNotFound, "no such request")
+					writeProblemAt(w, r, http.StatusNotFound, "no such request")
 					return
 				}
 				continue

@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -207,15 +206,6 @@ func scopeStrings(scopes []Scope) []string {
 
 // ---- HTTP ---------------------------------------------------------------
 
-// writeProblem answers code with an RFC 9457 body; type is about:blank, so
-// title is the status text.
-func writeProblem(w http.ResponseWriter, code int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: detail})
-}
-
 type tokenKey struct{}
 
 // tokenFrom returns the verified token of an authenticated request.
@@ -243,27 +233,27 @@ func (a *API) authorize(need Scope, h http.HandlerFunc) http.Handler {
 		tok := bearer(r)
 		if tok == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="riftflow"`)
-			writeProblem(w, http.StatusUnauthorized, "this endpoint needs a bearer token (Authorization: Bearer rft_…); create one with `riftflow token create`")
+			writeProblemAt(w, r, http.StatusUnauthorized, "this endpoint needs a bearer token (Authorization: Bearer rft_…); create one with `riftflow token create`")
 			return
 		}
 		if a.tokens == nil {
-			writeProblem(w, http.StatusServiceUnavailable, "the API has no token store (no database)")
+			writeProblemAt(w, r, http.StatusServiceUnavailable, "the API has no token store (no database)")
 			return
 		}
 		t, err := a.tokens.Verify(r.Context(), tok)
 		if errors.Is(err, errBadToken) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="riftflow", error="invalid_token"`)
-			writeProblem(w, http.StatusUnauthorized, errBadToken.Error())
+			writeProblemAt(w, r, http.StatusUnauthorized, errBadToken.Error())
 			return
 		}
 		if err != nil {
 			a.inf.Log.WarnContext(r.Context(), "api: token store unavailable", "err", err)
-			writeProblem(w, http.StatusServiceUnavailable, "the token store is unavailable")
+			writeProblemAt(w, r, http.StatusServiceUnavailable, "the token store is unavailable")
 			return
 		}
 		if !t.Allows(need) {
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="riftflow", error="insufficient_scope", scope=%q`, need))
-			writeProblem(w, http.StatusForbidden, fmt.Sprintf("token %s lacks scope %q", t.ID, need))
+			writeProblemAt(w, r, http.StatusForbidden, fmt.Sprintf("token %s lacks scope %q", t.ID, need))
 			return
 		}
 		if r.Body != nil {

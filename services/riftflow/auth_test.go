@@ -217,7 +217,7 @@ func TestAPIServerLogsNoSecrets(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	token := "rft_0123456789abcdef_" + strings.Repeat("Z", 43)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeProblem(w, http.StatusForbidden, "no") })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeProblemAt(w, r, http.StatusForbidden, "no") })
 	srv := newAPIServer(context.Background(), h, log, apiTimeouts)
 	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 || srv.MaxHeaderBytes == 0 {
 		t.Fatalf("API server without a timeout or header limit: %+v", srv)
