@@ -110,6 +110,14 @@ type Config struct {
 	// InteractiveConcurrency is the number of interactive syncs listed at
 	// once, beside the background ones (default 2).
 	InteractiveConcurrency int
+	// MatchIDsCacheTTL is design 002's match-ID cache lifetime
+	// (LISTER_MATCH_IDS_CACHE_TTL, default 5 min, at most half of
+	// Overlap): a latest sync (not forced) of an account whose match IDs
+	// were listed completely less than this long ago reuses that listing,
+	// whose every ID is claimed already, and calls Riot for none; games
+	// that ended since are listed by the first latest sync after it, whose
+	// window reaches Overlap before the cursor. Negative disables it.
+	MatchIDsCacheTTL time.Duration
 }
 
 // Deps are the lister's collaborators.
@@ -153,6 +161,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if cfg.InteractiveConcurrency <= 0 {
 		cfg.InteractiveConcurrency = 2
 	}
+	if cfg.MatchIDsCacheTTL == 0 {
+		cfg.MatchIDsCacheTTL = 5 * time.Minute
+	}
+	cfg.MatchIDsCacheTTL = min(cfg.MatchIDsCacheTTL, cfg.Overlap/2)
 	d.Base.Fill("matchid-lister")
 	return &Service{cfg: cfg, d: d}, nil
 }
@@ -230,7 +242,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	}
 	log.InfoContext(ctx, "matches listed", "listed", l.listed, "new", len(l.fresh), "published", len(claimed.Publish),
 		"total", claimed.Total, "done", claimed.Done, "window_start_s", w.startS, "window_end_s", w.endS, "complete", l.complete,
-		"riot_cap_reached", l.capped)
+		"riot_cap_reached", l.capped, "cached", l.cached)
 	s.publishProgress(ctx, cmd, claimed, log)
 	return natsx.Ack()
 }
@@ -306,6 +318,7 @@ type listing struct {
 	fresh            []string // match IDs this sync covers (new, or listed earlier but not final)
 	listed           int      // IDs Riot listed
 	complete, capped bool     // every page was read; Riot's ~1000-ID cap was reached
+	cached           bool     // the last listing, younger than MatchIDsCacheTTL, was reused
 }
 
 // listNew pages through the account's match IDs in the window, newest
@@ -317,6 +330,11 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 		ctxRiot = riot.WithBackground(ctx)
 	}
 	var l listing
+	if age := w.now.Sub(time.Unix(w.cur.ListedUntilS, 0)); cmd.Mode == bus.ModeLatest && !cmd.Force && w.cur.ListedUntilS > 0 &&
+		age >= 0 && age < s.cfg.MatchIDsCacheTTL {
+		l.cached = true
+		return l, natsx.Result{}, true
+	}
 	for start := 0; ; {
 		if start >= riotListCap {
 			// Riot serves no more than ~1000 IDs: everything it will

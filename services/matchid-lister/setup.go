@@ -21,6 +21,10 @@ type Env struct {
 	// InteractiveConcurrency is LISTER_INTERACTIVE_CONCURRENCY: interactive
 	// syncs (lol.sync.<platform>.interactive) listed at once, beside them.
 	InteractiveConcurrency int `env:"LISTER_INTERACTIVE_CONCURRENCY" envDefault:"2"`
+	// MatchIDsCacheTTL is LISTER_MATCH_IDS_CACHE_TTL: how long a complete
+	// listing of a player's match IDs is reused by latest syncs without a
+	// Riot call (design 002's match-ID cache); negative disables it.
+	MatchIDsCacheTTL time.Duration `env:"LISTER_MATCH_IDS_CACHE_TTL" envDefault:"5m"`
 	// RetryDelay is LISTER_RETRY_DELAY: the first retry delay of a failed
 	// match list, doubled per delivery up to 5 min.
 	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
@@ -49,7 +53,8 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency, RetryDelay: e.RetryDelay},
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency, RetryDelay: e.RetryDelay,
+		MatchIDsCacheTTL: e.MatchIDsCacheTTL},
 		Deps{JS: inf.JS, Consumer: cons, Interactive: ic, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
 			Base: inf.Base("matchid-lister")})
 }

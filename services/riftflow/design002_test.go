@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // jobBy waits for the one sync job requested by who to finish, and returns it.
@@ -137,5 +139,99 @@ func TestDesign002Promises(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "force: refetching and overwriting stored matches") {
 		t.Error("the lister did not log the forced refetch")
+	}
+}
+
+// TestDesign002Caches reproduces design 002's caches end to end: a Riot ID
+// is resolved by account-v1 once and then from the riot-ids bucket (TTL one
+// day); a player's match IDs listed minutes ago are reused by the next
+// latest sync (no match-v5 list call), and listed again once the
+// five-minute lifetime has passed on the services' clock; a stored match
+// is never fetched again by a later sync; the read API serves matches for a
+// day (Cache-Control max-age=86400, ETag, 304) and a player's match pages
+// for five minutes, each with an ETag.
+func TestDesign002Caches(t *testing.T) {
+	clk := &offsetClock{}
+	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 4}}})
+	p := synthPlayer(t, h, 1)
+	riotID := sim.SyntheticRiotID(1).String()
+	stats := func(method string) int64 { return h.st.Sim.Stats().MethodCount(method, 200) }
+	sync := func(what string) bus.ProgressEvent {
+		t.Helper()
+		ev, err := h.ingest(bus.IngestRequest{RiotID: riotID, Platform: "na1", Mode: bus.ModeLatest, Count: 10}, time.Minute)
+		if err != nil || ev.Status != "completed" {
+			t.Fatalf("%s: %+v %v", what, ev, err)
+		}
+		h.waitIdle(20 * time.Second)
+		return ev
+	}
+
+	// Riot ID → PUUID: one account-v1 call, then the cache (1 day).
+	first := sync("first sync")
+	if n := stats(sim.MethodAccountByRiotID); n != 1 {
+		t.Fatalf("first sync: %d account-v1 by-riot-id calls, want 1", n)
+	}
+	kv, err := h.st.Infra.KV(h.ctx, streams.BucketRiotIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(h.ctx); err != nil || st.TTL() != 24*time.Hour {
+		t.Errorf("riot-ids lifetime: %v %v, want 24h", st, err)
+	}
+	lists, matches := stats(sim.MethodMatchIDs), stats(sim.MethodMatch)
+	if lists == 0 || matches != int64(first.Total) || first.Total != 4 {
+		t.Fatalf("first sync: %d list calls, %d match calls, total %d; want ≥ 1, 4, 4", lists, matches, first.Total)
+	}
+
+	// Match IDs: a second latest sync a moment later lists nothing from Riot.
+	if ev := sync("second sync"); ev.Total != 0 {
+		t.Errorf("second sync: total %d, want 0 (nothing new)", ev.Total)
+	}
+	if n := stats(sim.MethodAccountByRiotID); n != 1 {
+		t.Errorf("second sync: %d account-v1 by-riot-id calls in all, want still 1 (cached)", n)
+	}
+	if n := stats(sim.MethodMatchIDs); n != lists {
+		t.Errorf("second sync: %d list calls in all, want still %d (match IDs cached)", n, lists)
+	}
+	// Six minutes later (the services' clock), the list is read again.
+	clk.Set(6 * time.Minute)
+	sync("third sync")
+	if n := stats(sim.MethodMatchIDs); n <= lists {
+		t.Errorf("third sync, past the 5-minute lifetime: %d list calls in all, want more than %d", n, lists)
+	}
+	// Match details: stored ones are never fetched again.
+	if n := stats(sim.MethodMatch); n != matches {
+		t.Errorf("%d match calls after three syncs, want %d (stored matches are not refetched)", n, matches)
+	}
+
+	// The read API's lifetimes and validators.
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
+	defer srv.Close()
+	for path, cc := range map[string]string{
+		"/v1/matches/" + p.Matches[0].ID:      "public, max-age=86400",
+		"/v1/players/" + p.PUUID + "/matches": "public, max-age=300",
+		"/v1/players/" + p.PUUID:              "private, max-age=0",
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != cc || etag == "" {
+			t.Errorf("GET %s: %d, Cache-Control %q, ETag %q; want 200, %q and an ETag", path, resp.StatusCode, resp.Header.Get("Cache-Control"), etag, cc)
+			continue
+		}
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("If-None-Match", etag)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s with If-None-Match: %d, want 304", path, resp.StatusCode)
+		}
 	}
 }

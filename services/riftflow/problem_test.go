@@ -92,6 +92,8 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 		{"", "GET", "/v1/no-such-route", "", 404},
 		{"", "DELETE", "/v1/sync", "", 405},
 	}
+	// fill makes a route's pattern a path.
+	fill := strings.NewReplacer("{puuid}", p.PUUID, "{match_id}", "NA1_1", "{request_id}", "r1")
 	covered := map[string]bool{}
 	for _, c := range cases {
 		covered[c.route] = true
@@ -100,7 +102,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 	// Authentication and scope, on every route.
 	for _, rt := range api.routeTable() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
-		path = strings.NewReplacer("{puuid}", p.PUUID, "{match_id}", "NA1_1", "{request_id}", "r1").Replace(path)
+		path = fill.Replace(path)
 		checkProblem(t, srv.URL, "", problemCase{rt.pattern, method, path, "", 401})
 		checkProblem(t, srv.URL, "rft_not-a-token", problemCase{rt.pattern, method, path, "", 401})
 		if rt.scope != ScopeRead {
@@ -134,7 +136,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 			continue
 		}
 		method, path, _ := strings.Cut(rt.pattern, " ")
-		path = strings.NewReplacer("{puuid}", p.PUUID, "{match_id}", "NA1_1", "{request_id}", "r1").Replace(path)
+		path = fill.Replace(path)
 		checkProblem(t, srvDown.URL, admin, problemCase{rt.pattern, method, path, "{}", 503})
 		covered[rt.pattern] = true
 	}
@@ -153,7 +155,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 		if method == "GET" || strings.HasSuffix(rt.pattern, "/v1/admin/pause") {
 			continue
 		}
-		path = strings.NewReplacer("{puuid}", p.PUUID, "{match_id}", "NA1_1", "{request_id}", "r1").Replace(path)
+		path = fill.Replace(path)
 		checkProblem(t, srv.URL, admin, problemCase{rt.pattern, method, path, "{}", 503})
 	}
 	if err := control.Set(h.ctx, ctl, control.State{Paused: false}); err != nil {

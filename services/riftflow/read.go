@@ -70,8 +70,24 @@ func etagOf(body []byte) string {
 // serveBody answers body as JSON with its ETag and Cache-Control max-age,
 // or 304 when the client has it (If-None-Match).
 func serveBody(w http.ResponseWriter, r *http.Request, c cachedBody, maxAge time.Duration) {
+	serveCached(w, r, c, fmt.Sprintf("public, max-age=%d", int(maxAge.Seconds())))
+}
+
+// serveJSON answers v as JSON with a strong ETag over it and cacheControl,
+// or 304 when the client has it (If-None-Match).
+func serveJSON(w http.ResponseWriter, r *http.Request, v any, cacheControl string) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	serveCached(w, r, cachedBody{body: body, etag: etagOf(body)}, cacheControl)
+}
+
+// serveCached is serveBody with any Cache-Control value.
+func serveCached(w http.ResponseWriter, r *http.Request, c cachedBody, cacheControl string) {
 	w.Header().Set("ETag", c.etag)
-	w.Header().Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(maxAge.Seconds())))
+	w.Header().Set("Cache-Control", cacheControl)
 	if inm := r.Header.Get("If-None-Match"); inm != "" && (inm == "*" || strings.Contains(inm, c.etag)) {
 		w.WriteHeader(http.StatusNotModified)
 		return
@@ -140,8 +156,7 @@ func (a *API) getPlayer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, r, http.StatusServiceUnavailable, err)
 	default:
-		w.Header().Set("Cache-Control", "private, max-age=0")
-		writeJSON(w, http.StatusOK, st)
+		serveJSON(w, r, st, "private, max-age=0") // revalidated every time: the sync state moves
 	}
 }
 
@@ -174,8 +189,7 @@ func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
 		out = newMatchesPage(ms, limit)
 		a.cache.pages.Add(key, out)
 	}
-	w.Header().Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(MatchIDsCacheTTL.Seconds())))
-	writeJSON(w, http.StatusOK, out)
+	serveJSON(w, r, out, fmt.Sprintf("public, max-age=%d", int(MatchIDsCacheTTL.Seconds())))
 }
 
 // encodeCursor and decodeCursor turn a MatchPage into an opaque cursor:
