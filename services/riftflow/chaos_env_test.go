@@ -666,6 +666,11 @@ func (e *chaosEnv) consumersBusy() (string, error) {
 		{streams.StreamIngest, streams.ConsumerResolver}, {streams.StreamSync, streams.ConsumerMatchIDLister},
 		{streams.StreamFetched, streams.ConsumerPersister},
 		{streams.StreamFetch, streams.FetcherConsumer("americas")},
+		// The other priority queue of each stage (the chaos requests are
+		// interactive).
+		{streams.StreamIngest, streams.ConsumerResolverBackground}, {streams.StreamSync, streams.ConsumerMatchIDListerInteractive},
+		{streams.StreamFetched, streams.ConsumerPersisterInteractive},
+		{streams.StreamFetch, streams.InteractiveFetcherConsumer("americas")},
 	} {
 		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
 		cons, err := e.js.Consumer(ctx, c.stream, c.name)
