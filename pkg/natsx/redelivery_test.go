@@ -46,3 +46,49 @@ func TestLastDelivery(t *testing.T) {
 		t.Error("a message without metadata is on its first delivery")
 	}
 }
+
+// namedConsumer is a jetstream.Consumer whose only working method is
+// CachedInfo.
+type namedConsumer struct {
+	jetstream.Consumer
+	name       string
+	maxDeliver int
+}
+
+func (c namedConsumer) CachedInfo() *jetstream.ConsumerInfo {
+	return &jetstream.ConsumerInfo{Name: c.name, Config: jetstream.ConsumerConfig{MaxDeliver: c.maxDeliver}}
+}
+
+type fromConsumer struct {
+	jetstream.Msg
+	consumer string
+	n        uint64
+}
+
+func (m fromConsumer) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Consumer: m.consumer, NumDelivered: m.n}, nil
+}
+
+// TestDeliveredBy: a stage reading two queues finds the consumer that
+// delivered a message by name, so the last-delivery check uses that
+// consumer's MaxDeliver; without a match, the first non-nil one.
+func TestDeliveredBy(t *testing.T) {
+	bg := namedConsumer{name: "lister", maxDeliver: 10}
+	in := namedConsumer{name: "lister-interactive", maxDeliver: 3}
+	m := fromConsumer{consumer: "lister-interactive", n: 3}
+	if got := DeliveredBy(m, bg, in); got != in {
+		t.Errorf("DeliveredBy = %v, want the interactive consumer", got)
+	}
+	if !IsLastDelivery(DeliveredBy(m, bg, in), m) {
+		t.Error("delivery 3 of the interactive consumer's 3 is its last")
+	}
+	if got := DeliveredBy(fromConsumer{consumer: "other"}, nil, bg, in); got != bg {
+		t.Errorf("no match: %v, want the first non-nil consumer", got)
+	}
+	if got := DeliveredBy(nil, nil, in); got != in {
+		t.Errorf("no message: %v, want the first non-nil consumer", got)
+	}
+	if DeliveredBy(m) != nil || DeliveredBy(m, nil) != nil {
+		t.Error("no consumer: want nil")
+	}
+}
