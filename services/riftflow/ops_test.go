@@ -176,20 +176,23 @@ func TestMetricsAfterIngest(t *testing.T) {
 		}
 	}
 
-	// Throughput per stage: acks by consumer.
+	// Throughput per stage: acks by consumer (the request is interactive:
+	// every stage takes its interactive queue).
 	region := ""
 	for _, s := range samples {
 		if s.name == "riftflow_messages_processed_total" && strings.HasPrefix(s.labels["consumer"], "match-fetcher-") && s.value > 0 {
 			region = strings.TrimPrefix(s.labels["consumer"], "match-fetcher-")
 		}
 	}
-	for _, c := range []string{"resolver", "matchid-lister", "match-fetcher-" + region, "persister"} {
+	for _, c := range []string{streams.ConsumerResolver, streams.ConsumerMatchIDListerInteractive, "match-fetcher-" + region,
+		streams.ConsumerPersisterInteractive} {
 		positive("riftflow_messages_processed_total", map[string]string{"consumer": c, "result": "ack"})
 		positive("riftflow_message_process_duration_seconds_count", map[string]string{"consumer": c})
 		positive("riftflow_message_deliveries_count", map[string]string{"consumer": c})
 	}
 	// Queue length: both gauges for every consumer this process bound.
 	for _, c := range []string{streams.ConsumerResolver, streams.ConsumerMatchIDLister, streams.ConsumerPersister,
+		streams.ConsumerResolverBackground, streams.ConsumerMatchIDListerInteractive, streams.ConsumerPersisterInteractive,
 		streams.ConsumerRetrySweeper, streams.FetcherConsumer("americas"), streams.FetcherConsumer("asia"),
 		streams.FetcherConsumer("europe"), streams.FetcherConsumer("sea"), watch} {
 		must("riftflow_consumer_pending", map[string]string{"consumer": c})

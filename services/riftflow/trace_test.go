@@ -123,9 +123,10 @@ func TestOneTracePerRequest(t *testing.T) {
 	}
 	// Span names are "<operation> <stream>" (low-cardinality; the subject
 	// is messaging.destination.name). An ingest request is interactive:
-	// its fetches take the region's interactive queue, on FETCH.
+	// every stage takes its interactive queue (its results are batched by
+	// the persister's interactive consumer).
 	want := strings.Join([]string{
-		"persister: process batch persister",
+		"persister: process batch " + streams.ConsumerPersisterInteractive,
 		"persister: process " + streams.StreamFetched,
 		"match-fetcher: send " + streams.StreamFetched,
 		"match-fetcher: process " + streams.StreamFetch,
@@ -184,7 +185,7 @@ func TestOneTracePerRequest(t *testing.T) {
 		}
 		holdsBatch := false
 		for _, c := range spans {
-			holdsBatch = holdsBatch || (c.ParentSpanID == consumer.SpanID && c.Name == "process batch persister")
+			holdsBatch = holdsBatch || (c.ParentSpanID == consumer.SpanID && c.Name == "process batch "+streams.ConsumerPersisterInteractive)
 		}
 		if !holdsBatch && len(consumer.Links) == 0 {
 			t.Errorf("persister span %s neither holds nor links to a batch", consumer.SpanID)
