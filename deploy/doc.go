@@ -6,7 +6,8 @@
 //     KEDA ScaledObjects, the NetworkPolicy and the migrate Job.
 //   - overlays/dev, overlays/prod: the environments (dev brings Postgres
 //     and Jaeger; prod CloudNativePG with backups, NATS over TLS with one
-//     nkey user per service, STREAM_REPLICAS=3, monitoring).
+//     password user per service from nats/auth.conf, STREAM_REPLICAS=3,
+//     monitoring).
 //   - components/monitoring: PodMonitors, the PrometheusRule and the
 //     Grafana dashboard.
 //   - nats/: values for the official NATS Helm chart.

@@ -472,28 +472,46 @@ func TestProdOverlay(t *testing.T) {
 		t.Errorf("prod: NATS_URL = %q, want tls://", url)
 	}
 
-	// Every container that talks to NATS sees NATS_CREDS_FILE and
-	// NATS_TLS_CA, and both files are mounted from Secrets.
-	check := func(where string, pod *corev1.PodSpec, c *corev1.Container) {
-		for _, name := range []string{"NATS_NKEY_SEED_FILE", "NATS_TLS_CA"} {
-			path, ok := r.env(t, c, name)
-			if !ok || path == "" {
-				t.Errorf("%s: %s unset", where, name)
-				continue
+	// Every container that talks to NATS connects as the user the
+	// generated deploy/nats/auth.conf declares for it (streams.Grants),
+	// with that user's password from the Secret nats-users under the key
+	// the server reads it from (streams.PasswordEnv), and sees NATS_TLS_CA
+	// on a volume mounted from a Secret.
+	declared := map[string]bool{}
+	for _, g := range streams.Grants {
+		declared[g.User] = true
+	}
+	check := func(where string, pod *corev1.PodSpec, c *corev1.Container, user string) {
+		if !declared[user] {
+			t.Fatalf("%s: user %q is not in streams.Grants", where, user)
+		}
+		if got, ok := r.env(t, c, "NATS_USER"); !ok || got != user {
+			t.Errorf("%s: NATS_USER = %q, want %q (deploy/nats/auth.conf)", where, got, user)
+		}
+		if ref := secretRef(c, "NATS_PASSWORD"); ref == nil || ref.Name != "nats-users" || ref.Key != streams.PasswordEnv(user) {
+			t.Errorf("%s: NATS_PASSWORD from %+v, want Secret nats-users key %s", where, ref, streams.PasswordEnv(user))
+		}
+		for _, name := range []string{"NATS_NKEY_SEED_FILE", "NATS_CREDS_FILE", "NATS_TOKEN"} {
+			if v, ok := r.env(t, c, name); ok || v != "" {
+				t.Errorf("%s: %s is set, but auth.conf declares password users", where, name)
 			}
-			if !mountedFromSecret(pod, c, path) {
-				t.Errorf("%s: %s=%s is not on a volume mounted from a Secret", where, name, path)
-			}
+		}
+		path, ok := r.env(t, c, "NATS_TLS_CA")
+		if !ok || path == "" {
+			t.Errorf("%s: NATS_TLS_CA unset", where)
+		} else if !mountedFromSecret(pod, c, path) {
+			t.Errorf("%s: NATS_TLS_CA=%s is not on a volume mounted from a Secret", where, path)
 		}
 	}
 	for _, w := range workloads {
 		d := r.deployments[w.name]
-		check("Deployment/"+w.name, &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0])
+		check("Deployment/"+w.name, &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0], streams.ServiceUser(w.service))
 	}
 	j := r.migrateJob(t)
-	check("Job/riftflow-migrate streams apply", &j.Spec.Template.Spec, &j.Spec.Template.Spec.Containers[0])
+	// Only the admin may create streams, consumers and buckets.
+	check("Job/riftflow-migrate streams apply", &j.Spec.Template.Spec, &j.Spec.Template.Spec.Containers[0], streams.UserAdmin)
 	d := r.deployments["riftflow-api"]
-	check("Deployment/riftflow-api", &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0])
+	check("Deployment/riftflow-api", &d.Spec.Template.Spec, &d.Spec.Template.Spec.Containers[0], streams.UserCLI)
 	if got := r.configMapValue(t, "riftflow-config", "STREAM_REPLICAS"); got != "3" {
 		t.Errorf("prod: STREAM_REPLICAS = %q, want 3 (streams and KV buckets on every NATS node)", got)
 	}
@@ -511,10 +529,12 @@ func TestProdOverlay(t *testing.T) {
 		t.Error("prod: no PodMonitor or PrometheusRule (components/monitoring)")
 	}
 
+	// auth.conf's users are in the global account: KEDA reads the lag of
+	// their consumers there.
 	for name, so := range r.scaledObjects {
 		for i, tr := range so.Spec.Triggers {
-			if acc := tr.Metadata["account"]; acc == "$G" {
-				t.Errorf("prod: ScaledObject %s trigger %d queries account $G, but prod NATS uses accounts", name, i)
+			if acc := tr.Metadata["account"]; acc != "$G" {
+				t.Errorf("prod: ScaledObject %s trigger %d queries account %q, but auth.conf's users are in \"$G\"", name, i, acc)
 			}
 		}
 	}
@@ -643,6 +663,11 @@ func TestNATSHelmValues(t *testing.T) {
 				} `json:"resolver"`
 				Merge map[string]any `json:"merge"`
 			} `json:"config"`
+			Container struct {
+				Merge struct {
+					EnvFrom []corev1.EnvFromSource `json:"envFrom"`
+				} `json:"merge"`
+			} `json:"container"`
 		}
 		if err := yaml.Unmarshal(raw, &m); err != nil {
 			t.Errorf("%s: %v", f, err)
@@ -653,7 +678,18 @@ func TestNATSHelmValues(t *testing.T) {
 			t.Errorf("%s: config.resolver is enabled without config.merge.operator: the server will not start", f)
 		}
 		if f == "values-prod.yaml" && m.Config.Merge["00$include"] != "auth.conf" {
-			t.Errorf("%s: config.merge lacks the include of auth.conf (the riftflow account and users)", f)
+			t.Errorf("%s: config.merge lacks the include of auth.conf (the riftflow users)", f)
+		}
+		// auth.conf's passwords are $NATS_PASSWORD_<USER>: the server's
+		// environment must hold them, from the Secret nats-users.
+		if f == "values-prod.yaml" {
+			var fromSecret bool
+			for _, e := range m.Container.Merge.EnvFrom {
+				fromSecret = fromSecret || e.SecretRef != nil && e.SecretRef.Name == "nats-users"
+			}
+			if !fromSecret {
+				t.Errorf("%s: the server's environment lacks the Secret nats-users (auth.conf's $NATS_PASSWORD_<USER>)", f)
+			}
 		}
 	}
 }

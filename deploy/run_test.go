@@ -34,7 +34,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/riftflow/riftflow/internal/pgtest"
@@ -47,9 +46,11 @@ import (
 // environment (env, envFrom ConfigMaps, GOMEMLIMIT from the memory limit,
 // files of mounted Secrets). Only what points into the cluster is mapped:
 //
-//   - NATS_URL: a local 3-node JetStream cluster (the prod one serves TLS
-//     and has the RIFTFLOW account with one nkey user per workload, whose
-//     seeds are the files NATS_NKEY_SEED_FILE names),
+//   - NATS_URL: a local 3-node JetStream cluster; the prod one serves TLS
+//     and includes the generated deploy/nats/auth.conf (streams.Grants),
+//     with a password per user in its environment as the chart's server
+//     has it (NATS_PASSWORD_<USER>), so every permission is enforced,
+//   - secretKeyRef NATS_PASSWORD (Secret nats-users): that user's password,
 //   - secretKeyRef DATABASE_URL: a fresh Postgres database,
 //   - secretKeyRef RIOT_API_KEY and RIOT_API_BASE_URL: `riftflow sim`,
 //   - OTEL_EXPORTER_OTLP_ENDPOINT: a local endpoint that accepts spans,
@@ -59,9 +60,11 @@ import (
 // In prod the local cluster serves TLS with a certificate of a CA made for
 // the run, and the nats-ca Secret mount holds that CA (NATS_TLS_CA). Then it
 // checks that the Job succeeds, every workload becomes ready and stays up,
-// the HTTP API answers, the streams and KV buckets have the rendered
-// STREAM_REPLICAS (3 in prod), an ingest through the API ends with the
-// player's matches stored, and every riftflow_/riot_ metric the
+// the HTTP API answers (with a token), the streams and KV buckets have the
+// rendered STREAM_REPLICAS (3 in prod), an ingest through the API
+// completes with every match and timeline the simulator serves for the
+// player stored, the admin routes work as the API's NATS user, no workload
+// hit a permission violation, and every riftflow_/riot_ metric the
 // PrometheusRule uses is exported.
 func TestRenderedWorkloadsRun(t *testing.T) {
 	if testing.Short() {
@@ -96,33 +99,32 @@ func buildBinaries(t *testing.T) map[string]string {
 	return out
 }
 
-// natsUsers is the prod cluster's auth: nkey user -> seed.
-type natsUsers map[string][]byte
+// natsUsers is the prod cluster's auth: user -> password, one per user of
+// streams.Grants (deploy/nats/auth.conf).
+type natsUsers map[string]string
+
+// byKey is the password under key of the Secret nats-users
+// (streams.PasswordEnv of its user).
+func (u natsUsers) byKey(key string) (string, bool) {
+	for user, pw := range u {
+		if streams.PasswordEnv(user) == key {
+			return pw, true
+		}
+	}
+	return "", false
+}
 
 func runOverlay(t *testing.T, dir string, bins map[string]string) {
 	r := render(t, dir)
 	prod := strings.HasSuffix(dir, "prod")
 
-	// The users the prod overlay's workloads connect as: every seed file
-	// NATS_NKEY_SEED_FILE names gets a fresh nkey, registered in the
-	// RIFTFLOW account of the local cluster.
+	// The prod cluster runs with the generated auth.conf: a password for
+	// each of its users. The workloads get theirs from the Secret
+	// nats-users as rendered (TestProdOverlay checks which user each has).
 	users := natsUsers{}
 	if prod {
-		for _, w := range r.workloadContainers() {
-			if path, ok := r.resolvedEnv(t, w.c)["NATS_NKEY_SEED_FILE"]; ok {
-				user := strings.TrimSuffix(filepath.Base(path), ".nk")
-				if _, done := users[user]; !done {
-					kp, err := nkeys.CreateUser()
-					if err != nil {
-						t.Fatal(err)
-					}
-					seed, _ := kp.Seed()
-					users[user] = seed
-				}
-			}
-		}
-		if len(users) < 6 {
-			t.Fatalf("prod: %d NATS users found in the rendered env, want one per service", len(users))
+		for _, g := range streams.Grants {
+			users[g.User] = randHex(t, 16)
 		}
 	}
 	// The prod overlay reaches NATS over TLS (tls:// and NATS_TLS_CA):
@@ -141,7 +143,7 @@ func runOverlay(t *testing.T, dir string, bins map[string]string) {
 	}))
 	t.Cleanup(otlp.Close)
 	simKey := "RGAPI-deploytest-" + randHex(t, 6)
-	simBase, simURL := startSim(t, bins["riftflow/riftflow"], simKey)
+	simBase, simURL := startSim(t, bins["riftflow/riftflow"], simKey, syntheticMatches)
 
 	m := mapping{natsURL: natsURL, tlsDir: tlsDir, dbURL: dbURL, riotKey: simKey, riotBase: simBase, otlp: otlp.URL,
 		users: users, filesDir: t.TempDir()}
@@ -201,44 +203,54 @@ func runOverlay(t *testing.T, dir string, bins map[string]string) {
 	player := demoPlayer(t, simURL)
 	// The API needs a bearer token with scope sync; the operator makes one
 	// with the same binary (`riftflow token create`, docs/security.md).
-	token := createToken(t, bins["riftflow/riftflow"], dbURL)
-	body := fmt.Sprintf(`{"puuid":%q,"platform":%q,"mode":"full","lookback_days":730}`, player.PUUID, player.Platform)
-	req, _ := http.NewRequest(http.MethodPost, api.base+"/v1/sync", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := createToken(t, bins["riftflow/riftflow"], dbURL, "sync")
+	body := fmt.Sprintf(`{"puuid":%q,"platform":%q,"mode":"full","lookback_days":730,"count":100}`, player.PUUID, player.Platform)
 	var accepted struct {
 		RequestID string `json:"request_id"`
 		Events    string `json:"events"`
 	}
-	json.NewDecoder(resp.Body).Decode(&accepted)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted || accepted.RequestID == "" {
-		t.Fatalf("POST /v1/sync = %d %+v, want 202 with a request_id", resp.StatusCode, accepted)
+	if code := apiCall(t, api.base, http.MethodPost, "/v1/sync", token, body, &accepted); code != http.StatusAccepted || accepted.RequestID == "" {
+		t.Fatalf("POST /v1/sync = %d %+v, want 202 with a request_id", code, accepted)
 	}
-	if ev := firstSSEEvent(t, api.base+"/v1/sync/"+accepted.RequestID+"/events", token); ev == "" {
-		t.Error("the SSE progress stream sent no event")
+	// The SSE progress stream, followed to its end.
+	if last := lastSSEEvent(t, api.base+"/v1/sync/"+accepted.RequestID+"/events", token, 3*time.Minute); last.Status != "completed" ||
+		last.Total != player.Stored || last.Progress != last.Total {
+		t.Errorf("the sync ended %+v, want completed with %d of %d", last, player.Stored, player.Stored)
 	}
-	stored := waitMatchesStored(t, dbURL, player.PUUID, player.Stored, 3*time.Minute)
-	t.Logf("%s: %d of %d matches of %s stored", dir, stored, player.Stored, player.PUUID[:8])
+	stored, timelines := waitMatchesStored(t, dbURL, player, 30*time.Second)
+	t.Logf("%s: %d of %d matches and %d of %d timelines of %s stored", dir, stored, player.Stored, timelines, player.Timelines, player.PUUID[:8])
+	// The read API answers with what was stored.
+	var page struct {
+		Matches []json.RawMessage `json:"matches"`
+	}
+	if code := apiCall(t, api.base, http.MethodGet, "/v1/players/"+player.PUUID+"/matches?limit=100", token, "", &page); code != http.StatusOK || len(page.Matches) != player.Stored {
+		t.Errorf("GET /v1/players/…/matches = %d with %d matches, want 200 with %d", code, len(page.Matches), player.Stored)
+	}
+	if code := apiCall(t, api.base, http.MethodGet, "/v1/players/"+player.PUUID, "", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/players/… without a token = %d, want 401", code)
+	}
+	checkAdminRoutes(t, api.base, createToken(t, bins["riftflow/riftflow"], dbURL, "admin"), player.PUUID, prod)
 
-	// The workloads are still up, and export what the alerts read.
+	// The workloads are still up, were never refused by NATS, and export
+	// what the alerts read.
 	for _, p := range procs {
 		if p.exited() {
 			t.Errorf("%s exited:\n%s", p.name, p.tail())
+		}
+		for _, l := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(l, "Permissions Violation") || strings.Contains(l, "Authorization Violation") {
+				t.Errorf("%s was refused by NATS: %s", p.name, l)
+			}
 		}
 	}
 	checkAlertMetrics(t, r, procs)
 }
 
-// createToken makes an API token with scope sync in the database at dbURL
+// createToken makes an API token with scopes in the database at dbURL
 // with the CLI binary, as an operator does, and returns it.
-func createToken(t *testing.T, cli, dbURL string) string {
+func createToken(t *testing.T, cli, dbURL, scopes string) string {
 	t.Helper()
-	cmd := exec.Command(cli, "token", "create", "--name", "deploy-test", "--scopes", "sync")
+	cmd := exec.Command(cli, "token", "create", "--name", "deploy-test-"+scopes, "--scopes", scopes)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -335,8 +347,8 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 	if len(c.Command) > 0 {
 		t.Fatalf("%s: command %v overrides the image's entrypoint", name, c.Command)
 	}
-	// Mounted Secret volumes become directories; the prod NATS users'
-	// seeds are written where the mount puts them.
+	// Mounted Secret volumes become directories; the CA of the prod NATS
+	// cluster is written where the nats-ca mount puts it.
 	mounts := map[string]string{}
 	for _, vm := range c.VolumeMounts {
 		local := filepath.Join(m.filesDir, strings.ReplaceAll(name, "/", "_"), vm.Name)
@@ -350,11 +362,6 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 					t.Fatal(err)
 				}
 				os.WriteFile(filepath.Join(local, "ca.crt"), ca, 0o600)
-			}
-			if v.Name == vm.Name && v.Secret != nil && v.Secret.SecretName == "nats-users" {
-				for user, seed := range m.users {
-					os.WriteFile(filepath.Join(local, user+".nk"), seed, 0o600)
-				}
 			}
 		}
 		mounts[strings.TrimSuffix(vm.MountPath, "/")] = local
@@ -382,6 +389,12 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 			v = m.dbURL
 		case k == "RIOT_API_KEY" && strings.HasPrefix(v, "secret:"):
 			v = m.riotKey
+		case k == "NATS_PASSWORD" && strings.HasPrefix(v, "secret:nats-users/"):
+			pw, ok := m.users.byKey(strings.TrimPrefix(v, "secret:nats-users/"))
+			if !ok {
+				t.Fatalf("%s: NATS_PASSWORD=%s names no user of deploy/nats/auth.conf", name, v)
+			}
+			v = pw
 		case k == "RIOT_API_BASE_URL":
 			v = m.riotBase
 		case k == "OTEL_EXPORTER_OTLP_ENDPOINT":
@@ -504,8 +517,9 @@ func (l *lockedBuffer) String() string {
 }
 
 // startNATSCluster starts three clustered JetStream servers in this
-// process. With users, they have the account RIFTFLOW (JetStream on) with
-// one nkey user each, as the prod auth.conf declares.
+// process. With users, each includes the generated deploy/nats/auth.conf
+// (streams.Grants), as the chart's server does (values-prod.yaml), and
+// reads the passwords from its environment (NATS_PASSWORD_<USER>).
 func startNATSCluster(t *testing.T, users natsUsers, tlsDir string) string {
 	t.Helper()
 	const n = 3
@@ -516,16 +530,15 @@ func startNATSCluster(t *testing.T, users natsUsers, tlsDir string) string {
 	}
 	var urls []string
 	var servers []*server.Server
-	var accounts string
+	var authConf []byte
 	if len(users) > 0 {
-		var nk []string
-		for _, seed := range users {
-			kp, _ := nkeys.FromSeed(seed)
-			pub, _ := kp.PublicKey()
-			nk = append(nk, fmt.Sprintf("{nkey: %s}", pub))
+		var err error
+		if authConf, err = os.ReadFile(filepath.Join("nats", "auth.conf")); err != nil {
+			t.Fatal(err)
 		}
-		sort.Strings(nk)
-		accounts = "accounts { RIFTFLOW { jetstream: enabled, users: [" + strings.Join(nk, ", ") + "] } }"
+		for user, pw := range users {
+			t.Setenv(streams.PasswordEnv(user), pw)
+		}
 	}
 	var rs []string
 	for _, u := range routes {
@@ -543,15 +556,24 @@ max_payload: 8MB
 jetstream { store_dir: %q }
 cluster { name: riftflow-test, listen: "127.0.0.1:%d", routes: [%s] }
 %s
-%s
-`, i, t.TempDir(), routePorts[i], strings.Join(rs, ", "), accounts, tlsBlock)
-		path := filepath.Join(t.TempDir(), "nats.conf")
+`, i, t.TempDir(), routePorts[i], strings.Join(rs, ", "), tlsBlock)
+		dir := t.TempDir()
+		if authConf != nil {
+			conf += "include ./auth.conf\n"
+			if err := os.WriteFile(filepath.Join(dir, "auth.conf"), authConf, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		o, err := server.ProcessConfigFile(path)
 		if err != nil {
 			t.Fatalf("nats config: %v\n%s", err, conf)
+		}
+		if len(users) > 0 && len(o.Users) != len(users) {
+			t.Fatalf("nats: auth.conf declares %d users, streams.Grants %d", len(o.Users), len(users))
 		}
 		o.NoLog, o.NoSigs = true, true
 		s, err := server.NewServer(o)
@@ -588,18 +610,16 @@ cluster { name: riftflow-test, listen: "127.0.0.1:%d", routes: [%s] }
 	return strings.Join(urls, ",")
 }
 
-// connect opens a client on the cluster, as one of users when there are.
+// connect opens a client on the cluster, as the admin user when there are
+// users.
 func connect(t *testing.T, natsURL string, users natsUsers, tlsDir string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	var opts []nats.Option
 	if tlsDir != "" {
 		opts = append(opts, nats.RootCAs(filepath.Join(tlsDir, "ca.crt")))
 	}
-	for _, seed := range users {
-		kp, _ := nkeys.FromSeed(seed)
-		pub, _ := kp.PublicKey()
-		opts = append(opts, nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
-		break
+	if pw, ok := users[streams.UserAdmin]; ok {
+		opts = append(opts, nats.UserInfo(streams.UserAdmin, pw))
 	}
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
@@ -643,12 +663,18 @@ func checkReplicas(t *testing.T, natsURL string, users natsUsers, tlsDir string,
 	}
 }
 
-// startSim runs `riftflow sim` and returns the Riot base URL (with
-// {route}) and the admin URL.
-func startSim(t *testing.T, bin, key string) (base, admin string) {
+// syntheticMatches is how many matches the simulator's synthetic player
+// has: dated in the last days (so within every retention and the sync's
+// lookback), each with a match record and (--derive-timelines) a timeline.
+const syntheticMatches = 24
+
+// startSim runs `riftflow sim` with one synthetic player of matches
+// matches and returns the Riot base URL (with {route}) and the admin URL.
+func startSim(t *testing.T, bin, key string, matches int) (base, admin string) {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	p := &process{name: "riftflow sim", cmd: exec.Command(bin, "sim", "--addr", addr, "--key", key)}
+	p := &process{name: "riftflow sim", cmd: exec.Command(bin, "sim", "--addr", addr, "--key", key,
+		"--synthetic-players", "1", "--synthetic-matches", strconv.Itoa(matches), "--derive-timelines")}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	p.cmd.Dir = ".." // the recorded responses are found from the repository
 	p.start(t)
@@ -671,37 +697,45 @@ func startSim(t *testing.T, bin, key string) (base, admin string) {
 type simPlayer struct {
 	PUUID    string `json:"puuid"`
 	Platform string `json:"platform"`
-	// Stored is how many of its matches have a match record (matchOk).
-	Stored int
+	// Stored is how many of its matches the simulator serves (matchOk),
+	// Timelines how many of their timelines (timelineOk).
+	Stored, Timelines int
 }
 
-// demoPlayer is the simulator's first player, with the count of its
-// matches the simulator serves.
+// demoPlayer is the simulator's synthetic player, with the counts of its
+// matches and timelines the simulator serves (GET /sim/truth).
 func demoPlayer(t *testing.T, admin string) simPlayer {
 	t.Helper()
 	var ps []simPlayer
 	getJSON(t, admin+"/sim/players", &ps)
-	if len(ps) == 0 {
-		t.Fatal("the simulator has no player")
-	}
 	var truth struct {
 		Players map[string]struct {
 			Matches []struct {
-				MatchOK bool `json:"matchOk"`
+				MatchOK    bool `json:"matchOk"`
+				TimelineOK bool `json:"timelineOk"`
 			} `json:"matches"`
 		} `json:"players"`
 	}
 	getJSON(t, admin+"/sim/truth", &truth)
-	p := ps[0]
-	for _, m := range truth.Players[p.PUUID].Matches {
-		if m.MatchOK {
-			p.Stored++
+	for _, p := range ps {
+		if !strings.HasPrefix(p.PUUID, "synth-") {
+			continue
 		}
+		for _, m := range truth.Players[p.PUUID].Matches {
+			if m.MatchOK {
+				p.Stored++
+			}
+			if m.TimelineOK {
+				p.Timelines++
+			}
+		}
+		if p.Stored != syntheticMatches || p.Timelines != syntheticMatches {
+			t.Fatalf("the synthetic player has %d fetchable matches and %d timelines, want %d of each", p.Stored, p.Timelines, syntheticMatches)
+		}
+		return p
 	}
-	if p.Stored == 0 {
-		t.Fatal("the demo player has no fetchable match")
-	}
-	return p
+	t.Fatal("the simulator has no synthetic player")
+	return simPlayer{}
 }
 
 func getJSON(t *testing.T, u string, v any) {
@@ -716,33 +750,71 @@ func getJSON(t *testing.T, u string, v any) {
 	}
 }
 
-// firstSSEEvent reads the first data line of a Server-Sent Events stream.
-func firstSSEEvent(t *testing.T, u, token string) string {
+// apiCall sends body (JSON, "" for none) to base+path with the bearer
+// token (none when "") and decodes the answer into out (when not nil); it
+// returns the status code.
+func apiCall(t *testing.T, base, method, path, token, body string, out any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, base+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	return resp.StatusCode
+}
+
+// progress is the part of a progress event (bus.ProgressEvent) the test reads.
+type progress struct {
+	Status   string `json:"status"`
+	Progress int    `json:"progress"`
+	Total    int    `json:"total"`
+}
+
+// lastSSEEvent follows a Server-Sent Events stream of progress events until
+// it ends (the server closes it after the sync's last event) or timeout,
+// and returns the last event.
+func lastSSEEvent(t *testing.T, u, token string, timeout time.Duration) progress {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("GET %s: %v", u, err)
-		return ""
+		return progress{}
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		t.Errorf("GET %s: Content-Type %q, want text/event-stream", u, ct)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") {
+		t.Errorf("GET %s: %d %q, want 200 text/event-stream", u, resp.StatusCode, ct)
 	}
+	var last progress
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if data, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
-			return strings.TrimSpace(data)
+			json.Unmarshal([]byte(strings.TrimSpace(data)), &last)
 		}
 	}
-	return ""
+	return last
 }
 
-// waitMatchesStored waits until want matches of puuid are in Postgres.
-func waitMatchesStored(t *testing.T, dbURL, puuid string, want int, timeout time.Duration) int {
+// waitMatchesStored waits until every match and timeline of p the
+// simulator serves is in Postgres, or timeout; it returns the counts.
+func waitMatchesStored(t *testing.T, dbURL string, p simPlayer, timeout time.Duration) (matches, timelines int) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -751,20 +823,68 @@ func waitMatchesStored(t *testing.T, dbURL, puuid string, want int, timeout time
 	}
 	defer conn.Close(ctx)
 	deadline := time.Now().Add(timeout)
-	var n int
 	for {
-		err := conn.QueryRow(ctx, `SELECT count(DISTINCT match_id) FROM match_participants WHERE puuid = $1`, puuid).Scan(&n)
+		err := conn.QueryRow(ctx, `SELECT count(DISTINCT pp.match_id), count(DISTINCT tl.match_id)
+FROM match_participants pp JOIN matches m USING (match_id) LEFT JOIN match_timelines tl USING (match_id)
+WHERE pp.puuid = $1`, p.PUUID).Scan(&matches, &timelines)
 		if err != nil {
 			t.Fatalf("count stored matches: %v", err)
 		}
-		if n >= want {
-			return n
+		if matches == p.Stored && timelines == p.Timelines {
+			return matches, timelines
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d of %d matches stored after %v", n, want, timeout)
-			return n
+		if matches > p.Stored || timelines > p.Timelines || time.Now().After(deadline) {
+			t.Errorf("%d matches and %d timelines stored, want %d and %d", matches, timelines, p.Stored, p.Timelines)
+			return matches, timelines
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// checkAdminRoutes runs the API's admin routes (scope admin) against the
+// running overlay, so each runs as the API's NATS user under the
+// cluster's permissions: the pause switch (control bucket), a ledger
+// retry (fetch commands), a dead-letter replay (refused with 403: only the
+// NATS admin may republish other services' messages, `riftflow retry
+// --dead`), and forgetting the player (cursors, locks, Riot ID cache).
+// Without NATS users (dev) the replay is allowed and replays nothing.
+func checkAdminRoutes(t *testing.T, base, admin, puuid string, natsUsers bool) {
+	t.Helper()
+	var st struct {
+		Paused bool `json:"paused"`
+	}
+	for _, paused := range []bool{true, false} {
+		if code := apiCall(t, base, http.MethodPut, "/v1/admin/pause", admin, fmt.Sprintf(`{"paused":%v,"reason":"deploy test"}`, paused), nil); code != http.StatusOK {
+			t.Errorf("PUT /v1/admin/pause paused=%v: %d", paused, code)
+		}
+		if code := apiCall(t, base, http.MethodGet, "/v1/admin/pause", admin, "", &st); code != http.StatusOK || st.Paused != paused {
+			t.Errorf("GET /v1/admin/pause = %d %+v, want paused=%v", code, st, paused)
+		}
+	}
+	var retry struct {
+		Reopened []string `json:"reopened"`
+	}
+	if code := apiCall(t, base, http.MethodPost, "/v1/admin/retry", admin, `{"all":true}`, &retry); code != http.StatusOK || len(retry.Reopened) != 0 {
+		t.Errorf("POST /v1/admin/retry all = %d %+v, want 200 and nothing reopened", code, retry)
+	}
+	var problem struct {
+		Detail string `json:"detail"`
+	}
+	code := apiCall(t, base, http.MethodPost, "/v1/admin/retry", admin, `{"dead":true}`, &problem)
+	switch {
+	case natsUsers && (code != http.StatusForbidden || !strings.Contains(problem.Detail, "riftflow retry --dead")):
+		t.Errorf("POST /v1/admin/retry dead = %d %+v, want 403 naming `riftflow retry --dead`", code, problem)
+	case !natsUsers && code != http.StatusOK:
+		t.Errorf("POST /v1/admin/retry dead without NATS users = %d %+v, want 200", code, problem)
+	}
+	var forgot struct {
+		KVKeys []string `json:"kv_buckets"`
+	}
+	if code := apiCall(t, base, http.MethodDelete, "/v1/admin/accounts/"+puuid, admin, "", &forgot); code != http.StatusOK {
+		t.Errorf("DELETE /v1/admin/accounts/… = %d %+v, want 200", code, forgot)
+	}
+	if code := apiCall(t, base, http.MethodGet, "/v1/players/"+puuid, admin, "", nil); code != http.StatusNotFound {
+		t.Errorf("GET /v1/players/… after forget = %d, want 404", code)
 	}
 }
 

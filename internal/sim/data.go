@@ -57,7 +57,7 @@ type match struct {
 
 func (m *match) hasTimeline() bool {
 	if m.tmpl != nil {
-		return m.tmpl.tl != nil
+		return m.tmpl.tl != nil || m.tmpl.tlFrom != nil
 	}
 	return m.tl != nil || m.tlFrom != nil
 }

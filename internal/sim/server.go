@@ -451,7 +451,7 @@ func (s *Sim) body(m *match, timeline bool) ([]byte, []byte, error) {
 		var b []byte
 		var err error
 		if timeline {
-			b, err = patchTimeline(m.tmpl.tl, m.synthPatch())
+			b, err = synthTimeline(m)
 		} else {
 			b, err = patchMatch(m.tmpl.raw, m.synthPatch())
 		}

@@ -558,3 +558,56 @@ func TestDeriveTimelines(t *testing.T) {
 		t.Fatalf("recorded timeline replaced: %s", own.Metadata.MatchID)
 	}
 }
+
+// TestDeriveTimelinesSynthetic: with DeriveTimelines every synthetic match
+// has a timeline too (most templates have none recorded), re-keyed to the
+// synthetic match: its ID and game ID, the match's participants with the
+// synthetic player in its slot, realTimestamps near its gameCreation.
+func TestDeriveTimelinesSynthetic(t *testing.T) {
+	s, _ := newSim(t, Options{DeriveTimelines: true, Synthetic: Synthetic{Players: 2, MatchesPerPlayer: 30}})
+	puuid := SyntheticPUUID("na1", 2)
+	ms := s.Truth().Players[puuid].Matches
+	if len(ms) != 30 {
+		t.Fatalf("%d synthetic matches, want 30", len(ms))
+	}
+	for _, m := range ms {
+		if !m.HasTimeline || !m.TimelineOK {
+			t.Fatalf("%s: no timeline with DeriveTimelines", m.ID)
+		}
+		var match struct {
+			Metadata struct{ Participants []string } `json:"metadata"`
+			Info     struct{ GameCreation int64 }
+		}
+		get(t, s, "/americas/lol/match/v5/matches/"+m.ID).json(t, &match)
+		r := get(t, s, "/americas/lol/match/v5/matches/"+m.ID+"/timeline")
+		if r.code != 200 {
+			t.Fatalf("%s timeline: %d %s", m.ID, r.code, r.body)
+		}
+		var tl timelineHead
+		r.json(t, &tl)
+		if tl.Metadata.MatchID != m.ID || len(tl.Info.Frames) == 0 {
+			t.Fatalf("%s: timeline of %s with %d frames", m.ID, tl.Metadata.MatchID, len(tl.Info.Frames))
+		}
+		if !slices.Equal(tl.Metadata.Participants, match.Metadata.Participants) || !slices.Contains(tl.Metadata.Participants, puuid) {
+			t.Fatalf("%s: timeline participants %v, want the match's %v (with %s)", m.ID, tl.Metadata.Participants, match.Metadata.Participants, puuid)
+		}
+		for _, f := range tl.Info.Frames {
+			for _, e := range f.Events {
+				if e.RealTimestamp != 0 && (e.RealTimestamp < match.Info.GameCreation || e.RealTimestamp > match.Info.GameCreation+3*time.Hour.Milliseconds()) {
+					t.Fatalf("%s: realTimestamp %d outside the match (created %d)", m.ID, e.RealTimestamp, match.Info.GameCreation)
+				}
+			}
+		}
+	}
+	// Without the option the templates' recorded timelines only.
+	plain, _ := newSim(t, Options{Synthetic: Synthetic{Players: 2, MatchesPerPlayer: 30}})
+	n := 0
+	for _, m := range plain.Truth().Players[puuid].Matches {
+		if m.HasTimeline {
+			n++
+		}
+	}
+	if n == 0 || n == 30 {
+		t.Errorf("%d of 30 synthetic matches have a timeline without DeriveTimelines, want some", n)
+	}
+}

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -111,4 +113,26 @@ func (m *match) synthPatch() patch {
 		matchID: m.id, gameID: m.gameID, platformID: strings.ToUpper(string(m.platform)),
 		slot: m.slot, puuid: m.sp.PUUID, gameName: m.sp.GameName, tagLine: m.sp.TagLine,
 	}
+}
+
+// synthTimeline is synthetic match m's timeline: its template's recorded
+// one, or with Options.DeriveTimelines the one derived for the template
+// (another recorded match's, re-keyed to m, its participants the
+// template's with m's player in its slot).
+func synthTimeline(m *match) ([]byte, error) {
+	if m.tmpl.tl != nil || m.tmpl.tlFrom == nil {
+		return patchTimeline(m.tmpl.tl, m.synthPatch())
+	}
+	var h matchHead
+	if err := json.Unmarshal(m.tmpl.raw, &h); err != nil {
+		return nil, err
+	}
+	puuids := slices.Clone(h.Metadata.Participants)
+	if m.slot < len(puuids) {
+		puuids[m.slot] = m.sp.PUUID
+	}
+	from := m.tmpl.tlFrom
+	p := m.synthPatch()
+	p.shift, p.slot, p.puuids = m.created-from.origCreated, -1, puuids
+	return patchTimeline(from.tl, p)
 }

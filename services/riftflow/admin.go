@@ -115,13 +115,9 @@ func (a *API) getPause(w http.ResponseWriter, r *http.Request) {
 
 // putPause is PUT /v1/admin/pause: body {"paused":bool,"reason","by"}.
 func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
-	var st control.State
-	if err := decodeBody(r, &st); err != nil {
+	st, err := decodePause(r)
+	if err != nil {
 		bodyErr(w, r, err)
-		return
-	}
-	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
-		writeError(w, r, http.StatusBadRequest, errors.New("reason longer than 200 bytes or by longer than 64"))
 		return
 	}
 	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
@@ -134,6 +130,20 @@ func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// decodePause decodes PUT /v1/admin/pause's body, a control.State of at
+// most 200 bytes of reason and bus.MaxFreeTextLength of by (decodeBody's
+// rules: no unknown fields, no trailing data).
+func decodePause(r *http.Request) (control.State, error) {
+	var st control.State
+	if err := decodeBody(r, &st); err != nil {
+		return st, err
+	}
+	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
+		return st, errors.New("reason longer than 200 bytes or by longer than 64")
+	}
+	return st, nil
 }
 
 // Problem is an RFC 9457 problem details object
@@ -203,6 +213,10 @@ func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 		bodyErr(w, r, err)
 		return
 	}
+	if req.Dead && !mayReplayDead(a.inf.Env.NATS.User) {
+		writeError(w, r, http.StatusForbidden, errReplayNeedsAdmin)
+		return
+	}
 	res, err := RetryMatches(r.Context(), a.inf.Store, a.inf.JS, a.inf.Subjects, req, a.now())
 	switch {
 	case errors.Is(err, bus.ErrBadRequest):
@@ -213,6 +227,18 @@ func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, res)
 	}
 }
+
+// errReplayNeedsAdmin is the 403 detail of a dead-letter replay asked of
+// an API whose NATS user is not the admin.
+var errReplayNeedsAdmin = errors.New("replaying dead letters republishes other services' messages (fetch results " +
+	"among them), which only the NATS user admin may: run `riftflow retry --dead` with NATS_USER=admin " +
+	"(docs/runbook.md); the API's NATS user may replay only the ledger (match_ids, puuid or all without dead)")
+
+// mayReplayDead reports whether a connection as NATS user may replay dead
+// letters (natsx.Replay: read and delete DEAD, publish on any subject):
+// the admin, or a server without users. streams.Grants gives it to no
+// other user, so the server would refuse the replay half-way.
+func mayReplayDead(user string) bool { return user == "" || user == streams.UserAdmin }
 
 // cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
 // switch in the control bucket (NATS_URL) for every service.
@@ -248,6 +274,10 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // deleteAccount is DELETE /v1/admin/accounts/{puuid}: ForgetPlayer; 200
 // ForgetResult, 404 problem when nothing is stored for the player.
 func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeError(w, r, http.StatusNotFound, errors.New("no such player"))
+		return
+	}
 	res, err := ForgetPlayer(r.Context(), a.inf.Store, a.inf.JS, r.PathValue("puuid"), a.inf.Logger("api"), a.now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):

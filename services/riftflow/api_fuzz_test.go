@@ -2,14 +2,18 @@ package riftflow
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
 )
 
 // FuzzAPIRequest covers every API request body and path parameter:
@@ -22,8 +26,16 @@ import (
 //     /v1/accounts/{puuid}/link's path parameter and body (decodeLink):
 //     errors or a request that re-validates, whose PUUID and platform are
 //     safe as NATS subject tokens;
-//   - the {puuid} and {request_id} path parameters (validID): an accepted
-//     id holds no subject or path metacharacter.
+//   - the admin bodies: POST /v1/admin/retry (RetryRequest.validate, as
+//     RetryMatches runs it) and PUT /v1/admin/pause (decodePause): errors,
+//     or a request within its limits;
+//   - the {puuid} and {request_id} path parameters (validID, every route
+//     that takes one: accounts, sync events, players, admin accounts) and
+//     {match_id} (riot.ParseMatchID, the read API): an accepted id holds no
+//     subject or path metacharacter; the read API's cursor query parameter
+//     (decodeCursor) errors or decodes.
+//
+// TestFuzzCoversEveryRoute keeps this list in step with routeTable.
 func FuzzAPIRequest(f *testing.F) {
 	for _, s := range [][4]string{
 		{"POST", "/v1/sync", `{"riot_id":"Hide on bush#KR1","platform":"kr"}`, ""},
@@ -33,6 +45,13 @@ func FuzzAPIRequest(f *testing.F) {
 		{"POST", "/v1/accounts/%2e%2e/login", "null", "Basic Zm9vOmJhcg=="},
 		{"GET", "/v1/jobs?limit=-1&type=\x00", "", ""},
 		{"POST", "/v1/sync", `{"puuid":"x","platform":"na1","trigger":"recovery"}`, ""},
+		{"POST", "/v1/admin/retry", `{"match_ids":["NA1_1"],"dead":true,"limit":100}`, ""},
+		{"PUT", "/v1/admin/pause", `{"paused":true,"reason":"maintenance","by":"ops"}`, ""},
+		{"GET", "/v1/admin/pause", "", "Bearer rft_x"},
+		{"DELETE", "/v1/admin/accounts/p-1", "", ""},
+		{"GET", "/v1/players/p-1/matches?limit=5&cursor=MTIzfE5BMV8x", "", ""},
+		{"GET", "/v1/matches/NA1_5027407435/timeline", "", ""},
+		{"GET", "/openapi.json", "", ""},
 	} {
 		f.Add(s[0], s[1], []byte(s[2]), s[3])
 	}
@@ -77,6 +96,36 @@ func FuzzAPIRequest(f *testing.F) {
 			subjectSafe(t, "puuid", req.PUUID)
 			subjectSafe(t, "platform", req.Platform)
 		}
+		var retry RetryRequest
+		if err := json.Unmarshal(body, &retry); err == nil && retry.validate() == nil {
+			n := 0
+			for _, set := range []bool{len(retry.MatchIDs) > 0, retry.PUUID != "", retry.All} {
+				if set {
+					n++
+				}
+			}
+			if n > 1 || n == 0 && !retry.Dead || retry.Limit < 1 || retry.Limit > 10000 || len(retry.MatchIDs) > 1000 {
+				t.Fatalf("retry body %q accepted as %+v", body, retry)
+			}
+			for _, id := range retry.MatchIDs {
+				if _, _, err := riot.ParseMatchID(id); err != nil {
+					t.Fatalf("retry body %q: match ID %q accepted: %v", body, id, err)
+				}
+				subjectSafe(t, "match id", id)
+			}
+		}
+		if req, err := http.NewRequest(http.MethodPut, "http://riftflow.test/v1/admin/pause", bytes.NewReader(body)); err == nil {
+			if st, err := decodePause(req); err == nil && (len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength) {
+				t.Fatalf("pause body %q accepted as %+v", body, st)
+			}
+		}
+		if _, _, err := riot.ParseMatchID(path); err == nil {
+			subjectSafe(t, "match id", path)
+			if strings.ContainsAny(path, "/%?#") {
+				t.Fatalf("match id %q accepted", path)
+			}
+		}
+		decodeCursor(path)
 		for _, max := range []int{bus.MaxPUUIDLen, bus.MaxRequestIDLen} {
 			if validID(path, max) {
 				subjectSafe(t, "path id", path)
@@ -94,5 +143,29 @@ func subjectSafe(t *testing.T, what, s string) {
 	t.Helper()
 	if strings.ContainsAny(s, ".*> \t\r\n\x00") {
 		t.Fatalf("%s %q is not a safe subject token", what, s)
+	}
+}
+
+// TestFuzzCoversEveryRoute: every route of routeTable has a seed in
+// FuzzAPIRequest's corpus (so the router and auth part reaches it) and
+// every path parameter it takes is one the target checks; a new route or
+// parameter fails here until the fuzz target covers it.
+func TestFuzzCoversEveryRoute(t *testing.T) {
+	src, err := os.ReadFile("api_fuzz_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]bool{"{puuid}": true, "{request_id}": true, "{match_id}": true}
+	for _, rt := range NewAPI(&app.Infra{}).routeTable() {
+		method, pattern, _ := strings.Cut(rt.pattern, " ")
+		prefix, _, _ := strings.Cut(pattern, "{")
+		if !bytes.Contains(src, []byte(fmt.Sprintf(`{%q, "%s`, method, prefix))) {
+			t.Errorf("route %s has no seed in FuzzAPIRequest", rt.pattern)
+		}
+		for _, part := range strings.Split(pattern, "/") {
+			if strings.HasPrefix(part, "{") && !checked[part] {
+				t.Errorf("route %s: path parameter %s is not checked by FuzzAPIRequest", rt.pattern, part)
+			}
+		}
 	}
 }

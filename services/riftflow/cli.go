@@ -628,6 +628,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	app := fs.String("app-limit", sim.DefaultAppLimit, "application rate limit, Riot's header format")
 	synthetic := fs.Int("synthetic-players", 0, "add synthetic players (clones of recorded matches)")
 	perPlayer := fs.Int("synthetic-matches", 500, "matches per synthetic player")
+	derive := fs.Bool("derive-timelines", false, "serve a timeline for every match, re-keyed from a recorded one (sim.Options.DeriveTimelines)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -635,8 +636,8 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		*key = "RGAPI-sim-" + randHex(8)
 	}
 	s, err := sim.New(sim.Options{APIKey: *key, FixturesDir: *fixtures, Limits: sim.RateLimits{App: *app},
-		Synthetic: sim.Synthetic{Players: *synthetic, MatchesPerPlayer: *perPlayer},
-		Logger:    telemetry.NewLogger(stderr, slog.LevelInfo, "text")})
+		Synthetic: sim.Synthetic{Players: *synthetic, MatchesPerPlayer: *perPlayer}, DeriveTimelines: *derive,
+		Logger: telemetry.NewLogger(stderr, slog.LevelInfo, "text")})
 	if err != nil {
 		return err
 	}

@@ -43,8 +43,10 @@ func freePort(t *testing.T) int {
 // each service on its own connection as its user, the API on the CLI user
 // with a token from localToken. A sync through the HTTP API completes
 // (every service works under its user, the API's event stream under the
-// CLI user); forged publishes by the wrong users are refused by the server
-// and never stored; and no log line of the run holds the Riot key, the
+// CLI user); the admin routes work as the API's user, except a dead-letter
+// replay, which is a clear 403 (only `riftflow retry --dead` as the admin
+// may); forged publishes by the wrong users are refused by the server and
+// never stored; and no log line of the run holds the Riot key, the
 // Postgres password, a NATS password or the API token (S3, S5).
 func TestNATSPermissions(t *testing.T) {
 	for k, v := range fastEnv {
@@ -155,6 +157,42 @@ func TestNATSPermissions(t *testing.T) {
 		if bytes.Contains(cout.Bytes(), []byte("Violation")) {
 			t.Errorf("riftflow %s was refused: %s", args[0], cout.String())
 		}
+	}
+
+	// The API's admin routes run as the API's NATS user (riftflow), as in
+	// Kubernetes: the pause switch, a ledger retry and forgetting a player
+	// pass its permissions; a dead-letter replay, which republishes other
+	// services' messages, is refused with 403 before anything is tried.
+	for _, paused := range []string{"true", "false"} {
+		if c := call(t, http.MethodPut, base+"/v1/admin/pause", token, `{"paused":`+paused+`,"reason":"permissions test"}`); c.code != http.StatusOK {
+			t.Errorf("PUT /v1/admin/pause %s as the API user: %d %s", paused, c.code, c.body)
+		}
+		if c := call(t, http.MethodGet, base+"/v1/admin/pause", token, ""); c.code != http.StatusOK || !bytes.Contains(c.body, []byte(`"paused":`+paused)) {
+			t.Errorf("GET /v1/admin/pause: %d %s, want paused %s", c.code, c.body, paused)
+		}
+	}
+	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"all":true}`); c.code != http.StatusOK {
+		t.Errorf("POST /v1/admin/retry all as the API user: %d %s", c.code, c.body)
+	}
+	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"dead":true}`); c.code != http.StatusForbidden ||
+		!bytes.Contains(c.body, []byte("riftflow retry --dead")) {
+		t.Errorf("POST /v1/admin/retry dead as the API user: %d %s, want 403 naming `riftflow retry --dead`", c.code, c.body)
+	}
+	// The admin CLI commands, as the admin user of .data/nats-admin.url.
+	for _, args := range [][]string{{"pause", "--reason", "permissions test"}, {"pause", "--off"}} {
+		var cout bytes.Buffer
+		if code := Main(args, &cout, &cout); code != 0 {
+			t.Errorf("riftflow %s: exit %d: %s", strings.Join(args, " "), code, cout.String())
+		}
+	}
+	// Forgetting the player purges its cursor (the lister wrote one) as
+	// the API user; the player is gone afterwards.
+	if c := call(t, http.MethodDelete, base+"/v1/admin/accounts/"+player, token, ""); c.code != http.StatusOK ||
+		!bytes.Contains(c.body, []byte(streams.BucketCursors)) {
+		t.Errorf("DELETE /v1/admin/accounts/… as the API user: %d %s, want 200 purging %s", c.code, c.body, streams.BucketCursors)
+	}
+	if c := call(t, http.MethodGet, base+"/v1/players/"+player, token, ""); c.code != http.StatusNotFound {
+		t.Errorf("GET /v1/players/… after forget: %d, want 404", c.code)
 	}
 
 	// Forgeries, each over TCP as a real client would.

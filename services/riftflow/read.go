@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
@@ -110,6 +112,10 @@ func (a *API) getTimeline(w http.ResponseWriter, r *http.Request) {
 func (a *API) serveRaw(w http.ResponseWriter, r *http.Request, prefix string,
 	load func(context.Context, string) ([]byte, time.Time, error)) {
 	id := r.PathValue("match_id")
+	if _, _, err := riot.ParseMatchID(id); err != nil {
+		writeError(w, r, http.StatusNotFound, err) // no stored match has such an ID
+		return
+	}
 	if c, ok := a.cache.bodies.Get(prefix + id); ok {
 		serveBody(w, r, c, MatchCacheTTL)
 		return
@@ -149,6 +155,10 @@ func newMatchesPage(ms []store.PlayerMatch, limit int) matchesPage {
 // getPlayer is GET /v1/players/{puuid}: the account, its sync state and
 // what is stored for it (as GET /v1/accounts/{puuid}, with problem+json).
 func (a *API) getPlayer(w http.ResponseWriter, r *http.Request) {
+	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
+		writeError(w, r, http.StatusNotFound, errors.New("no such player"))
+		return
+	}
 	st, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -164,6 +174,10 @@ func (a *API) getPlayer(w http.ResponseWriter, r *http.Request) {
 // the player's stored matches, newest first, paged by an opaque cursor.
 func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
 	puuid, q := r.PathValue("puuid"), r.URL.Query()
+	if !validID(puuid, bus.MaxPUUIDLen) {
+		writeError(w, r, http.StatusNotFound, errors.New("no such player"))
+		return
+	}
 	limit := 20
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
