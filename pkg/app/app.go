@@ -357,59 +357,88 @@ type Needs struct {
 	Riot bool // the Riot API (RIOT_API_KEY) with the shared rate limiter
 }
 
-// Main is the one skeleton of the five service binaries; their main is
+// Config is what a service's run is given by Start: its name, the common
+// environment (Env) and its logger.
+type Config struct {
+	Service string
+	Env     Env
+	Log     *slog.Logger
+
+	stop context.CancelFunc
+}
+
+// Start begins a service process; each service's main is
 //
-//	func main() { app.Main("persister", app.Needs{DB: true}, app.Stage(persister.FromInfra)) }
+//	func main() {
+//		ctx, cfg := app.Start("persister")
+//		app.Exit(cfg, run(ctx, cfg))
+//	}
 //
-// It loads Env, sets up logging and telemetry, connects to NATS (NATS_URL)
-// and what needs asks for, serves the ops endpoints (HTTP_ADDR), builds the
-// stage and runs it with a context cancelled on SIGINT/SIGTERM; the stage
-// must drain within SHUTDOWN_TIMEOUT. Main exits the process, with status 1
-// and the error on stderr when anything fails.
+// with run naming what the process connects and which stage it runs:
 //
-// `<service> version` prints the stamped version (telemetry.ReadBuildInfo) and exits.
-func Main(service string, needs Needs, build Constructor) {
-	defer redact.Panics(os.Stderr)
+//	func run(ctx context.Context, cfg app.Config) error {
+//		return app.Run(ctx, cfg, app.Needs{DB: true}, app.Stage(persister.FromInfra))
+//	}
+//
+// Start loads and validates Env, builds the logger (LOG_LEVEL,
+// LOG_FORMAT), logs the configuration, and returns a context cancelled on
+// SIGINT/SIGTERM. `<service> version` prints the stamped version
+// (telemetry.ReadBuildInfo) and exits 0; a configuration error exits 1.
+func Start(service string) (context.Context, Config) {
 	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(service, telemetry.ReadBuildInfo())
-		return
+		os.Exit(0)
 	}
-	if err := run(service, needs, build); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %s\n", service, redact.String(err.Error()))
+	cfg := Config{Service: service}
+	env, err := LoadEnv()
+	if err == nil {
+		cfg.Env = env
+		var level slog.Level
+		level, err = telemetry.LevelFromString(env.Ops.LogLevel)
+		cfg.Log = telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
+	}
+	if err != nil {
+		Exit(cfg, err)
+	}
+	config.Log(cfg.Log, service, env)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	cfg.stop = stop
+	return ctx, cfg
+}
+
+// Exit ends a service process with run's error: status 0 for nil, else
+// status 1 with the (redacted) error on stderr.
+func Exit(cfg Config, err error) {
+	if cfg.stop != nil {
+		cfg.stop()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", cfg.Service, redact.String(err.Error()))
 		os.Exit(1)
 	}
 }
 
-// run is Main without the exit: configuration, infrastructure, ops
-// endpoints, then the stage until a signal.
-func run(service string, needs Needs, build Constructor) error {
-	env, err := LoadEnv()
-	if err != nil {
-		return err
-	}
-	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
-	if err != nil {
-		return err
-	}
-	log := telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
-	config.Log(log, service, env)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	inf, closeInf, err := Build(ctx, env, BuildOptions{Service: service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: log})
+// Run is a service process after Start: it connects what the service
+// needs (NATS always; Postgres and the Riot client with the shared rate
+// limiter as needs says), serves the ops endpoints (/healthz, /readyz,
+// /metrics at HTTP_ADDR), builds the stage on that (its FromInfra, through
+// Stage) and runs it until ctx ends (SIGTERM), under the pause switch's
+// hold, then gives it SHUTDOWN_TIMEOUT to drain. A stop by ctx is a nil
+// error; a connection or build error is returned as it is, after
+// everything opened is closed.
+func Run(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
+	inf, closeInf, err := Build(ctx, cfg.Env, BuildOptions{Service: cfg.Service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
 	defer closeInf()
-	stopOps := serveOps(ctx, inf, env.Ops.HTTPAddr, log)
+	stopOps := serveOps(ctx, inf, cfg.Env.Ops.HTTPAddr, cfg.Log)
 	defer stopOps()
-
 	s, err := build(ctx, inf)
 	if err != nil {
 		return err
 	}
-	return runUntilDrained(ctx, inf.HoldContext(ctx), s, env.Ops.ShutdownTimeout, log)
+	return runUntilDrained(ctx, inf.HoldContext(ctx), s, cfg.Env.Ops.ShutdownTimeout, cfg.Log)
 }
 
 // serveOps serves /healthz, /readyz and /metrics at addr until the
