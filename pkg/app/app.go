@@ -363,16 +363,11 @@ type Config struct {
 	Service string
 	Env     Env
 	Log     *slog.Logger
-
-	stop context.CancelFunc
 }
 
 // Start begins a service process; each service's main is
 //
-//	func main() {
-//		ctx, cfg := app.Start("persister")
-//		app.Exit(cfg, run(ctx, cfg))
-//	}
+//	func main() { app.Exit(run(app.Start("persister"))) }
 //
 // with run naming what the process connects and which stage it runs:
 //
@@ -380,40 +375,37 @@ type Config struct {
 //		return app.Run(ctx, cfg, app.Needs{DB: true}, app.Stage(persister.FromInfra))
 //	}
 //
-// Start loads and validates Env, builds the logger (LOG_LEVEL,
-// LOG_FORMAT), logs the configuration, and returns a context cancelled on
-// SIGINT/SIGTERM. `<service> version` prints the stamped version
-// (telemetry.ReadBuildInfo) and exits 0; a configuration error exits 1.
+// Start loads and validates Env, builds the logger (LOG_LEVEL, LOG_FORMAT),
+// logs the configuration, and returns a context cancelled on the first
+// SIGINT/SIGTERM (a second one kills the process). `<service> version`
+// prints the stamped version (telemetry.ReadBuildInfo) and exits 0; a
+// configuration error exits 1.
 func Start(service string) (context.Context, Config) {
 	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(service, telemetry.ReadBuildInfo())
 		os.Exit(0)
 	}
-	cfg := Config{Service: service}
 	env, err := LoadEnv()
-	if err == nil {
-		cfg.Env = env
-		var level slog.Level
-		level, err = telemetry.LevelFromString(env.Ops.LogLevel)
-		cfg.Log = telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
-	}
 	if err != nil {
-		Exit(cfg, err)
+		Exit(fmt.Errorf("%s: %w", service, err))
 	}
-	config.Log(cfg.Log, service, env)
+	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
+	if err != nil {
+		Exit(fmt.Errorf("%s: %w", service, err))
+	}
+	log := telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
+	config.Log(log, service, env)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	cfg.stop = stop
-	return ctx, cfg
+	context.AfterFunc(ctx, stop)
+	return ctx, Config{Service: service, Env: env, Log: log}
 }
 
-// Exit ends a service process with run's error: status 0 for nil, else
-// status 1 with the (redacted) error on stderr.
-func Exit(cfg Config, err error) {
-	if cfg.stop != nil {
-		cfg.stop()
-	}
+// Exit ends a service process with run's error: it returns for nil, else
+// exits with status 1 and the (redacted) error on stderr. Run's errors
+// start with the service name.
+func Exit(err error) {
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %s\n", cfg.Service, redact.String(err.Error()))
+		fmt.Fprintln(os.Stderr, redact.String(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -424,9 +416,16 @@ func Exit(cfg Config, err error) {
 // /metrics at HTTP_ADDR), builds the stage on that (its FromInfra, through
 // Stage) and runs it until ctx ends (SIGTERM), under the pause switch's
 // hold, then gives it SHUTDOWN_TIMEOUT to drain. A stop by ctx is a nil
-// error; a connection or build error is returned as it is, after
-// everything opened is closed.
+// error; any other error, prefixed with the service name, is returned
+// after everything opened is closed.
 func Run(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
+	if err := serve(ctx, cfg, needs, build); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Service, err)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
 	inf, closeInf, err := Build(ctx, cfg.Env, BuildOptions{Service: cfg.Service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: cfg.Log})
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -25,22 +24,12 @@ type Env struct {
 // FromInfra builds a lister bound to the "matchid-lister" consumer on SYNC.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
+		Locks: w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
+		Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(), Base: inf.Base("matchid-lister")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	cons, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDLister)
-	if err != nil {
-		return nil, err
-	}
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		return nil, err
-	}
-	cursors, err := inf.KV(ctx, streams.BucketCursors)
-	if err != nil {
-		return nil, err
-	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, RetryDelay: e.RetryDelay},
-		Deps{JS: inf.JS, Consumer: cons, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
-			Base: inf.Base("matchid-lister")})
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, RetryDelay: e.RetryDelay}, d)
 }

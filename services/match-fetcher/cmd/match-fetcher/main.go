@@ -8,10 +8,7 @@ import (
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 )
 
-func main() {
-	ctx, cfg := app.Start("match-fetcher")
-	app.Exit(cfg, run(ctx, cfg))
-}
+func main() { app.Exit(run(app.Start("match-fetcher"))) }
 
 // run is the match-fetcher process: NATS and the Riot client, one fetcher
 // per region in FETCHER_REGIONS on the FETCH stream, the ops endpoints,

@@ -8,10 +8,7 @@ import (
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
 )
 
-func main() {
-	ctx, cfg := app.Start("matchid-lister")
-	app.Exit(cfg, run(ctx, cfg))
-}
+func main() { app.Exit(run(app.Start("matchid-lister"))) }
 
 // run is the matchid-lister process: NATS, Postgres and the Riot client,
 // the lister stage on the SYNC stream with the sync-lock and cursor

@@ -8,10 +8,7 @@ import (
 	"github.com/riftflow/riftflow/services/persister"
 )
 
-func main() {
-	ctx, cfg := app.Start("persister")
-	app.Exit(cfg, run(ctx, cfg))
-}
+func main() { app.Exit(run(app.Start("persister"))) }
 
 // run is the persister process: NATS and Postgres, the persister
 // stage on the FETCHED stream, the ops endpoints, until ctx ends and the

@@ -8,10 +8,7 @@ import (
 	"github.com/riftflow/riftflow/services/resolver"
 )
 
-func main() {
-	ctx, cfg := app.Start("resolver")
-	app.Exit(cfg, run(ctx, cfg))
-}
+func main() { app.Exit(run(app.Start("resolver"))) }
 
 // run is the resolver process: NATS and the Riot client (with the
 // shared rate limiter), the resolver stage on the INGEST stream, the ops

@@ -8,10 +8,7 @@ import (
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
-func main() {
-	ctx, cfg := app.Start("retry-sweeper")
-	app.Exit(cfg, run(ctx, cfg))
-}
+func main() { app.Exit(run(app.Start("retry-sweeper"))) }
 
 // run is the retry-sweeper process: NATS and Postgres, the sweeper on
 // the ADVISORIES stream and the scheduler, the ops endpoints, until ctx
