@@ -265,34 +265,6 @@ func TestBadIngestRequestRejected(t *testing.T) {
 	h.waitIdle(5 * time.Second)
 }
 
-// TestResolverGivesUpWithReason: account-v1 answers only 5xx. The resolver
-// retries with a doubling delay and, on the consumer's last delivery,
-// rejects the request with code 503 and the reason instead of letting it
-// vanish in a MAX_DELIVERIES advisory; the waiting client hears it.
-func TestResolverGivesUpWithReason(t *testing.T) {
-	h := startHarness(t, harnessOptions{
-		env: map[string]string{"RESOLVER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms", "SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodAccountByRiotID}, Error5xx: 1}}})
-	p := h.demo()
-	_, err := h.ingest(bus.IngestRequest{RequestID: "gives-up", RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform}, time.Minute)
-	if err == nil || !strings.Contains(err.Error(), "rejected (503)") || !strings.Contains(err.Error(), "giving up") {
-		t.Fatalf("ingest: %v, want a 503 rejection that gives up", err)
-	}
-	cons, err := h.st.Infra.JS.Consumer(h.ctx, "INGEST", "resolver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maxDeliver := cons.CachedInfo().Config.MaxDeliver
-	var lookups int64
-	for _, code := range []int{500, 502, 503, 504} {
-		lookups += h.st.Sim.Stats().MethodCount(sim.MethodAccountByRiotID, code)
-	}
-	if lookups == 0 || lookups > int64(maxDeliver) {
-		t.Errorf("%d account lookups, want 1..%d (one per delivery at most)", lookups, maxDeliver)
-	}
-	h.waitIdle(5 * time.Second)
-}
-
 // TestListerGivesUpWithReason: match-v5 by-puuid answers only 5xx. The
 // lister retries and, on the consumer's last delivery, fails the sync with
 // code 503 and the reason: the lock is released, the account is not left
