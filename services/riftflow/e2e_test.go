@@ -265,43 +265,6 @@ func TestBadIngestRequestRejected(t *testing.T) {
 	h.waitIdle(5 * time.Second)
 }
 
-// TestListerGivesUpWithReason: match-v5 by-puuid answers only 5xx. The
-// lister retries and, on the consumer's last delivery, fails the sync with
-// code 503 and the reason: the lock is released, the account is not left
-// syncing, and the waiting client hears it (the old lister let the sync
-// vanish and `ingest --wait` hang).
-func TestListerGivesUpWithReason(t *testing.T) {
-	h := startHarness(t, harnessOptions{
-		env: map[string]string{"LISTER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms", "SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodMatchIDs}, Error5xx: 1}}})
-	p := h.demo()
-	gaveUp := func(ev bus.ProgressEvent, err error) bool {
-		if err != nil {
-			return strings.Contains(err.Error(), "503") && strings.Contains(err.Error(), "giving up")
-		}
-		return ev.Status == "failed" && strings.Contains(ev.Error, "giving up")
-	}
-	ev, err := h.ingest(bus.IngestRequest{RequestID: "lister-gives-up", PUUID: p.PUUID, Platform: p.Platform}, time.Minute)
-	if !gaveUp(ev, err) {
-		t.Fatalf("ingest: %+v %v, want the sync failed, giving up", ev, err)
-	}
-	h.waitIdle(5 * time.Second)
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 0 {
-		t.Error("account left syncing after the lister gave up")
-	}
-	kv, err := h.st.Infra.JS.KeyValue(h.ctx, streams.BucketSyncLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Get(h.ctx, p.PUUID); err == nil {
-		t.Error("sync lock still held after the lister gave up")
-	}
-	// A new request is accepted at once (no 409 for the dead sync).
-	if ev, err := h.ingest(bus.IngestRequest{RequestID: "lister-again", PUUID: p.PUUID, Platform: p.Platform}, time.Minute); !gaveUp(ev, err) {
-		t.Fatalf("second ingest: %+v %v, want it to run and give up again, not a 409", ev, err)
-	}
-}
-
 // TestLargePayloadsThroughObjectStore: with the inline limit at 1 KiB every
 // payload travels through the payloads object store, as a timeline over the
 // NATS message size would; every match and timeline is stored once, with
