@@ -10,11 +10,13 @@
 package stagetest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +209,36 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+// Logs is an io.Writer for a test's logger that many goroutines may write
+// to, and the test read.
+type Logs struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is everything written so far.
+func (l *Logs) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// Count is how many times s was written so far.
+func (l *Logs) Count(s string) int { return strings.Count(l.String(), s) }
+
+// Reset forgets everything written so far.
+func (l *Logs) Reset() { l.mu.Lock(); defer l.mu.Unlock(); l.b.Reset() }
+
+// NextMonday is the first Monday 00:00 UTC at least a week after t: a
+// clock for scheduler tests that no cron time has passed yet.
+func NextMonday(t time.Time) time.Time {
+	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7)
+	for d.Weekday() != time.Monday {
+		d = d.AddDate(0, 0, 1)
+	}
+	return d
 }
