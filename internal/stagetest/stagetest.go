@@ -12,6 +12,7 @@ package stagetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -129,6 +130,30 @@ func startSim(t *testing.T, so sim.Options, log *slog.Logger) (s *sim.Sim, baseU
 	return s, baseURL, so.APIKey
 }
 
+// Start is New, then the stage built by fromInfra (its FromInfra) on
+// e.Infra, running until the test ends (Run).
+func Start[S app.Service](t *testing.T, o Options, fromInfra func(context.Context, *app.Infra) (S, error)) *Env {
+	t.Helper()
+	e := New(t, o)
+	svc, err := fromInfra(t.Context(), e.Infra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Run(svc)
+	return e
+}
+
+// DemoPlayer is the simulator's demo player (sim.Sim.DemoPlayer), or a
+// test failure.
+func (e *Env) DemoPlayer() sim.Player {
+	e.T.Helper()
+	p, ok := e.Sim.DemoPlayer()
+	if !ok {
+		e.T.Fatal("the simulator has no demo player")
+	}
+	return p
+}
+
 // Run runs s until the test ends; a non-nil error from its Run fails the
 // test.
 func (e *Env) Run(s app.Service) {
@@ -200,15 +225,27 @@ func (e *Env) Count(sql string, args ...any) int {
 
 // Writer is an io.Writer onto t.Log when the test runs with -v, and a
 // sink otherwise.
-func Writer(t testing.TB) io.Writer { return testWriter{t} }
+func Writer(t testing.TB) io.Writer { return TestLog{t} }
 
-type testWriter struct{ t testing.TB }
+// TestLog writes each line to T.Log when the test runs with -v, and
+// nowhere otherwise.
+type TestLog struct{ T testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) {
+func (w TestLog) Write(p []byte) (int, error) {
 	if testing.Verbose() {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
+		w.T.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+// Decode is raw decoded as JSON into a T, or a test failure.
+func Decode[T any](t testing.TB, raw []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	return v
 }
 
 // Logs is an io.Writer for a test's logger that many goroutines may write

@@ -1,7 +1,6 @@
 package lister_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +20,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // simulator with so; it returns the simulator's demo player.
 func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env, sim.Player) {
 	t.Helper()
-	e := stagetest.New(t, stagetest.Options{DB: true, Riot: &so, Env: env})
-	svc, err := lister.FromInfra(t.Context(), e.Infra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Run(svc)
-	p, ok := e.Sim.DemoPlayer()
-	if !ok {
-		t.Fatal("the simulator has no demo player")
-	}
-	return e, p
+	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, lister.FromInfra)
+	return e, e.DemoPlayer()
 }
 
 func syncOf(p sim.Player, requestID string, count int) bus.SyncCommand {
@@ -40,15 +30,6 @@ func syncOf(p sim.Player, requestID string, count int) bus.SyncCommand {
 }
 
 func regionOf(p sim.Player) string { return string(riot.Platform(p.Platform).Region()) }
-
-func decode[T any](t *testing.T, raw []byte) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatalf("%s: %v", raw, err)
-	}
-	return v
-}
 
 // A latest sync lists the run's count of the player's newest matches, claims them in the
 // ledger and publishes one FetchCommand each; it holds the account's sync
@@ -62,7 +43,7 @@ func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
 	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-1", count))
 	seen := map[string]bool{}
 	for range count {
-		fc := decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command"))
+		fc := stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command"))
 		if seen[fc.MatchID] || fc.Region != regionOf(p) || !strings.Contains(fc.MatchID, "_") {
 			t.Errorf("fetch command %+v: repeated, or not a %s match ID", fc, regionOf(p))
 		}
@@ -83,7 +64,7 @@ func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
 	}
 
 	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-2", count))
-	rej := decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 409 rejection"))
+	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 409 rejection"))
 	if rej.Code != 409 || rej.RequestID != "sync-2" {
 		t.Errorf("rejection %+v, want 409 for sync-2", rej)
 	}
@@ -120,7 +101,7 @@ func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
 	for _, id := range []string{"gives-up", "runs-again"} {
 		e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, id, 5))
 		for {
-			ev := decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of "+id))
+			ev := stagetest.Decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of "+id))
 			if ev.Status != "failed" {
 				continue
 			}

@@ -15,26 +15,8 @@ import (
 // start runs a resolver, built by its FromInfra, on the simulator with so.
 func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env, sim.Player) {
 	t.Helper()
-	e := stagetest.New(t, stagetest.Options{Riot: &so, Env: env})
-	svc, err := resolver.FromInfra(t.Context(), e.Infra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Run(svc)
-	p, ok := e.Sim.DemoPlayer()
-	if !ok {
-		t.Fatal("the simulator has no demo player")
-	}
-	return e, p
-}
-
-func decode[T any](t *testing.T, raw []byte) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatalf("%s: %v", raw, err)
-	}
-	return v
+	e := stagetest.Start(t, stagetest.Options{Riot: &so, Env: env}, resolver.FromInfra)
+	return e, e.DemoPlayer()
 }
 
 // A Riot ID becomes one SyncCommand with the player's PUUID and the
@@ -46,7 +28,7 @@ func TestResolvesRiotIDOnceIntoSyncCommands(t *testing.T) {
 	for i, id := range []string{p.GameName + "#" + p.TagLine, strings.ToUpper(p.GameName) + "#" + p.TagLine} {
 		reqID := []string{"first", "second"}[i]
 		e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: reqID, RiotID: id, Platform: p.Platform})
-		cmd := decode[bus.SyncCommand](t, stagetest.Next(t, syncs, "sync command "+reqID))
+		cmd := stagetest.Decode[bus.SyncCommand](t, stagetest.Next(t, syncs, "sync command "+reqID))
 		if cmd.RequestID != reqID || cmd.PUUID != p.PUUID || cmd.Platform != p.Platform || cmd.Count != 7 || cmd.Requested.IsZero() {
 			t.Errorf("%s: sync command %+v, want request %s for %s on %s, count 7", id, cmd, reqID, p.PUUID, p.Platform)
 		}
@@ -73,7 +55,7 @@ func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 		{"unknown player", bus.IngestRequest{RequestID: "r-unknown", RiotID: "Nobody Here#0000", Platform: p.Platform}, 404, "no Riot account"},
 	} {
 		e.Publish(e.Infra.Subjects.IngestRequest(), c.req)
-		rej := decode[bus.Rejection](t, stagetest.Next(t, rejected, "rejection of "+c.name))
+		rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "rejection of "+c.name))
 		if rej.Code != c.code || !strings.Contains(rej.Reason, c.want) {
 			t.Errorf("%s: rejection %d %q, want %d with %q", c.name, rej.Code, rej.Reason, c.code, c.want)
 		}
@@ -90,7 +72,7 @@ func TestGivesUpWithReasonOnLastDelivery(t *testing.T) {
 		map[string]string{"RESOLVER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
 	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
 	e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "gives-up", RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform})
-	rej := decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 503 rejection"))
+	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 503 rejection"))
 	if rej.Code != 503 || rej.RequestID != "gives-up" || !strings.Contains(rej.Reason, "giving up") {
 		t.Fatalf("rejection %+v, want 503 giving up for gives-up", rej)
 	}

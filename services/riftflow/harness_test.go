@@ -17,6 +17,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
@@ -118,14 +119,11 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	return h
 }
 
+// testWriter writes each log line to the test's log under -v
+// (stagetest.TestLog).
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) {
-	if testing.Verbose() {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
+func (w testWriter) Write(p []byte) (int, error) { return stagetest.TestLog{T: w.t}.Write(p) }
 
 func (h *harness) stop() {
 	if h.st == nil {
