@@ -150,18 +150,11 @@ func (s *Service) Run(ctx context.Context) error {
 // healthy running sync. It never claims a lock again: one released by a
 // finished sync, or expired, stays so.
 func (s *Service) heartbeat(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.LockTTL/3, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	synclock.Beat(ctx, max(s.cfg.LockTTL/3, 10*time.Millisecond), func() {
 		if _, err := s.RenewLocks(ctx); err != nil && ctx.Err() == nil {
 			s.d.Logger.WarnContext(ctx, "sync lock heartbeat failed", "err", err)
 		}
-	}
+	})
 }
 
 // RenewLocks renews the sync lock of every healthy running sync once and
