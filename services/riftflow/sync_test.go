@@ -129,6 +129,15 @@ func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
 	}
 }
 
+// synthHarness is a harness with the scheduler off on the simulator's
+// synthetic players (matches each), and synthetic player i of them.
+func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTruth) {
+	t.Helper()
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: matches}}})
+	return h, synthPlayer(t, h, i)
+}
+
 func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
 	t.Helper()
 	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]
@@ -352,9 +361,7 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 // stops cleanly at Riot's 1,000-match list: ten pages, no request past
 // the cap, the cursor saved.
 func TestSyncFullBackfillBounds(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 1100}}})
-	p2 := synthPlayer(t, h, 2)
+	h, p2 := synthHarness(t, 2, 1100, 2)
 	stored := func(puuid string) map[string]bool {
 		rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
 		out := map[string]bool{}
