@@ -531,16 +531,25 @@ type leagueEntry struct {
 	Inactive     bool   `json:"inactive"`
 }
 
+// pathPlayer is the player the request's {puuid} names, or nil and the
+// answer Riot gives for a PUUID it cannot decrypt.
+func (s *Sim) pathPlayer(r *http.Request) (string, *player, response) {
+	puuid := r.PathValue("puuid")
+	if p := s.data.players[puuid]; p != nil {
+		return puuid, p, response{}
+	}
+	return puuid, nil, decryptError(puuid)
+}
+
 // getLeague answers league-v4 entries by PUUID. No real response of the new
 // shape exists in the fixtures, so entries are SYNTHESIZED: one per ranked
 // queue (420 solo, 440 flex) the player has matches in, with tier, rank, LP
 // and record derived deterministically from the PUUID. A player of another
 // platform gets [].
 func (s *Sim) getLeague(r *http.Request, route string, _ time.Time) response {
-	puuid := r.PathValue("puuid")
-	p := s.data.players[puuid]
+	puuid, p, unknown := s.pathPlayer(r)
 	if p == nil {
-		return decryptError(puuid)
+		return unknown
 	}
 	out := []leagueEntry{}
 	if p.Platform != route {
@@ -583,10 +592,9 @@ type summonerDTO struct {
 // (profileIcon, summonerLevel; revisionDate = its served gameCreation).
 // A player of another platform is not found (404).
 func (s *Sim) getSummoner(r *http.Request, route string, _ time.Time) response {
-	puuid := r.PathValue("puuid")
-	p := s.data.players[puuid]
+	_, p, unknown := s.pathPlayer(r)
 	if p == nil {
-		return decryptError(puuid)
+		return unknown
 	}
 	if p.Platform != route {
 		return riotError(404, "Data not found - summoner not found")
