@@ -285,3 +285,15 @@ func mustJSON(v any) []byte {
 }
 
 var _ = fmt.Sprintf
+
+// wantAnswers checks how many answers of each status (want) the simulator
+// gave to method.
+func (h *harness) wantAnswers(method string, want map[int]int64) {
+	h.t.Helper()
+	st := h.st.Sim.Stats()
+	for status, n := range want {
+		if got := st.MethodCount(method, status); got != n {
+			h.t.Errorf("%s %ds = %d, want %d", method, status, got, n)
+		}
+	}
+}

@@ -152,13 +152,7 @@ func TestLedgerFlaky503sRecover(t *testing.T) {
 			t.Errorf("%s: %d matches rows", m.ID, n)
 		}
 	}
-	st := h.st.Sim.Stats()
-	if got := st.MethodCount(sim.MethodMatch, 503); got != 5 {
-		t.Errorf("getMatch 503s = %d, want 5 (2 + 3)", got)
-	}
-	if got := st.MethodCount(sim.MethodMatch, 200); got != 3 {
-		t.Errorf("getMatch 200s = %d, want 3", got)
-	}
+	h.wantAnswers(sim.MethodMatch, map[int]int64{503: 5, 200: 3})
 }
 
 // TestLedger404sAndPoison: an ID that always 404s ends permanently
@@ -836,13 +830,7 @@ func TestLedgerRecoversLostCommits(t *testing.T) {
 	}
 	// Riot calls: 5 + the 3 attempts redone for the 404 chain; 2 for the
 	// clean match (the lost success is fetched once more).
-	st := h.st.Sim.Stats()
-	if got := st.MethodCount(sim.MethodMatch, 404); got != 8 {
-		t.Errorf("getMatch 404s = %d, want 8", got)
-	}
-	if got := st.MethodCount(sim.MethodMatch, 200); got != 2 {
-		t.Errorf("getMatch 200s = %d, want 2", got)
-	}
+	h.wantAnswers(sim.MethodMatch, map[int]int64{404: 8, 200: 2})
 }
 
 // TestLedgerTransientNeverFinal: a match Riot answers 503 every time is

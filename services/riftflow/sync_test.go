@@ -64,31 +64,30 @@ type events struct {
 	subs []*nats.Subscription
 }
 
+// collect subscribes to subject and appends each message, decoded as a T,
+// to into under its key, holding mu.
+func collect[T any](t *testing.T, h *harness, mu *sync.Mutex, subject string, into map[string][]T, key func(T) string) *nats.Subscription {
+	t.Helper()
+	sub, err := h.st.Infra.NC.Subscribe(subject, func(m *nats.Msg) {
+		var v T
+		if json.Unmarshal(m.Data, &v) == nil {
+			mu.Lock()
+			into[key(v)] = append(into[key(v)], v)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 func watch(t *testing.T, h *harness) *events {
 	e := &events{prog: map[string][]bus.ProgressEvent{}, rej: map[string][]bus.Rejection{}}
-	s1, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.ProgressAll(), func(m *nats.Msg) {
-		var ev bus.ProgressEvent
-		if json.Unmarshal(m.Data, &ev) == nil {
-			e.mu.Lock()
-			e.prog[ev.RequestID] = append(e.prog[ev.RequestID], ev)
-			e.mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
+	e.subs = []*nats.Subscription{
+		collect(t, h, &e.mu, h.st.Infra.Subjects.ProgressAll(), e.prog, func(ev bus.ProgressEvent) string { return ev.RequestID }),
+		collect(t, h, &e.mu, h.st.Infra.Subjects.IngestRejected(), e.rej, func(r bus.Rejection) string { return r.RequestID }),
 	}
-	s2, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.IngestRejected(), func(m *nats.Msg) {
-		var r bus.Rejection
-		if json.Unmarshal(m.Data, &r) == nil {
-			e.mu.Lock()
-			e.rej[r.RequestID] = append(e.rej[r.RequestID], r)
-			e.mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.subs = []*nats.Subscription{s1, s2}
 	h.st.Infra.NC.Flush()
 	t.Cleanup(func() {
 		for _, s := range e.subs {
