@@ -377,10 +377,12 @@ type Config struct {
 //
 // Start loads and validates Env, builds the logger (LOG_LEVEL, LOG_FORMAT),
 // logs the configuration, and returns a context cancelled on the first
-// SIGINT/SIGTERM (a second one kills the process). `<service> version`
+// SIGINT/SIGTERM (a second one kills the process). Start and Run print a
+// panic of the main goroutine redacted (redact.Panics). `<service> version`
 // prints the stamped version (telemetry.ReadBuildInfo) and exits 0; a
 // configuration error exits 1.
 func Start(service string) (context.Context, Config) {
+	defer redact.Panics(os.Stderr)
 	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(service, telemetry.ReadBuildInfo())
 		os.Exit(0)
@@ -419,6 +421,7 @@ func Exit(err error) {
 // error; any other error, prefixed with the service name, is returned
 // after everything opened is closed.
 func Run(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
+	defer redact.Panics(os.Stderr)
 	if err := serve(ctx, cfg, needs, build); err != nil {
 		return fmt.Errorf("%s: %w", cfg.Service, err)
 	}
