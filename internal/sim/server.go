@@ -484,32 +484,31 @@ func (s *Sim) body(m *match, timeline bool) ([]byte, []byte, error) {
 }
 
 func (s *Sim) getMatch(r *http.Request, route string, now time.Time) response {
-	m, resp, ok := s.lookupMatch(r, route)
-	if !ok {
-		return resp
-	}
-	if !retained(m, now, MatchRetention) {
-		return riotError(404, "Data not found - match file not found")
-	}
-	b, gz, err := s.body(m, false)
-	if err != nil {
-		s.log.Error("patch match", "match", m.id, "err", err)
-		return riotError(500, statusText[500])
-	}
-	return response{status: 200, body: b, gz: gz}
+	return s.serveMatch(r, route, now, false)
 }
 
 func (s *Sim) getTimeline(r *http.Request, route string, now time.Time) response {
+	return s.serveMatch(r, route, now, true)
+}
+
+// serveMatch answers a match or, with timeline, its timeline: 404 past
+// its retention (or for a match without a timeline), 500 when the recorded
+// payload cannot be patched.
+func (s *Sim) serveMatch(r *http.Request, route string, now time.Time, timeline bool) response {
 	m, resp, ok := s.lookupMatch(r, route)
 	if !ok {
 		return resp
 	}
-	if !m.hasTimeline() || !retained(m, now, TimelineRetention) {
+	retention, what := MatchRetention, "patch match"
+	if timeline {
+		retention, what = TimelineRetention, "patch timeline"
+	}
+	if (timeline && !m.hasTimeline()) || !retained(m, now, retention) {
 		return riotError(404, "Data not found - match file not found")
 	}
-	b, gz, err := s.body(m, true)
+	b, gz, err := s.body(m, timeline)
 	if err != nil {
-		s.log.Error("patch timeline", "match", m.id, "err", err)
+		s.log.Error(what, "match", m.id, "err", err)
 		return riotError(500, statusText[500])
 	}
 	return response{status: 200, body: b, gz: gz}
