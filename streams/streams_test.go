@@ -23,6 +23,20 @@ func startJS(t *testing.T) jetstream.JetStream {
 	return js
 }
 
+// applied is a JetStream server with the default declarations applied.
+func applied(t *testing.T) (jetstream.JetStream, *Set) {
+	t.Helper()
+	js := startJS(t)
+	set, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(t.Context(), js, set, quiet); err != nil {
+		t.Fatal(err)
+	}
+	return js, set
+}
+
 // snapshot captures the server's view of every declared object.
 func snapshot(t *testing.T, js jetstream.JetStream, set *Set) map[string]any {
 	t.Helper()
@@ -54,14 +68,7 @@ func snapshot(t *testing.T, js jetstream.JetStream, set *Set) map[string]any {
 }
 
 func TestApplyTwiceIsNoOp(t *testing.T) {
-	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Apply(t.Context(), js, set, quiet); err != nil {
-		t.Fatal(err)
-	}
+	js, set := applied(t)
 	first := snapshot(t, js, set)
 	if err := Apply(t.Context(), js, set, quiet); err != nil {
 		t.Fatal(err)
@@ -203,14 +210,7 @@ func TestConsumersHaveDeclaredFilters(t *testing.T) {
 }
 
 func TestBuckets(t *testing.T) {
-	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Apply(t.Context(), js, set, quiet); err != nil {
-		t.Fatal(err)
-	}
+	js, _ := applied(t)
 	want := map[string]struct {
 		ttl       time.Duration
 		markerTTL bool

@@ -95,6 +95,18 @@ func decodeShifted(raw []byte, shift int64) (top, info map[string]json.RawMessag
 	return top, info, nil
 }
 
+// renamed is top's metadata, decoded, with p's match ID (metadata.matchId);
+// info gets p's game ID (info.gameId).
+func renamed(top, info map[string]json.RawMessage, p patch) (map[string]json.RawMessage, error) {
+	meta, err := decodeObj(top["metadata"])
+	if err != nil {
+		return nil, err
+	}
+	meta["matchId"] = mustEncode(p.matchID)
+	info["gameId"] = mustEncode(p.gameID)
+	return meta, nil
+}
+
 // patchMatch applies p to a MatchDto.
 func patchMatch(raw []byte, p patch) ([]byte, error) {
 	top, info, err := decodeShifted(raw, p.shift)
@@ -102,12 +114,10 @@ func patchMatch(raw []byte, p patch) ([]byte, error) {
 		return nil, err
 	}
 	if p.matchID != "" {
-		meta, err := decodeObj(top["metadata"])
+		meta, err := renamed(top, info, p)
 		if err != nil {
 			return nil, err
 		}
-		meta["matchId"] = mustEncode(p.matchID)
-		info["gameId"] = mustEncode(p.gameID)
 		info["platformId"] = mustEncode(p.platformID)
 		if p.slot >= 0 {
 			if err := patchPUUIDList(meta, p.slot, p.puuid); err != nil {
@@ -170,12 +180,10 @@ func patchTimeline(raw []byte, p patch) ([]byte, error) {
 		info["frames"] = mustEncode(frames)
 	}
 	if p.matchID != "" {
-		meta, err := decodeObj(top["metadata"])
+		meta, err := renamed(top, info, p)
 		if err != nil {
 			return nil, err
 		}
-		meta["matchId"] = mustEncode(p.matchID)
-		info["gameId"] = mustEncode(p.gameID)
 		if _, ok := info["platformId"]; ok {
 			info["platformId"] = mustEncode(p.platformID)
 		}

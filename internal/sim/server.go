@@ -484,32 +484,31 @@ func (s *Sim) body(m *match, timeline bool) ([]byte, []byte, error) {
 }
 
 func (s *Sim) getMatch(r *http.Request, route string, now time.Time) response {
-	m, resp, ok := s.lookupMatch(r, route)
-	if !ok {
-		return resp
-	}
-	if !retained(m, now, MatchRetention) {
-		return riotError(404, "Data not found - match file not found")
-	}
-	b, gz, err := s.body(m, false)
-	if err != nil {
-		s.log.Error("patch match", "match", m.id, "err", err)
-		return riotError(500, statusText[500])
-	}
-	return response{status: 200, body: b, gz: gz}
+	return s.serveMatch(r, route, now, false)
 }
 
 func (s *Sim) getTimeline(r *http.Request, route string, now time.Time) response {
+	return s.serveMatch(r, route, now, true)
+}
+
+// serveMatch answers a match or, with timeline, its timeline: 404 past
+// its retention (or for a match without a timeline), 500 when the recorded
+// payload cannot be patched.
+func (s *Sim) serveMatch(r *http.Request, route string, now time.Time, timeline bool) response {
 	m, resp, ok := s.lookupMatch(r, route)
 	if !ok {
 		return resp
 	}
-	if !m.hasTimeline() || !retained(m, now, TimelineRetention) {
+	retention, what := MatchRetention, "patch match"
+	if timeline {
+		retention, what = TimelineRetention, "patch timeline"
+	}
+	if (timeline && !m.hasTimeline()) || !retained(m, now, retention) {
 		return riotError(404, "Data not found - match file not found")
 	}
-	b, gz, err := s.body(m, true)
+	b, gz, err := s.body(m, timeline)
 	if err != nil {
-		s.log.Error("patch timeline", "match", m.id, "err", err)
+		s.log.Error(what, "match", m.id, "err", err)
 		return riotError(500, statusText[500])
 	}
 	return response{status: 200, body: b, gz: gz}
@@ -531,16 +530,25 @@ type leagueEntry struct {
 	Inactive     bool   `json:"inactive"`
 }
 
+// pathPlayer is the player the request's {puuid} names, or nil and the
+// answer Riot gives for a PUUID it cannot decrypt.
+func (s *Sim) pathPlayer(r *http.Request) (string, *player, response) {
+	puuid := r.PathValue("puuid")
+	if p := s.data.players[puuid]; p != nil {
+		return puuid, p, response{}
+	}
+	return puuid, nil, decryptError(puuid)
+}
+
 // getLeague answers league-v4 entries by PUUID. No real response of the new
 // shape exists in the fixtures, so entries are SYNTHESIZED: one per ranked
 // queue (420 solo, 440 flex) the player has matches in, with tier, rank, LP
 // and record derived deterministically from the PUUID. A player of another
 // platform gets [].
 func (s *Sim) getLeague(r *http.Request, route string, _ time.Time) response {
-	puuid := r.PathValue("puuid")
-	p := s.data.players[puuid]
+	puuid, p, unknown := s.pathPlayer(r)
 	if p == nil {
-		return decryptError(puuid)
+		return unknown
 	}
 	out := []leagueEntry{}
 	if p.Platform != route {
@@ -583,10 +591,9 @@ type summonerDTO struct {
 // (profileIcon, summonerLevel; revisionDate = its served gameCreation).
 // A player of another platform is not found (404).
 func (s *Sim) getSummoner(r *http.Request, route string, _ time.Time) response {
-	puuid := r.PathValue("puuid")
-	p := s.data.players[puuid]
+	_, p, unknown := s.pathPlayer(r)
 	if p == nil {
-		return decryptError(puuid)
+		return unknown
 	}
 	if p.Platform != route {
 		return riotError(404, "Data not found - summoner not found")

@@ -357,59 +357,90 @@ type Needs struct {
 	Riot bool // the Riot API (RIOT_API_KEY) with the shared rate limiter
 }
 
-// Main is the one skeleton of the five service binaries; their main is
+// Config is what a service's run is given by Start: its name, the common
+// environment (Env) and its logger.
+type Config struct {
+	Service string
+	Env     Env
+	Log     *slog.Logger
+}
+
+// Start begins a service process; each service's main is
 //
-//	func main() { app.Main("persister", app.Needs{DB: true}, app.Stage(persister.FromInfra)) }
+//	func main() { app.Exit(run(app.Start("persister"))) }
 //
-// It loads Env, sets up logging and telemetry, connects to NATS (NATS_URL)
-// and what needs asks for, serves the ops endpoints (HTTP_ADDR), builds the
-// stage and runs it with a context cancelled on SIGINT/SIGTERM; the stage
-// must drain within SHUTDOWN_TIMEOUT. Main exits the process, with status 1
-// and the error on stderr when anything fails.
+// with run naming what the process connects and which stage it runs:
 //
-// `<service> version` prints the stamped version (telemetry.ReadBuildInfo) and exits.
-func Main(service string, needs Needs, build Constructor) {
+//	func run(ctx context.Context, cfg app.Config) error {
+//		return app.Run(ctx, cfg, app.Needs{DB: true}, app.Stage(persister.FromInfra))
+//	}
+//
+// Start loads and validates Env, builds the logger (LOG_LEVEL, LOG_FORMAT),
+// logs the configuration, and returns a context cancelled on the first
+// SIGINT/SIGTERM (a second one kills the process). Start and Run print a
+// panic of the main goroutine redacted (redact.Panics). `<service> version`
+// prints the stamped version (telemetry.ReadBuildInfo) and exits 0; a
+// configuration error exits 1.
+func Start(service string) (context.Context, Config) {
 	defer redact.Panics(os.Stderr)
 	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(service, telemetry.ReadBuildInfo())
-		return
+		os.Exit(0)
 	}
-	if err := run(service, needs, build); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %s\n", service, redact.String(err.Error()))
+	env, err := LoadEnv()
+	if err != nil {
+		Exit(fmt.Errorf("%s: %w", service, err))
+	}
+	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
+	if err != nil {
+		Exit(fmt.Errorf("%s: %w", service, err))
+	}
+	log := telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
+	config.Log(log, service, env)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, Config{Service: service, Env: env, Log: log}
+}
+
+// Exit ends a service process with run's error: it returns for nil, else
+// exits with status 1 and the (redacted) error on stderr. Run's errors
+// start with the service name.
+func Exit(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, redact.String(err.Error()))
 		os.Exit(1)
 	}
 }
 
-// run is Main without the exit: configuration, infrastructure, ops
-// endpoints, then the stage until a signal.
-func run(service string, needs Needs, build Constructor) error {
-	env, err := LoadEnv()
-	if err != nil {
-		return err
+// Run is a service process after Start: it connects what the service
+// needs (NATS always; Postgres and the Riot client with the shared rate
+// limiter as needs says), serves the ops endpoints (/healthz, /readyz,
+// /metrics at HTTP_ADDR), builds the stage on that (its FromInfra, through
+// Stage) and runs it until ctx ends (SIGTERM), under the pause switch's
+// hold, then gives it SHUTDOWN_TIMEOUT to drain. A stop by ctx is a nil
+// error; any other error, prefixed with the service name, is returned
+// after everything opened is closed.
+func Run(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
+	defer redact.Panics(os.Stderr)
+	if err := serve(ctx, cfg, needs, build); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Service, err)
 	}
-	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
-	if err != nil {
-		return err
-	}
-	log := telemetry.NewLogger(os.Stderr, level, env.Ops.LogFormat).With("service", service)
-	config.Log(log, service, env)
+	return nil
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	inf, closeInf, err := Build(ctx, env, BuildOptions{Service: service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: log})
+func serve(ctx context.Context, cfg Config, needs Needs, build Constructor) error {
+	inf, closeInf, err := Build(ctx, cfg.Env, BuildOptions{Service: cfg.Service, NeedDB: needs.DB, NeedRiot: needs.Riot, Log: cfg.Log})
 	if err != nil {
 		return err
 	}
 	defer closeInf()
-	stopOps := serveOps(ctx, inf, env.Ops.HTTPAddr, log)
+	stopOps := serveOps(ctx, inf, cfg.Env.Ops.HTTPAddr, cfg.Log)
 	defer stopOps()
-
 	s, err := build(ctx, inf)
 	if err != nil {
 		return err
 	}
-	return runUntilDrained(ctx, inf.HoldContext(ctx), s, env.Ops.ShutdownTimeout, log)
+	return runUntilDrained(ctx, inf.HoldContext(ctx), s, cfg.Env.Ops.ShutdownTimeout, cfg.Log)
 }
 
 // serveOps serves /healthz, /readyz and /metrics at addr until the

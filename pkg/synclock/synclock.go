@@ -99,16 +99,23 @@ func Heartbeat(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl t
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(max(ttl/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				Renew(ctx, l, puuid, requestID, ttl)
-			}
-		}
+		Beat(ctx, max(ttl/3, time.Millisecond), func() { Renew(ctx, l, puuid, requestID, ttl) })
 	}()
 	return func() { cancel(); <-done }
+}
+
+// Beat calls renew every interval until ctx ends (the first call one
+// interval after the start): the beat of a lock heartbeat, here and in the
+// retry-sweeper's renewal of every running sync's lock.
+func Beat(ctx context.Context, interval time.Duration, renew func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			renew()
+		}
+	}
 }

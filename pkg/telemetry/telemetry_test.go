@@ -177,14 +177,8 @@ func TestServeStopsWithContext(t *testing.T) {
 }
 
 func TestMetricsThroughGlobalMeter(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	ctx := context.Background()
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "persister"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(ctx)
+	tel := setup(t, "", telemetry.Config{ServiceName: "persister"})
 
 	c, err := otel.Meter("riftflow/test").Int64Counter("riftflow_test_matches_stored")
 	if err != nil {
@@ -211,14 +205,8 @@ func TestMetricsThroughGlobalMeter(t *testing.T) {
 }
 
 func TestNoEndpointStillGivesTraceIDs(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	ctx := context.Background()
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "resolver"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(ctx)
+	setup(t, "", telemetry.Config{ServiceName: "resolver"})
 	_, span := otel.Tracer("test").Start(ctx, "op")
 	defer span.End()
 	if !span.SpanContext().IsValid() {
@@ -293,15 +281,8 @@ func TestOTLPExportPerService(t *testing.T) {
 // that ForceFlush exports ended spans without shutting anything down.
 func TestLibrarySpansInheritServiceProvider(t *testing.T) {
 	recv := telemetrytest.NewReceiver(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL())
-	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	t.Setenv("OTEL_SERVICE_NAME", "")
 	ctx := context.Background()
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "riftflow"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(ctx)
+	tel := setup(t, recv.URL(), telemetry.Config{ServiceName: "riftflow"})
 
 	pctx, persist := tel.TracerProvider("persister").Tracer("riftflow/persister").Start(ctx, "process batch persister")
 	_, query := otel.Tracer("otelpgx").Start(pctx, "query INSERT")
@@ -343,4 +324,20 @@ func TestLibrarySpansInheritServiceProvider(t *testing.T) {
 	if n := len(recv.Spans()); n != 5 {
 		t.Errorf("received %d spans, want 5", n)
 	}
+}
+
+// setup is telemetry.Setup of cfg for one test, exporting over OTLP to
+// endpoint ("" for no exporter), shut down when the test ends.
+func setup(t *testing.T, endpoint string, cfg telemetry.Config) *telemetry.Telemetry {
+	t.Helper()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	tel, err := telemetry.Setup(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	return tel
 }

@@ -19,17 +19,11 @@ import (
 // carries: riftflow_build_info with the stamped version, and latency
 // histograms in seconds with boundaries below one second.
 func TestBuildInfoAndSecondsBuckets(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	old := telemetry.Version
 	telemetry.Version = "v9.9.9-test"
 	defer func() { telemetry.Version = old }()
 	ctx := context.Background()
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "persister"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(ctx)
+	tel := setup(t, "", telemetry.Config{ServiceName: "persister"})
 	h, err := otel.Meter("riftflow/test").Float64Histogram("riftflow.message.process.duration", metric.WithUnit("s"))
 	if err != nil {
 		t.Fatal(err)

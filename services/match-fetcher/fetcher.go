@@ -49,6 +49,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
@@ -144,30 +145,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 5
-	}
-	if cfg.InlinePayloadMax <= 0 {
-		cfg.InlinePayloadMax = 512 << 10
-	}
-	if cfg.MatchRetention <= 0 {
-		cfg.MatchRetention = DefaultMatchRetention
-	}
-	if cfg.TimelineRetention <= 0 {
-		cfg.TimelineRetention = DefaultTimelineRetention
-	}
-	if cfg.KeyRejectedDelay <= 0 {
-		cfg.KeyRejectedDelay = 5 * time.Minute
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 16
-	}
-	if cfg.InteractiveConcurrency <= 0 {
-		cfg.InteractiveConcurrency = 4
-	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = 20 * time.Second
-	}
+	config.Fill(&cfg, Config{
+		MaxAttempts: 5, InlinePayloadMax: 512 << 10, MatchRetention: DefaultMatchRetention,
+		TimelineRetention: DefaultTimelineRetention, KeyRejectedDelay: 5 * time.Minute, Concurrency: 16,
+		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second,
+	})
 	d.Base.Fill("match-fetcher")
 	s := &Service{cfg: cfg, d: d}
 	s.attempts, _ = otel.Meter("riftflow/match-fetcher").Int64Counter("riftflow.fetch.outcomes",

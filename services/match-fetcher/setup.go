@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -39,33 +38,22 @@ type Env struct {
 // each region in FETCHER_REGIONS.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
-		return nil, err
-	}
-	cons, interactive := map[string]jetstream.Consumer{}, map[string]jetstream.Consumer{}
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Consumers: map[string]jetstream.Consumer{}, Interactive: map[string]jetstream.Consumer{},
+		Riot: inf.Riot, Dead: inf.DeadLetter(), Payloads: w.ObjectStore(streams.ObjectPayloads), Base: inf.Base("match-fetcher")}
 	for _, r := range e.Regions {
 		if !riot.Region(r).Valid() {
 			return nil, fmt.Errorf("FETCHER_REGIONS: unknown regional route %q", r)
 		}
-		c, err := inf.Consumer(ctx, streams.StreamFetch, streams.FetcherConsumer(r))
-		if err != nil {
-			return nil, err
-		}
-		cons[r] = c
-		ic, err := inf.Consumer(ctx, streams.StreamFetch, streams.InteractiveFetcherConsumer(r))
-		if err != nil {
-			return nil, err
-		}
-		interactive[r] = ic
+		d.Consumers[r] = w.Consumer(streams.StreamFetch, streams.FetcherConsumer(r))
+		d.Interactive[r] = w.Consumer(streams.StreamFetch, streams.InteractiveFetcherConsumer(r))
 	}
-	payloads, err := inf.JS.ObjectStore(ctx, streams.ObjectPayloads)
-	if err != nil {
-		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
+	if err := w.Err(); err != nil {
+		return nil, err
 	}
 	return New(Config{Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
 		InlinePayloadMax: e.InlinePayloadMax,
-		CallTimeout:      inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()},
-		Deps{JS: inf.JS, Consumers: cons, Interactive: interactive, Riot: inf.Riot, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("match-fetcher")})
+		CallTimeout:      inf.Env.Riot.RateLimitMaxWait + inf.Env.Riot.Timeout()}, d)
 }

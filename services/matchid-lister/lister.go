@@ -49,6 +49,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -146,22 +147,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.Locks.KV == nil || d.Cursors == nil || d.Riot == nil || d.Store == nil {
 		return nil, errors.New("lister: JS, Consumer, Locks, Cursors, Riot and Store are required")
 	}
-	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 5 * time.Minute
-	}
-	if cfg.Overlap <= 0 {
-		cfg.Overlap = 2 * time.Hour
-	}
-	if cfg.RetryDelay <= 0 {
-		cfg.RetryDelay = 5 * time.Second
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 4
-	}
-	if cfg.InteractiveConcurrency <= 0 {
-		cfg.InteractiveConcurrency = 2
-	}
-	if cfg.MatchIDsCacheTTL == 0 {
+	config.Fill(&cfg, Config{LockTTL: 5 * time.Minute, Overlap: 2 * time.Hour, RetryDelay: 5 * time.Second, Concurrency: 4,
+		InteractiveConcurrency: 2})
+	if cfg.MatchIDsCacheTTL == 0 { // negative: off
 		cfg.MatchIDsCacheTTL = 5 * time.Minute
 	}
 	cfg.MatchIDsCacheTTL = min(cfg.MatchIDsCacheTTL, cfg.Overlap/2)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -34,27 +33,14 @@ type Env struct {
 // "matchid-lister-interactive" consumers on SYNC.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
+		Interactive: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDListerInteractive),
+		Locks:       w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
+		Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(), Base: inf.Base("matchid-lister")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	cons, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDLister)
-	if err != nil {
-		return nil, err
-	}
-	ic, err := inf.Consumer(ctx, streams.StreamSync, streams.ConsumerMatchIDListerInteractive)
-	if err != nil {
-		return nil, err
-	}
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		return nil, err
-	}
-	cursors, err := inf.KV(ctx, streams.BucketCursors)
-	if err != nil {
-		return nil, err
-	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency, RetryDelay: e.RetryDelay,
-		MatchIDsCacheTTL: e.MatchIDsCacheTTL},
-		Deps{JS: inf.JS, Consumer: cons, Interactive: ic, Locks: locks, Cursors: cursors, Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(),
-			Base: inf.Base("matchid-lister")})
+	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
+		RetryDelay: e.RetryDelay, MatchIDsCacheTTL: e.MatchIDsCacheTTL}, d)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -88,18 +89,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.Store == nil || d.Locks.KV == nil {
 		return nil, errors.New("persister: JS, Consumer, Store and Locks are required")
 	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 200
-	}
-	if cfg.MaxWait <= 0 {
-		cfg.MaxWait = 200 * time.Millisecond
-	}
-	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 5 * time.Minute
-	}
-	if cfg.MaxPayloadBytes <= 0 {
-		cfg.MaxPayloadBytes = 32 << 20
-	}
+	config.Fill(&cfg, Config{MaxBatch: 200, MaxWait: 200 * time.Millisecond, LockTTL: 5 * time.Minute, MaxPayloadBytes: 32 << 20})
 	d.Base.Fill("persister")
 	s := &Service{cfg: cfg, d: d}
 	m := otel.Meter("riftflow/persister")

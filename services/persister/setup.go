@@ -2,11 +2,9 @@ package persister
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -21,25 +19,13 @@ type Env struct {
 // "persister-interactive" consumers on FETCHED.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamFetched, streams.ConsumerPersister), Store: inf.Store,
+		Interactive: w.Consumer(streams.StreamFetched, streams.ConsumerPersisterInteractive),
+		Locks:       w.Lock(streams.BucketSyncLocks), Payloads: w.ObjectStore(streams.ObjectPayloads),
+		Dead: inf.DeadLetter(), Base: inf.Base("persister")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	cons, err := inf.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersister)
-	if err != nil {
-		return nil, err
-	}
-	ic, err := inf.Consumer(ctx, streams.StreamFetched, streams.ConsumerPersisterInteractive)
-	if err != nil {
-		return nil, err
-	}
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		return nil, err
-	}
-	payloads, err := inf.JS.ObjectStore(ctx, streams.ObjectPayloads)
-	if err != nil {
-		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
-	}
-	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
-		Deps{JS: inf.JS, Consumer: cons, Interactive: ic, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("persister")})
+	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL}, d)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
@@ -84,21 +85,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.RiotIDs == nil || d.Riot == nil {
 		return nil, errors.New("resolver: JS, Consumer, RiotIDs and Riot are required")
 	}
-	if cfg.MaxMatchesPerRun <= 0 {
-		cfg.MaxMatchesPerRun = 20
-	}
-	if cfg.LookbackDays <= 0 {
-		cfg.LookbackDays = 30
-	}
-	if cfg.RetryDelay <= 0 {
-		cfg.RetryDelay = 5 * time.Second
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
-	}
-	if cfg.BackgroundConcurrency <= 0 {
-		cfg.BackgroundConcurrency = 2
-	}
+	config.Fill(&cfg, Config{MaxMatchesPerRun: 20, LookbackDays: 30, RetryDelay: 5 * time.Second, Concurrency: 8,
+		BackgroundConcurrency: 2})
 	d.Base.Fill("resolver")
 	return &Service{cfg: cfg, d: d}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -25,22 +24,13 @@ type Env struct {
 // "resolver-background" consumers on INGEST.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
-		return nil, err
-	}
-	cons, err := inf.Consumer(ctx, streams.StreamIngest, streams.ConsumerResolver)
-	if err != nil {
-		return nil, err
-	}
-	bg, err := inf.Consumer(ctx, streams.StreamIngest, streams.ConsumerResolverBackground)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := inf.KV(ctx, streams.BucketRiotIDs)
-	if err != nil {
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamIngest, streams.ConsumerResolver),
+		Background: w.Consumer(streams.StreamIngest, streams.ConsumerResolverBackground),
+		RiotIDs:    w.KV(streams.BucketRiotIDs), Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
 	return New(Config{MaxMatchesPerRun: inf.Env.Ingestion.MaxMatchesPerRun, LookbackDays: inf.Env.Ingestion.LookbackDays,
-		Concurrency: e.Concurrency, BackgroundConcurrency: e.BackgroundConcurrency, RetryDelay: e.RetryDelay},
-		Deps{JS: inf.JS, Consumer: cons, Background: bg, RiotIDs: ids, Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")})
+		Concurrency: e.Concurrency, BackgroundConcurrency: e.BackgroundConcurrency, RetryDelay: e.RetryDelay}, d)
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -546,14 +545,11 @@ type ScheduleEnv struct {
 // (the cron-locks bucket, the store, the Riot client when there is one).
 func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error) {
 	var e ScheduleEnv
-	if err := config.Parse(&e); err != nil {
+	w := inf.Wire(ctx, &e)
+	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: w.KV(streams.BucketCronLocks), Base: inf.Base("scheduler")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	kv, err := inf.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		return nil, err
-	}
-	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: kv, Base: inf.Base("scheduler")}
 	switch {
 	case inf.Riot != nil:
 		d.Riot = inf.Riot

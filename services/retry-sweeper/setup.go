@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -30,21 +29,12 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Process, error) {
 
 func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	var e Env
-	if err := config.Parse(&e); err != nil {
+	w := inf.Wire(ctx, &e)
+	d := Deps{JS: inf.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper), Store: inf.Store,
+		Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
+		Dead: inf.DeadLetter(), Base: inf.Base("retry-sweeper")}
+	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	adv, err := inf.Consumer(ctx, streams.StreamAdvisories, streams.ConsumerRetrySweeper)
-	if err != nil {
-		return nil, err
-	}
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		return nil, err
-	}
-	cron, err := inf.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		return nil, err
-	}
-	return New(Config(e),
-		Deps{JS: inf.JS, Advisories: adv, Store: inf.Store, Locks: locks, CronLocks: cron, Dead: inf.DeadLetter(), Base: inf.Base("retry-sweeper")})
+	return New(Config(e), d)
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -107,30 +108,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Store == nil || d.Locks.KV == nil || d.CronLocks == nil {
 		return nil, errors.New("sweeper: JS, Store, Locks and CronLocks are required")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Hour
-	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 10 * time.Minute
-	}
-	if cfg.QueueSlack <= 0 {
-		cfg.QueueSlack = 10 * time.Minute
-	}
-	if cfg.StuckAfter <= 0 {
-		cfg.StuckAfter = 10 * time.Minute
-	}
-	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 5 * time.Minute
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 100
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 5
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = 6 * time.Hour
-	}
+	config.Fill(&cfg, Config{
+		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
+		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxAttempts: 5,
+		RetryMax: 6 * time.Hour,
+	})
 	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
 }
@@ -168,18 +150,11 @@ func (s *Service) Run(ctx context.Context) error {
 // healthy running sync. It never claims a lock again: one released by a
 // finished sync, or expired, stays so.
 func (s *Service) heartbeat(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.LockTTL/3, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	synclock.Beat(ctx, max(s.cfg.LockTTL/3, 10*time.Millisecond), func() {
 		if _, err := s.RenewLocks(ctx); err != nil && ctx.Err() == nil {
 			s.d.Logger.WarnContext(ctx, "sync lock heartbeat failed", "err", err)
 		}
-	}
+	})
 }
 
 // RenewLocks renews the sync lock of every healthy running sync once and

@@ -75,15 +75,30 @@ simulator; without DATABASE_URL it needs --ephemeral-db for a throwaway
 Postgres. The other commands find them through .data/.
 `
 
-// Main runs the CLI with args (without the program name) and returns the
-// process exit code.
+// Invocation is one run of the CLI: its arguments (without the program
+// name) and where it writes.
+type Invocation struct {
+	Args           []string
+	Stdout, Stderr io.Writer
+}
+
+// Main runs the CLI with args (without the program name) under a context
+// cancelled on SIGINT/SIGTERM, and returns the process exit code (Run).
 func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, Invocation{Args: args, Stdout: stdout, Stderr: stderr})
+}
+
+// Run runs the command inv.Args names until it is done or ctx ends, and
+// returns the process exit code: 0, or 1 with the (redacted) error on
+// inv.Stderr.
+func Run(ctx context.Context, inv Invocation) int {
+	args, stdout, stderr := inv.Args, inv.Stdout, inv.Stderr
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var err error
 	switch args[0] {
 	case "up":

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/riftflow/riftflow/internal/sim"
 )
 
 // jsonCall sends body (JSON) to base+path and decodes the answer into out;
@@ -32,9 +30,7 @@ func jsonCall(t *testing.T, base, method, path, body string, out any) (int, stri
 // match is fetched and stored; each run is logged as a retry job; a request
 // that selects nothing is a 400 problem+json.
 func TestDesign000Promises(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 120}}})
-	p := synthPlayer(t, h, 1)
+	h, p := synthHarness(t, 1, 120, 1)
 	// 120 matches an outage left permanently unfetchable.
 	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
 SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {

@@ -23,9 +23,7 @@ import (
 // keeps whole the match another stored account played in, logs the counts
 // in a forget job that names the player by hash only; a second call is 404.
 func TestForgetPlayer(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 3}}})
-	p := synthPlayer(t, h, 1)
+	h, p := synthHarness(t, 1, 3, 1)
 	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(1).String(), Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 3 {
 		t.Fatalf("sync: %+v %v", ev, err)
@@ -86,9 +84,7 @@ func TestForgetPlayer(t *testing.T) {
 // Riot ID is stale) gets the current one back from account-v1 by-puuid on
 // their next sync by PUUID, and the riot-ids cache learns it.
 func TestRiotIDRefreshedByPUUID(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
-	p := synthPlayer(t, h, 1)
+	h, p := synthHarness(t, 1, 2, 1)
 	if err := h.st.Infra.Store.UpsertAccount(h.ctx, store.Account{PUUID: p.PUUID, GameName: "OldName", TagLine: "OLD",
 		Platform: "na1", Region: "americas", Active: true}); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
@@ -118,14 +119,11 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	return h
 }
 
+// testWriter writes each log line to the test's log under -v
+// (stagetest.TestLog).
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) {
-	if testing.Verbose() {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
+func (w testWriter) Write(p []byte) (int, error) { return stagetest.TestLog{T: w.t}.Write(p) }
 
 func (h *harness) stop() {
 	if h.st == nil {
@@ -289,3 +287,15 @@ func mustJSON(v any) []byte {
 }
 
 var _ = fmt.Sprintf
+
+// wantAnswers checks how many answers of each status (want) the simulator
+// gave to method.
+func (h *harness) wantAnswers(method string, want map[int]int64) {
+	h.t.Helper()
+	st := h.st.Sim.Stats()
+	for status, n := range want {
+		if got := st.MethodCount(method, status); got != n {
+			h.t.Errorf("%s %ds = %d, want %d", method, status, got, n)
+		}
+	}
+}

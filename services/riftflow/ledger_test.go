@@ -152,13 +152,7 @@ func TestLedgerFlaky503sRecover(t *testing.T) {
 			t.Errorf("%s: %d matches rows", m.ID, n)
 		}
 	}
-	st := h.st.Sim.Stats()
-	if got := st.MethodCount(sim.MethodMatch, 503); got != 5 {
-		t.Errorf("getMatch 503s = %d, want 5 (2 + 3)", got)
-	}
-	if got := st.MethodCount(sim.MethodMatch, 200); got != 3 {
-		t.Errorf("getMatch 200s = %d, want 3", got)
-	}
+	h.wantAnswers(sim.MethodMatch, map[int]int64{503: 5, 200: 3})
 }
 
 // TestLedger404sAndPoison: an ID that always 404s ends permanently
@@ -704,85 +698,6 @@ func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
 	t.Fatal("the exhausted message is still in FETCH")
 }
 
-// TestSweeperLeavesQueuedCommands: a stale ledger row whose fetch command
-// is still waiting in the FETCH queue (a long backlog) is not re-published,
-// which would fetch it twice and spend the rate budget twice; a row the
-// queue has moved past (its command was lost) is re-published even while
-// newer commands wait; and once the queue is empty the first row is
-// re-published too.
-func TestSweeperLeavesQueuedCommands(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	st, inf, ctx := h.st.Infra.Store, h.st.Infra, h.ctx
-	now := time.Now()
-	const queued, lost = "NA1_9500", "NA1_9501"
-	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
-		{MatchID: queued, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now},
-		{MatchID: lost, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-time.Hour)},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	// queued's retry waits in the americas queue, behind a backlog.
-	h.publishFetch(bus.FetchCommand{MatchID: queued, Attempt: 2})
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cron, err := inf.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := func() time.Time { return now.Add(2 * time.Hour) } // everything is stale
-	s, err := sweeper.New(sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := s.Sweep(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Republished != 1 || rep.StillQueued != 1 {
-		t.Fatalf("sweep with %s queued: %+v, want 1 republished (%s), 1 still queued", queued, rep, lost)
-	}
-	cons, err := inf.JS.Consumer(ctx, streams.StreamFetch, streams.FetcherConsumer("americas"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func() map[string]int {
-		got := map[string]int{}
-		b, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			var c bus.FetchCommand
-			if err := json.Unmarshal(m.Data(), &c); err != nil {
-				t.Fatal(err)
-			}
-			got[c.MatchID]++
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return got
-	}
-	if got := read(); got[queued] != 1 || got[lost] != 1 || len(got) != 2 {
-		t.Fatalf("FETCH held %v, want %s once (its own retry) and %s once (re-published)", got, queued, lost)
-	}
-	// The queue is empty now and queued's row is still not final (say its
-	// result was lost): the next sweep re-publishes it.
-	rep, err = s.Sweep(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.StillQueued != 0 || rep.Republished != 2 {
-		t.Fatalf("sweep with an empty queue: %+v, want both rows re-published", rep)
-	}
-	if got := read(); got[queued] != 1 {
-		t.Fatalf("FETCH held %v after the second sweep", got)
-	}
-}
-
 // TestLedgerRecoversLostCommits: Postgres loses the last commits it had
 // already reported (a crash with synchronous_commit off, or a failover to
 // an asynchronous standby) after the persister acked their FetchResults,
@@ -836,13 +751,7 @@ func TestLedgerRecoversLostCommits(t *testing.T) {
 	}
 	// Riot calls: 5 + the 3 attempts redone for the 404 chain; 2 for the
 	// clean match (the lost success is fetched once more).
-	st := h.st.Sim.Stats()
-	if got := st.MethodCount(sim.MethodMatch, 404); got != 8 {
-		t.Errorf("getMatch 404s = %d, want 8", got)
-	}
-	if got := st.MethodCount(sim.MethodMatch, 200); got != 2 {
-		t.Errorf("getMatch 200s = %d, want 2", got)
-	}
+	h.wantAnswers(sim.MethodMatch, map[int]int64{404: 8, 200: 2})
 }
 
 // TestLedgerTransientNeverFinal: a match Riot answers 503 every time is

@@ -22,6 +22,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -66,7 +67,7 @@ func TestNATSPermissions(t *testing.T) {
 	if !strings.Contains(env.Postgres.URL.Reveal(), dbPassword) {
 		t.Fatalf("DATABASE_URL %q has no password", env.Postgres.URL.Reveal())
 	}
-	logs := &syncBuffer{}
+	logs := &stagetest.Logs{}
 	log := telemetry.NewLogger(logs, slog.LevelDebug, "json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

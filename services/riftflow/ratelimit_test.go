@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
@@ -55,24 +56,7 @@ const (
 type pipeline struct {
 	h     *harness
 	procs []*fetcherProc
-	logs  *rlLogBuffer
-}
-
-type rlLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *rlLogBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *rlLogBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs  *stagetest.Logs
 }
 
 type pipelineOptions struct {
@@ -86,7 +70,7 @@ type pipelineOptions struct {
 func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	t.Helper()
 	h := startHarness(t, harnessOptions{sim: o.sim, noRun: true, env: map[string]string{"LOG_LEVEL": "info"}})
-	p := &pipeline{h: h, logs: &rlLogBuffer{}}
+	p := &pipeline{h: h, logs: &stagetest.Logs{}}
 	ctx, cancel := context.WithCancel(h.ctx)
 	var wg sync.WaitGroup
 	run := func(name string, f func(context.Context) error) {

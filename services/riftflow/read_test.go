@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -51,9 +50,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // come from the in-process cache once read; a player's matches page
 // newest first through an opaque cursor; errors are problem+json.
 func TestReadAPI(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 5}}})
-	p := synthPlayer(t, h, 1)
+	h, p := synthHarness(t, 1, 5, 1)
 	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("sync: %+v %v", ev, err)

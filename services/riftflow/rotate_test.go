@@ -12,9 +12,7 @@ import (
 // re-resolved by Riot ID and rewritten, with its jobs and cursor, in one
 // go; no match is fetched.
 func TestRotateKey(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
-	p := synthPlayer(t, h, 1)
+	h, p := synthHarness(t, 1, 2, 1)
 	const old = "puuid-under-the-old-key"
 	st := h.st.Infra.Store
 	if err := st.UpsertAccount(h.ctx, store.Account{PUUID: old, GameName: "Synth0001", TagLine: "SYN", Platform: "na1", Region: "americas", Active: true}); err != nil {

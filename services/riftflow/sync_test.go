@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -64,31 +64,30 @@ type events struct {
 	subs []*nats.Subscription
 }
 
+// collect subscribes to subject and appends each message, decoded as a T,
+// to into under its key, holding mu.
+func collect[T any](t *testing.T, h *harness, mu *sync.Mutex, subject string, into map[string][]T, key func(T) string) *nats.Subscription {
+	t.Helper()
+	sub, err := h.st.Infra.NC.Subscribe(subject, func(m *nats.Msg) {
+		var v T
+		if json.Unmarshal(m.Data, &v) == nil {
+			mu.Lock()
+			into[key(v)] = append(into[key(v)], v)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 func watch(t *testing.T, h *harness) *events {
 	e := &events{prog: map[string][]bus.ProgressEvent{}, rej: map[string][]bus.Rejection{}}
-	s1, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.ProgressAll(), func(m *nats.Msg) {
-		var ev bus.ProgressEvent
-		if json.Unmarshal(m.Data, &ev) == nil {
-			e.mu.Lock()
-			e.prog[ev.RequestID] = append(e.prog[ev.RequestID], ev)
-			e.mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
+	e.subs = []*nats.Subscription{
+		collect(t, h, &e.mu, h.st.Infra.Subjects.ProgressAll(), e.prog, func(ev bus.ProgressEvent) string { return ev.RequestID }),
+		collect(t, h, &e.mu, h.st.Infra.Subjects.IngestRejected(), e.rej, func(r bus.Rejection) string { return r.RequestID }),
 	}
-	s2, err := h.st.Infra.NC.Subscribe(h.st.Infra.Subjects.IngestRejected(), func(m *nats.Msg) {
-		var r bus.Rejection
-		if json.Unmarshal(m.Data, &r) == nil {
-			e.mu.Lock()
-			e.rej[r.RequestID] = append(e.rej[r.RequestID], r)
-			e.mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.subs = []*nats.Subscription{s1, s2}
 	h.st.Infra.NC.Flush()
 	t.Cleanup(func() {
 		for _, s := range e.subs {
@@ -127,6 +126,15 @@ func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
 	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// synthHarness is a harness with the scheduler off on the simulator's
+// synthetic players (matches each), and synthetic player i of them.
+func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTruth) {
+	t.Helper()
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: matches}}})
+	return h, synthPlayer(t, h, i)
 }
 
 func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
@@ -352,9 +360,7 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 // stops cleanly at Riot's 1,000-match list: ten pages, no request past
 // the cap, the cursor saved.
 func TestSyncFullBackfillBounds(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 1100}}})
-	p2 := synthPlayer(t, h, 2)
+	h, p2 := synthHarness(t, 2, 1100, 2)
 	stored := func(puuid string) map[string]bool {
 		rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
 		out := map[string]bool{}
@@ -416,107 +422,6 @@ SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, sett
 	}
 }
 
-// nextMonday returns the first Monday 00:00 UTC at least a week after t.
-func nextMonday(t time.Time) time.Time {
-	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7)
-	for d.Weekday() != time.Monday {
-		d = d.AddDate(0, 0, 1)
-	}
-	return d
-}
-
-// TestSchedulerRunsOnceAcrossReplicas runs two scheduler replicas (gocron
-// on one injected clock); when the clock jumps past Monday 04:00, each of
-// the three jobs due runs once, for its latest scheduled time (the hourly
-// latest sync for 04:00, not 03:00 as well), on one replica (one wins each
-// cron-locks key, the other skips), and the job log holds one completed row
-// per job. Scheduled requests go to the background ingest queue.
-func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 3}}})
-	for i := 1; i <= 2; i++ {
-		if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1", Region: "americas"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	monday := nextMonday(time.Now())
-	var clock atomic.Int64
-	clock.Store(monday.Add(2*time.Hour + 59*time.Minute).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
-	logs := &syncBuffer{}
-	t.Setenv("SCHEDULE_ENABLE", "true")
-	t.Setenv("SCHEDULE_POLL", "20ms")
-	t.Setenv("SCHEDULE_CATCH_UP", "false") // TestSchedulerCatchesUpOnceAndPrunes
-	got, stop := h.capture(h.st.Infra.Subjects.IngestFor(bus.Background), h.st.Infra.Subjects.WeeklyReport())
-	defer stop()
-	ctx, cancel := context.WithCancel(h.ctx)
-	var wg sync.WaitGroup
-	for r := 0; r < 2; r++ {
-		inf := *h.st.Infra
-		inf.Now = now
-		inf.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); sc.Run(ctx) }()
-	}
-	waitFor(t, "both replicas to start", 10*time.Second, func() bool { return strings.Count(logs.String(), "msg=schedule ") == 8 })
-	clock.Store(monday.Add(4*time.Hour + 30*time.Second).UnixNano())
-	waitFor(t, "every replica to take or skip each run", time.Minute, func() bool {
-		s := logs.String()
-		return strings.Count(s, "scheduled job ran")+strings.Count(s, "owned by another replica") == 6
-	})
-	cancel()
-	wg.Wait()
-	s := logs.String()
-	if r, k := strings.Count(s, "scheduled job ran"), strings.Count(s, "owned by another replica"); r != 3 || k != 3 {
-		t.Errorf("%d runs and %d skips, want 3 and 3", r, k)
-	}
-	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(4 * time.Hour),
-		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
-		if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, sweeper.JobID(job, at), job); n != 1 {
-			t.Errorf("job %s at %v not completed in the job log", job, at)
-		}
-	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE type IN ('latest_all', 'rank_daily', 'weekly_report')`); n != 3 {
-		t.Errorf("%d scheduled job rows, want 3", n)
-	}
-	reqs, notices := 0, 0
-	for _, m := range got() {
-		switch m.Subject {
-		case h.st.Infra.Subjects.IngestFor(bus.Background):
-			var r bus.IngestRequest
-			json.Unmarshal(m.Data, &r)
-			if r.Trigger != "schedule" || r.Priority != bus.Background || r.Mode != bus.ModeLatest {
-				t.Errorf("scheduled request %+v", r)
-			}
-			reqs++
-		default:
-			notices++
-		}
-	}
-	if reqs != 2 || notices != 2 {
-		t.Errorf("%d scheduled requests and %d weekly notices, want 2 and 2", reqs, notices)
-	}
-	if n := h.count(`SELECT count(*) FROM league_entries WHERE snapshot_date = $1::date`, monday); n == 0 {
-		t.Error("no league snapshot stored for the rank run")
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
 // takes a rank snapshot through league-v4 and builds the weekly report of
 // the week of its newest game; the expected numbers are computed from the
@@ -535,7 +440,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		t.Fatal(err)
 	}
 	// The weekly run whose week holds the newest game.
-	at := nextMonday(newest.AddDate(0, 0, -7)).Add(4 * time.Hour)
+	at := stagetest.NextMonday(newest.AddDate(0, 0, -7)).Add(4 * time.Hour)
 	if !newest.Before(at.Truncate(24 * time.Hour)) {
 		at = at.AddDate(0, 0, 7)
 	}
@@ -915,44 +820,6 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 	if rej.RequestID != "late-rej" || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
-}
-
-// TestSchedulerJobNeverLeftRunning: a run whose process exited mid-run
-// (its jobs row still running hours later) is recorded failed when the job
-// next runs. (Errors, panics and shutdown are recorded by RunJob's
-// deferred finish, on a context of its own.)
-func TestSchedulerJobNeverLeftRunning(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	at := time.Now().UTC().Truncate(time.Hour)
-	st := h.st.Infra.Store
-	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
-	if err := st.RecordJob(h.ctx, store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
-		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	inf := *h.st.Infra
-	inf.Now = func() time.Time { return at }
-	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobLatestAll, at); !ran || err != nil {
-		t.Fatalf("run: %v %v", ran, err)
-	}
-	status := func(id string) (s, e string) {
-		t.Helper()
-		if err := st.Pool().QueryRow(h.ctx, `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&s, &e); err != nil {
-			t.Fatal(err)
-		}
-		return s, e
-	}
-	if s, e := status(crashed); s != "failed" || !strings.Contains(e, "abandoned") {
-		t.Errorf("crashed run: %s %q, want failed (abandoned)", s, e)
-	}
-	if s, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); s != "completed" {
-		t.Errorf("this run: %s, want completed", s)
-	}
-
 }
 
 // TestSyncLockLivesAsLongAsTheWork: a slow but healthy sync (every match

@@ -3,6 +3,7 @@ package riftflow
 import (
 	"bufio"
 	"bytes"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"net/http"
 	"net/url"
 	"os"
@@ -47,7 +48,7 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 	sim := exec.Command(bin, "sim", "--addr", simAddr, "--key", riotKey)
 	sim.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	sim.Dir = filepath.Join("..", "..") // the recorded responses
-	var simOut syncBuffer
+	var simOut stagetest.Logs
 	sim.Stdout, sim.Stderr = &simOut, &simOut
 	if err := sim.Start(); err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	up := exec.Command(bin, "up", "--http-addr", httpAddr)
 	up.Env = env
-	var upErr syncBuffer
+	var upErr stagetest.Logs
 	up.Stderr = &upErr
 	stdout, err := up.StdoutPipe()
 	if err != nil {

@@ -1,0 +1,120 @@
+package lister_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
+	lister "github.com/riftflow/riftflow/services/matchid-lister"
+	"github.com/riftflow/riftflow/streams"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// start runs a lister, built by its FromInfra, on a fresh database and the
+// simulator with so; it returns the simulator's demo player.
+func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env, sim.Player) {
+	t.Helper()
+	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, lister.FromInfra)
+	return e, e.DemoPlayer()
+}
+
+func syncOf(p sim.Player, requestID string, count int) bus.SyncCommand {
+	return bus.SyncCommand{RequestID: requestID, PUUID: p.PUUID, Platform: p.Platform, Region: regionOf(p),
+		Mode: bus.ModeLatest, Count: count, Priority: bus.Interactive, Requested: time.Now()}
+}
+
+func regionOf(p sim.Player) string { return string(riot.Platform(p.Platform).Region()) }
+
+// A latest sync lists the run's count of the player's newest matches, claims them in the
+// ledger and publishes one FetchCommand each; it holds the account's sync
+// lock meanwhile, so a second sync with another request id is refused
+// with 409 and a rejected job row.
+func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
+	e, p := start(t, sim.Options{}, nil)
+	fetches := e.Subscribe(e.Infra.Subjects.FetchAll())
+	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
+	const count = 3
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-1", count))
+	seen := map[string]bool{}
+	for range count {
+		fc := stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command"))
+		if seen[fc.MatchID] || fc.Region != regionOf(p) || !strings.Contains(fc.MatchID, "_") {
+			t.Errorf("fetch command %+v: repeated, or not a %s match ID", fc, regionOf(p))
+		}
+		seen[fc.MatchID] = true
+	}
+	e.Wait("the listed matches in the ledger", func() bool {
+		return e.Count(`SELECT count(*) FROM sync_matches WHERE request_id = 'sync-1' AND match_id = ANY($1)`, keys(seen)) == count
+	})
+	if n := e.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 1 {
+		t.Errorf("account syncing rows = %d, want 1", n)
+	}
+	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Get(t.Context(), p.PUUID); err != nil {
+		t.Fatalf("sync lock: %v, want it held until the persister ends the sync", err)
+	}
+
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-2", count))
+	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 409 rejection"))
+	if rej.Code != 409 || rej.RequestID != "sync-2" {
+		t.Errorf("rejection %+v, want 409 for sync-2", rej)
+	}
+	e.Wait("the rejected job row", func() bool {
+		return e.Count(`SELECT count(*) FROM jobs WHERE id = 'sync-2' AND status = 'rejected'`) == 1
+	})
+	select {
+	case raw := <-fetches:
+		t.Errorf("a fetch command beyond the run's count: %s", raw)
+	default:
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// match-v5 by-puuid answers only 5xx: the lister retries and, on the
+// consumer's last delivery, fails the sync with the reason: the client
+// hears "failed … giving up", the account is not left syncing and the
+// lock is released, so a new request runs at once (no 409).
+func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
+	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodMatchIDs}, Error5xx: 1}},
+		map[string]string{"LISTER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
+	progress := e.Subscribe(e.Infra.Subjects.Progress(p.PUUID))
+	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gives-up", "runs-again"} {
+		e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, id, 5))
+		for {
+			ev := stagetest.Decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of "+id))
+			if ev.Status != "failed" {
+				continue
+			}
+			if ev.RequestID != id || !strings.Contains(ev.Error, "giving up") {
+				t.Fatalf("failed event %+v, want %s giving up", ev, id)
+			}
+			break
+		}
+		e.Wait("the account to leave syncing", func() bool {
+			return e.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID) == 0
+		})
+		if _, err := locks.Get(t.Context(), p.PUUID); err == nil {
+			t.Errorf("%s: sync lock still held after the lister gave up", id)
+		}
+	}
+}

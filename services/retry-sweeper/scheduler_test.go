@@ -1,0 +1,199 @@
+package sweeper_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/store"
+	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// schedulers is a test's scheduler world: a fresh database, the simulator
+// with synthetic players (the rank job calls league-v4), and replicas
+// built by SchedulerFromInfra on one injected clock, logging to logs.
+type schedulers struct {
+	*stagetest.Env
+	logs stagetest.Logs
+	now  func() time.Time
+}
+
+func newSchedulers(t *testing.T, players int, now func() time.Time, env map[string]string) *schedulers {
+	t.Helper()
+	e := stagetest.New(t, stagetest.Options{DB: true, Env: env,
+		Riot: &sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: 2}}})
+	return &schedulers{Env: e, now: now}
+}
+
+// replica builds one scheduler on the shared clock and logs.
+func (s *schedulers) replica() *sweeper.Scheduler {
+	s.T.Helper()
+	inf := *s.Infra
+	inf.Now = s.now
+	inf.Log = slog.New(slog.NewTextHandler(&s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sc, err := sweeper.SchedulerFromInfra(s.T.Context(), &inf)
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	return sc
+}
+
+// run runs n replicas until every one has taken or skipped want runs
+// between them.
+func (s *schedulers) run(n, want int, started func()) {
+	s.T.Helper()
+	ctx, cancel := context.WithCancel(s.T.Context())
+	var wg sync.WaitGroup
+	for range n {
+		sc := s.replica()
+		wg.Go(func() { sc.Run(ctx) })
+	}
+	if started != nil {
+		started()
+	}
+	s.Wait("every replica to take or skip each run", func() bool {
+		return s.logs.Count("scheduled job ran")+s.logs.Count("owned by another replica") >= want
+	})
+	cancel()
+	wg.Wait()
+}
+
+// Two replicas on one clock (gocron on the injected clock): when the clock
+// jumps past Monday 04:00, each of the three jobs due runs once, for its
+// latest scheduled time (the hourly latest sync for 04:00, not 03:00 as
+// well), on one replica (one wins each cron-locks key,
+// the other skips), the job log holds one completed row per job, the
+// latest job requests a background latest sync per linked account and the
+// weekly job publishes a notice per account, and the rank job stores a snapshot.
+func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
+	monday := stagetest.NextMonday(time.Now())
+	var clock atomic.Int64
+	clock.Store(monday.Add(2*time.Hour + 59*time.Minute).UnixNano())
+	s := newSchedulers(t, 2, func() time.Time { return time.Unix(0, clock.Load()).UTC() },
+		map[string]string{"SCHEDULE_POLL": "20ms", "SCHEDULE_CATCH_UP": "false"})
+	for i := 1; i <= 2; i++ {
+		if err := s.Infra.Store.LinkAccount(t.Context(), store.Account{PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1", Region: "americas"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs, notices := s.Subscribe(s.Infra.Subjects.IngestFor(bus.Background)), s.Subscribe(s.Infra.Subjects.WeeklyReport())
+	s.run(2, 6, func() {
+		s.Wait("both replicas to start", func() bool { return s.logs.Count("msg=schedule ") == 8 })
+		clock.Store(monday.Add(4*time.Hour + 30*time.Second).UnixNano())
+	})
+	if r, k := s.logs.Count("scheduled job ran"), s.logs.Count("owned by another replica"); r != 3 || k != 3 {
+		t.Errorf("%d runs and %d skips, want 3 and 3", r, k)
+	}
+	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(4 * time.Hour),
+		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
+		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, sweeper.JobID(job, at), job); n != 1 {
+			t.Errorf("job %s at %v not completed in the job log", job, at)
+		}
+	}
+	if n := s.Count(`SELECT count(*) FROM jobs WHERE type IN ('latest_all', 'rank_daily', 'weekly_report')`); n != 3 {
+		t.Errorf("%d scheduled job rows, want 3", n)
+	}
+	for range 2 {
+		var r bus.IngestRequest
+		if err := json.Unmarshal(stagetest.Next(t, reqs, "a scheduled request"), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Trigger != "schedule" || r.Priority != bus.Background || r.Mode != bus.ModeLatest {
+			t.Errorf("scheduled request %+v, want a background latest sync by the schedule", r)
+		}
+	}
+	for range 2 {
+		stagetest.Next(t, notices, "a weekly notice (one per account)")
+	}
+	select {
+	case raw := <-reqs:
+		t.Errorf("a third scheduled request: %s", raw)
+	case raw := <-notices:
+		t.Errorf("a third weekly notice: %s", raw)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := s.Count(`SELECT count(*) FROM league_entries WHERE snapshot_date = $1::date`, monday); n == 0 {
+		t.Error("no league snapshot stored for the rank run")
+	}
+}
+
+// Schedulers started after their jobs' scheduled times (nobody ran them)
+// run each job's last missed time exactly once across two replicas, a
+// scheduler started later runs none again, and the prune job deletes
+// finished job rows older than JOB_HISTORY_RETENTION, keeping younger and
+// unfinished ones.
+func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
+	monday := stagetest.NextMonday(time.Now())
+	start := monday.Add(5*time.Hour + 10*time.Minute) // after every job's time that day
+	s := newSchedulers(t, 1, func() time.Time { return start },
+		map[string]string{"SCHEDULE_POLL": "20ms", "JOB_HISTORY_RETENTION": "720h"})
+	for _, j := range []store.Job{
+		{ID: "old-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-100 * 24 * time.Hour), FinishedAt: start.Add(-100 * 24 * time.Hour)},
+		{ID: "old-running", Type: "sync", Status: "running", RequestedAt: start.Add(-100 * 24 * time.Hour)},
+		{ID: "young-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-24 * time.Hour), FinishedAt: start.Add(-24 * time.Hour)},
+	} {
+		if err := s.Infra.Store.RecordJob(t.Context(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.run(2, 8, nil)
+	if n := s.logs.Count("caught up a missed scheduled run"); n != 4 {
+		t.Errorf("%d catch-up runs, want 4 (one per job)", n)
+	}
+	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(5 * time.Hour),
+		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour),
+		sweeper.JobPruneJobs: monday.Add(4*time.Hour + 30*time.Minute)} {
+		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, sweeper.JobID(job, at)); n != 1 {
+			t.Errorf("missed run %s at %v not caught up", job, at)
+		}
+	}
+	for id, want := range map[string]int{"old-done": 0, "old-running": 1, "young-done": 1} {
+		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1`, id); n != want {
+			t.Errorf("job %s: %d rows after pruning, want %d", id, n, want)
+		}
+	}
+	s.logs.Reset()
+	s.run(1, 4, nil)
+	if n := s.logs.Count("caught up a missed scheduled run"); n != 0 {
+		t.Errorf("a later scheduler caught up %d runs again", n)
+	}
+}
+
+// A run whose process exited mid-run (its jobs row still running hours
+// later) is recorded failed when the job next runs.
+func TestSchedulerJobNeverLeftRunning(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Hour)
+	s := newSchedulers(t, 1, func() time.Time { return at }, map[string]string{"SCHEDULE_ENABLE": "false"})
+	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
+	if err := s.Infra.Store.RecordJob(t.Context(), store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
+		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := s.replica().RunJob(t.Context(), sweeper.JobLatestAll, at); !ran || err != nil {
+		t.Fatalf("run: %v %v", ran, err)
+	}
+	status := func(id string) (st, msg string) {
+		t.Helper()
+		if err := s.Infra.Store.Pool().QueryRow(t.Context(), `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&st, &msg); err != nil {
+			t.Fatal(err)
+		}
+		return st, msg
+	}
+	if st, msg := status(crashed); st != "failed" || !strings.Contains(msg, "abandoned") {
+		t.Errorf("crashed run: %s %q, want failed (abandoned)", st, msg)
+	}
+	if st, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); st != "completed" {
+		t.Errorf("this run: %s, want completed", st)
+	}
+}
