@@ -15,6 +15,10 @@ type Env struct {
 	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`
 	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"`
 	LockTTL  time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// MaxBytes caps one batch's message bytes; Writers is the number of
+	// batches in flight (see Config).
+	MaxBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"2097152"`
+	Writers  int `env:"PERSIST_WRITERS" envDefault:"2"`
 }
 
 // FromInfra builds a persister bound to the "persister" consumer on FETCHED.
@@ -35,6 +39,6 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", streams.ObjectPayloads, err)
 	}
-	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL},
+	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL, MaxBatchBytes: e.MaxBytes, Writers: e.Writers},
 		Deps{JS: inf.JS, Consumer: cons, Store: inf.Store, Locks: locks, Dead: inf.DeadLetter(), Payloads: payloads, Base: inf.Base("persister")})
 }
