@@ -55,7 +55,7 @@ type Config struct {
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64
 	// MaxBatchBytes caps the message bytes (gzip payloads) pulled for one
-	// batch (default 2 MiB, ≈ 20 match + timeline pairs, ≈ 20 MB once
+	// batch (default 1.25 MiB, ≈ 10 match + timeline pairs, ≈ 10 MB once
 	// decompressed): memory follows bytes, not the message count. It is
 	// raised to MinBatchBytes: a pull smaller than the FETCHED stream's
 	// largest message (1 MiB) could never deliver that message.
@@ -115,7 +115,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		cfg.MaxPayloadBytes = 32 << 20
 	}
 	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = 2 << 20
+		cfg.MaxBatchBytes = 1280 << 10
 	}
 	cfg.MaxBatchBytes = max(cfg.MaxBatchBytes, MinBatchBytes)
 	if cfg.DecodeWorkers <= 0 {

@@ -17,7 +17,7 @@ type Env struct {
 	LockTTL  time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	// MaxBytes caps one batch's message bytes; Writers is the number of
 	// batches in flight (see Config).
-	MaxBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"2097152"`
+	MaxBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"1310720"`
 	Writers  int `env:"PERSIST_WRITERS" envDefault:"2"`
 }
 

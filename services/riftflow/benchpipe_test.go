@@ -12,7 +12,7 @@ package riftflow
 // databases on the same Postgres, migrated alike (same tables, indexes,
 // synchronous_commit).
 //
-//   - reference: the shortest correct path over the same data. Worker
+//   - reference: the shortest correct path over the same data. 16 worker
 //     goroutines GET each match and timeline from the simulator (gzip),
 //     decompress once, decode the match into its columns and scan the
 //     timeline, and two writers COPY the rows straight into matches,
@@ -318,7 +318,7 @@ func runReference(b *testing.B, ctx context.Context, base, key, dbURL string, id
 	start := time.Now()
 	db := dbName(dbURL)
 	cpu0 := readSelfAndPG(db)
-	for range 8 {
+	for range 16 { // as many in flight as the fetcher (FETCHER_CONCURRENCY)
 		fetchers.Go(func() {
 			for id := range work {
 				mb, tb := bufPool.Get().(*bytes.Buffer), bufPool.Get().(*bytes.Buffer)
