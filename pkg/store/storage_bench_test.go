@@ -62,12 +62,15 @@ func BenchmarkRawStorage(b *testing.B) {
 			col := c.typ
 			if c.compression != "" {
 				col += " COMPRESSION " + c.compression
-			} else {
-				col += " STORAGE EXTERNAL"
 			}
 			for _, t := range []string{"m", "t"} {
 				if _, err := s.Pool().Exec(ctx, fmt.Sprintf(`CREATE TABLE raw_%s (id text PRIMARY KEY, doc %s)`, t, col)); err != nil {
 					b.Fatal(err)
+				}
+				if c.typ == "bytea" { // gzip already: no second compression
+					if _, err := s.Pool().Exec(ctx, `ALTER TABLE raw_`+t+` ALTER COLUMN doc SET STORAGE EXTERNAL`); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			ms, ts := matches, timelines
