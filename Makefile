@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all version build run test test-short bench bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
+.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -55,11 +55,50 @@ test:
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
 
-## bench: persister and rate-limiter benchmarks, then the pipeline rate-limit
-## benchmarks against the simulator (≈ 15 min; figures in README and docs/)
-bench:
-	cd pkg && $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 ./store/ ./ratelimit/ | tee ../bench.out
-	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee -a ../../bench.out
+## bench: the package micro-benchmarks (persister store, rate limiter, Riot
+## document scan) with a fixed -benchtime and -count, compared by benchstat
+## with the committed baseline docs/bench/baseline.txt (bench-baseline
+## rewrites it). The pipeline rate-limit benchmarks are `make bench-budget`.
+BENCHSTAT := $(CURDIR)/$(BIN)/tools/benchstat
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+# Fixed iteration counts: the persister and the document scan per op, the
+# limiter scenario (3 s of traffic per iteration) once per count.
+BENCH_COUNT ?= 6
+define bench_run
+	cd pkg && $(GO) test -run NONE -bench 'Persist|DocScan' -benchtime 1000x -count $(BENCH_COUNT) ./store/ ./riot/ > $(1)
+	cd pkg && $(GO) test -run NONE -bench SharedBudget -benchtime 1x -count $(BENCH_COUNT) ./ratelimit/ >> $(1)
+endef
+bench: $(BENCHSTAT)
+	$(call bench_run,$(CURDIR)/bench.out)
+	$(BENCHSTAT) docs/bench/baseline.txt bench.out
+
+bench-baseline:
+	@mkdir -p docs/bench
+	$(call bench_run,$(CURDIR)/docs/bench/baseline.txt)
+
+$(BENCHSTAT):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+
+## bench-budget: the pipeline rate-limit benchmarks against the simulator (≈ 15 min)
+bench-budget:
+	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee ../../bench-budget.out
+
+## bench-pipeline: the pipeline as separate processes (bin/natsnode and the
+## five service binaries, Postgres on DATABASE admin URL
+## BENCH_DATABASE_ADMIN_URL) against the simulator without limits, over
+## BENCH_PIPELINE_PLAYERS × BENCH_PIPELINE_MATCHES matches with timelines,
+## and in the same run the reference (decode once, COPY); prints pairs/s,
+## the ratio, the CPU split, peak RSS and heap; CSV + SVG in BENCH_PIPELINE_OUT.
+BENCH_PIPELINE_OUT ?= $(CURDIR)/.data/bench-pipeline
+BENCH_PIPELINE_PLAYERS ?= 40
+BENCH_PIPELINE_MATCHES ?= 500
+bench-pipeline: build
+	$(GOBUILD) -o $(BIN)/natsnode ./internal/cmd/natsnode
+	mkdir -p $(BENCH_PIPELINE_OUT)
+	cd services/riftflow && BENCH_BIN=$(CURDIR)/$(BIN) BENCH_PIPELINE_OUT=$(BENCH_PIPELINE_OUT) \
+		BENCH_PIPELINE_PLAYERS=$(BENCH_PIPELINE_PLAYERS) BENCH_PIPELINE_MATCHES=$(BENCH_PIPELINE_MATCHES) \
+		$(GO) test -run '^$$' -bench PipelineProcesses -benchtime 1x -timeout 90m -v . 2>&1 | grep -v 'harness_test' | tee $(BENCH_PIPELINE_OUT)/bench.out
 
 ## bench-limit: the shared limiter over BENCH_LIMIT_WINDOWS (5) long windows:
 ## N = BENCH_LIMIT_N (1,2,4,8) Shared instances on the fake Riot edge, dev and

@@ -20,6 +20,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// Limits for a small node (2 cores, a few GB of RAM), used by `riftflow up`
+// and the benchmark's nats-server process: memory storage is capped well
+// below the machine (riftflow's streams are file-backed; only a few KV
+// buckets live in memory), file storage at what a small disk spares.
+const (
+	SmallNodeMaxMemory = 64 << 20
+	SmallNodeMaxStore  = 8 << 30
+)
+
 // readyTimeout bounds how long StartServer waits for a server to accept
 // connections.
 const readyTimeout = 10 * time.Second
@@ -45,6 +54,9 @@ type Options struct {
 	MonitorPort int
 	// JetStreamMaxStore caps file storage in bytes; 0 = server default.
 	JetStreamMaxStore int64
+	// JetStreamMaxMemory caps memory storage (memory-backed streams and
+	// KV buckets) in bytes; 0 = server default (75% of the machine's RAM).
+	JetStreamMaxMemory int64
 	// NoLog silences the server's own logger.
 	NoLog bool
 	// Configure, if set, is called on the assembled server.Options last, so
@@ -58,13 +70,14 @@ func (o Options) serverOptions() (*server.Options, error) {
 		return nil, errors.New("natsembed: Options.StoreDir is required")
 	}
 	so := &server.Options{
-		ServerName:        o.Name,
-		Host:              o.Host,
-		JetStream:         true,
-		StoreDir:          o.StoreDir,
-		JetStreamMaxStore: o.JetStreamMaxStore,
-		NoLog:             o.NoLog,
-		NoSigs:            true,
+		ServerName:         o.Name,
+		Host:               o.Host,
+		JetStream:          true,
+		StoreDir:           o.StoreDir,
+		JetStreamMaxStore:  o.JetStreamMaxStore,
+		JetStreamMaxMemory: o.JetStreamMaxMemory,
+		NoLog:              o.NoLog,
+		NoSigs:             true,
 	}
 	if so.ServerName == "" {
 		so.ServerName = "riftflow"

@@ -28,6 +28,10 @@ type Synthetic struct {
 	MatchesPerPlayer int `json:"matchesPerPlayer"`
 	// Platform of the players and match IDs, e.g. "na1" (default na1).
 	Platform string `json:"platform"`
+	// WithTimelines clones only recorded matches that have a recorded
+	// timeline, so every synthetic match has one (throughput benchmarks
+	// of match + timeline pairs).
+	WithTimelines bool `json:"withTimelines,omitempty"`
 	// Spacing between a player's matches (default 3h). The newest match of
 	// player i was created 1h + i×1min before Now() at New.
 	Spacing time.Duration `json:"spacing"`
@@ -67,7 +71,7 @@ func (ds *dataset) addSynthetic(cfg Synthetic, now time.Time) error {
 	}
 	var tmpls, any []*match
 	for _, m := range ds.matches {
-		if m.raw == nil || m.nPart == 0 || m.origCreated == 0 {
+		if m.raw == nil || m.nPart == 0 || m.origCreated == 0 || (cfg.WithTimelines && m.tl == nil) {
 			continue
 		}
 		any = append(any, m)

@@ -103,6 +103,10 @@ type ConsumeOptions struct {
 type BatchOptions struct {
 	// MaxBatch is the most messages handed to one handler call; default 100.
 	MaxBatch int
+	// MaxBytes, when > 0, also caps the message bytes of one batch
+	// (JetStream's max_bytes on the pull); a batch always holds at least
+	// one message.
+	MaxBytes int
 	// MaxWait is how long the runner waits to fill a batch; default 1 s.
 	MaxWait time.Duration
 	// Name, InProgressEvery, DrainTimeout, Settle, Logger and Tracer
@@ -536,7 +540,11 @@ func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, 
 		if ctx.Err() != nil {
 			break
 		}
-		batch, err := cons.Fetch(maxBatch, jetstream.FetchMaxWait(maxWait)) // server-side expiry, see Consume
+		fopts := []jetstream.FetchOpt{jetstream.FetchMaxWait(maxWait)} // server-side expiry, see Consume
+		if opts.MaxBytes > 0 {
+			fopts = append(fopts, jetstream.FetchMaxBytes(opts.MaxBytes))
+		}
+		batch, err := cons.Fetch(maxBatch, fopts...)
 		var msgs []jetstream.Msg
 		if err == nil {
 			for m := range batch.Messages() {

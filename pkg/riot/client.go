@@ -429,6 +429,9 @@ type request struct {
 	template string // path template for traces, e.g. "/lol/match/v5/matches/{matchId}"
 	path     string
 	query    url.Values
+	// scan, when set, asks for the 2xx body as Riot sent it, gzip
+	// (readKeptBody): the decompressed document is only scanned into it.
+	scan *DocScan
 }
 
 // get performs req with limiting, breaking, retries and tracing, returning
@@ -597,7 +600,13 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		limit = errorBodyMax
 	}
-	body, rerr := readBody(resp, limit)
+	var body []byte
+	var rerr error
+	if req.scan != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		body, rerr = readKeptBody(resp, limit, req.scan)
+	} else {
+		body, rerr = readBody(resp, limit)
+	}
 	c.metrics.duration.Record(ctx, time.Since(t0).Seconds(), metric.WithAttributes(
 		attribute.String("route", req.route), attribute.String("method", req.method)))
 	if rerr != nil {
@@ -605,7 +614,7 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.
 			// An error body is informational only: classify by status.
 			return nil, resp.StatusCode, resp.Header, nil
 		}
-		if errors.Is(rerr, errBodyTooLarge) {
+		if errors.Is(rerr, errBodyTooLarge) || errors.Is(rerr, ErrJSONBounds) {
 			return nil, resp.StatusCode, resp.Header, &Error{Kind: KindDecode, Op: req.method,
 				Route: req.route, Status: resp.StatusCode, Err: rerr}
 		}

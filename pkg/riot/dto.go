@@ -177,6 +177,8 @@ type Participant struct {
 	ChampLevel                  Int    `json:"champLevel"`
 	TeamPosition                string `json:"teamPosition"` // TOP, JUNGLE, MIDDLE, BOTTOM, UTILITY or ""
 	IndividualPosition          string `json:"individualPosition"`
+	Role                        string `json:"role"`
+	Lane                        string `json:"lane"`
 	Win                         bool   `json:"win"`
 	Kills                       Int    `json:"kills"`
 	Deaths                      Int    `json:"deaths"`
@@ -186,6 +188,11 @@ type Participant struct {
 	NeutralMinionsKilled        Int    `json:"neutralMinionsKilled"`
 	VisionScore                 Int    `json:"visionScore"`
 	TotalDamageDealtToChampions Int    `json:"totalDamageDealtToChampions"`
+	TotalDamageTaken            Int    `json:"totalDamageTaken"`
+	DamageDealtToObjectives     Int    `json:"damageDealtToObjectives"`
+	GoldSpent                   Int    `json:"goldSpent"`
+	WardsPlaced                 Int    `json:"wardsPlaced"`
+	WardsKilled                 Int    `json:"wardsKilled"`
 	TimePlayed                  Int    `json:"timePlayed"` // seconds
 	Placement                   Int    `json:"placement"`
 	PlayerSubteamID             Int    `json:"playerSubteamId"`
@@ -377,41 +384,7 @@ var ErrJSONBounds = errors.New("JSON document exceeds riftflow's bounds")
 // when its nesting depth, object/array count or element count (commas,
 // plus one per non-empty container) is past the bounds.
 func checkShape(data []byte) error {
-	depth, containers, elements := 0, 0, 0
-	inString, escaped := false, false
-	for _, c := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-			containers++
-			elements++
-			if depth > MaxJSONDepth {
-				return fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
-			}
-			if containers > MaxJSONContainers {
-				return fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
-			}
-		case '}', ']':
-			depth--
-		case ',':
-			elements++
-			if elements > MaxJSONElements {
-				return fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
-			}
-		}
-	}
-	return nil
+	var s DocScan
+	_, err := s.Write(data)
+	return err
 }

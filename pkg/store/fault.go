@@ -61,8 +61,8 @@ func KindOf(err error) fault.Kind { return fault.KindOf(err, Classify) }
 
 // StripNUL removes NUL bytes (U+0000) from every text value of b, which
 // Postgres cannot store in text (SQLSTATE 22021), and returns how many
-// values it changed. The raw documents (gzip bytes in bytea) are not text
-// and are left as they are.
+// values it changed. The raw documents are not touched: the persister
+// stores a document with a NUL byte as gzip bytes (MatchRow.RawGzip).
 func (b *Batch) StripNUL() int {
 	n := 0
 	fix := func(s *string) {
@@ -81,7 +81,7 @@ func (b *Batch) StripNUL() int {
 	for i := range b.Participants {
 		p := &b.Participants[i]
 		for _, s := range []*string{&p.MatchID, &p.PUUID, &p.RiotIDGameName, &p.RiotIDTagline,
-			&p.ChampionName, &p.TeamPosition} {
+			&p.ChampionName, &p.TeamPosition, &p.IndividualPosition, &p.Role, &p.Lane} {
 			fix(s)
 		}
 	}

@@ -108,7 +108,7 @@ func loadFixtures(tb testing.TB) []fixture {
 			GameMode: d.Info.GameMode, GameType: d.Info.GameType, GameVersion: d.Info.GameVersion, Patch: patch,
 			MapID: d.Info.MapID, GameCreation: msTime(d.Info.GameCreation), GameStart: msTime(d.Info.GameStartTimestamp),
 			GameEnd: msTime(d.Info.GameEndTimestamp), DurationS: d.Info.GameDuration,
-			EndOfGameResult: d.Info.EndOfGameResult, ParticipantCount: len(d.Info.Participants), RawGzip: gz,
+			EndOfGameResult: d.Info.EndOfGameResult, ParticipantCount: len(d.Info.Participants), Raw: raw,
 			FetchedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		}}
 		for _, p := range d.Info.Participants {

@@ -26,8 +26,12 @@ type MatchRow struct {
 	DurationS                        int    // info.gameDuration, seconds
 	EndOfGameResult                  string // info.endOfGameResult
 	ParticipantCount                 int
-	RawGzip                          []byte    // the Riot JSON, gzip-compressed by the caller; stored as-is
-	FetchedAt                        time.Time // when the fetcher got it; zero → now()
+	// Raw is the MatchDto as Riot sent it (JSON text, valid UTF-8, no NUL
+	// byte), stored byte-equal in the json column raw. When the document
+	// cannot be held by a json column, Raw is nil and RawGzip holds it
+	// gzip-compressed (column raw_gzip); readers fall back to it.
+	Raw, RawGzip []byte
+	FetchedAt    time.Time // when the fetcher got it; zero → now()
 }
 
 // ParticipantRow is one match_participants row (info.participants[i]).
@@ -52,6 +56,15 @@ type ParticipantRow struct {
 	DamageToChampions int // totalDamageDealtToChampions
 	TimePlayedS       int // seconds
 	Placement         int // arena placement, 0 elsewhere
+	// IndividualPosition, Role and Lane are Riot's own guesses (TOP,
+	// JUNGLE, …; SOLO, CARRY, …); TeamPosition is the one to group by.
+	IndividualPosition, Role, Lane string
+	Items                          []int32 // item0..item6, 0 for an empty slot
+	Summoner1ID, Summoner2ID       int     // summoner spells
+	GoldSpent                      int
+	TotalDamageTaken               int
+	DamageToObjectives             int // damageDealtToObjectives
+	WardsPlaced, WardsKilled       int
 }
 
 // TimelineRow is one match_timelines row.
@@ -59,8 +72,9 @@ type TimelineRow struct {
 	MatchID         string
 	FrameIntervalMs int
 	FrameCount      int
-	RawGzip         []byte    // the Riot timeline JSON, gzip-compressed; stored as-is
-	FetchedAt       time.Time // zero → now()
+	// Raw and RawGzip: the TimelineDto, as for MatchRow.
+	Raw, RawGzip []byte
+	FetchedAt    time.Time // zero → now()
 }
 
 // LedgerUpdate is the outcome of one fetch attempt for match_fetches.
@@ -140,15 +154,18 @@ func (s *Store) PersistBatch(ctx context.Context, b Batch) (BatchResult, error) 
 }
 
 func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
+	if err := lockMatches(ctx, tx, b); err != nil {
+		return BatchResult{}, err
+	}
 	if len(b.Matches) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_matches"}, []string{"seq", "match_id", "platform",
 			"region", "queue_id", "game_mode", "game_type", "game_version", "patch", "map_id", "game_creation",
-			"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "fetched_at"},
+			"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "raw_gzip", "fetched_at"},
 			pgx.CopyFromSlice(len(b.Matches), func(i int) ([]any, error) {
 				m := &b.Matches[i]
 				return []any{i, m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
 					m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
-					m.EndOfGameResult, m.ParticipantCount, m.RawGzip, ts(m.FetchedAt)}, nil
+					m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}, nil
 			})); err != nil {
 			return BatchResult{}, fmt.Errorf("copy matches: %w", err)
 		}
@@ -160,13 +177,16 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_participants"}, []string{"seq", "match_id",
 			"participant_id", "puuid", "riot_id_game_name", "riot_id_tagline", "team_id", "champion_id",
 			"champion_name", "champ_level", "team_position", "win", "kills", "deaths", "assists", "gold_earned",
-			"cs", "vision_score", "damage_to_champions", "time_played_s", "placement"},
+			"cs", "vision_score", "damage_to_champions", "time_played_s", "placement", "individual_position",
+			"role", "lane", "items", "summoner1_id", "summoner2_id", "gold_spent", "total_damage_taken",
+			"damage_to_objectives", "wards_placed", "wards_killed"},
 			pgx.CopyFromSlice(len(b.Participants), func(i int) ([]any, error) {
 				p := &b.Participants[i]
 				return []any{i, p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
 					p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
 					p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
-					p.Placement}, nil
+					p.Placement, p.IndividualPosition, p.Role, p.Lane, items(p.Items), p.Summoner1ID, p.Summoner2ID,
+					p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}, nil
 			})); err != nil {
 			return BatchResult{}, fmt.Errorf("copy participants: %w", err)
 		}
@@ -176,10 +196,10 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
 	}
 	if len(b.Timelines) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_timelines"}, []string{"seq", "match_id",
-			"frame_interval_ms", "frame_count", "raw", "fetched_at"},
+			"frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"},
 			pgx.CopyFromSlice(len(b.Timelines), func(i int) ([]any, error) {
 				t := &b.Timelines[i]
-				return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.RawGzip, ts(t.FetchedAt)}, nil
+				return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.Raw, t.RawGzip, ts(t.FetchedAt)}, nil
 			})); err != nil {
 			return BatchResult{}, fmt.Errorf("copy timelines: %w", err)
 		}
@@ -215,9 +235,10 @@ func ts(t time.Time) any {
 
 const upsertMatches = `
 INSERT INTO matches AS t (match_id, platform, region, queue_id, game_mode, game_type, game_version, patch,
-    map_id, game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw, fetched_at)
+    map_id, game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw, raw_gzip,
+    fetched_at)
 SELECT match_id, platform, region, queue_id, game_mode, game_type, game_version, patch, map_id,
-    game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw,
+    game_creation, game_start, game_end, duration_s, end_of_game_result, participant_count, raw, raw_gzip,
     coalesce(fetched_at, now())
 FROM (SELECT DISTINCT ON (match_id) * FROM stage_matches ORDER BY match_id, seq DESC) s
 ORDER BY match_id
@@ -227,22 +248,25 @@ ON CONFLICT (match_id) DO UPDATE SET
     patch = EXCLUDED.patch, map_id = EXCLUDED.map_id, game_creation = EXCLUDED.game_creation,
     game_start = EXCLUDED.game_start, game_end = EXCLUDED.game_end, duration_s = EXCLUDED.duration_s,
     end_of_game_result = EXCLUDED.end_of_game_result, participant_count = EXCLUDED.participant_count,
-    raw = EXCLUDED.raw, fetched_at = EXCLUDED.fetched_at
+    raw = EXCLUDED.raw, raw_gzip = EXCLUDED.raw_gzip, fetched_at = EXCLUDED.fetched_at
 WHERE (t.platform, t.region, t.queue_id, t.game_mode, t.game_type, t.game_version, t.patch, t.map_id,
-       t.game_creation, t.game_start, t.game_end, t.duration_s, t.end_of_game_result, t.participant_count, t.raw)
+       t.game_creation, t.game_start, t.game_end, t.duration_s, t.end_of_game_result, t.participant_count,
+       t.raw::text, t.raw_gzip)
   IS DISTINCT FROM
       (EXCLUDED.platform, EXCLUDED.region, EXCLUDED.queue_id, EXCLUDED.game_mode, EXCLUDED.game_type,
        EXCLUDED.game_version, EXCLUDED.patch, EXCLUDED.map_id, EXCLUDED.game_creation, EXCLUDED.game_start,
        EXCLUDED.game_end, EXCLUDED.duration_s, EXCLUDED.end_of_game_result, EXCLUDED.participant_count,
-       EXCLUDED.raw)`
+       EXCLUDED.raw::text, EXCLUDED.raw_gzip)`
 
 const upsertParticipants = `
 INSERT INTO match_participants AS t (match_id, participant_id, puuid, riot_id_game_name, riot_id_tagline,
     team_id, champion_id, champion_name, champ_level, team_position, win, kills, deaths, assists, gold_earned,
-    cs, vision_score, damage_to_champions, time_played_s, placement)
+    cs, vision_score, damage_to_champions, time_played_s, placement, individual_position, role, lane, items,
+    summoner1_id, summoner2_id, gold_spent, total_damage_taken, damage_to_objectives, wards_placed, wards_killed)
 SELECT match_id, participant_id, puuid, riot_id_game_name, riot_id_tagline, team_id, champion_id,
     champion_name, champ_level, team_position, win, kills, deaths, assists, gold_earned, cs, vision_score,
-    damage_to_champions, time_played_s, placement
+    damage_to_champions, time_played_s, placement, individual_position, role, lane, items,
+    summoner1_id, summoner2_id, gold_spent, total_damage_taken, damage_to_objectives, wards_placed, wards_killed
 FROM (SELECT DISTINCT ON (match_id, participant_id) * FROM stage_participants
       ORDER BY match_id, participant_id, seq DESC) s
 ORDER BY match_id, participant_id
@@ -253,26 +277,36 @@ ON CONFLICT (match_id, participant_id) DO UPDATE SET
     team_position = EXCLUDED.team_position, win = EXCLUDED.win, kills = EXCLUDED.kills,
     deaths = EXCLUDED.deaths, assists = EXCLUDED.assists, gold_earned = EXCLUDED.gold_earned, cs = EXCLUDED.cs,
     vision_score = EXCLUDED.vision_score, damage_to_champions = EXCLUDED.damage_to_champions,
-    time_played_s = EXCLUDED.time_played_s, placement = EXCLUDED.placement
+    time_played_s = EXCLUDED.time_played_s, placement = EXCLUDED.placement,
+    individual_position = EXCLUDED.individual_position, role = EXCLUDED.role, lane = EXCLUDED.lane,
+    items = EXCLUDED.items, summoner1_id = EXCLUDED.summoner1_id, summoner2_id = EXCLUDED.summoner2_id,
+    gold_spent = EXCLUDED.gold_spent, total_damage_taken = EXCLUDED.total_damage_taken,
+    damage_to_objectives = EXCLUDED.damage_to_objectives, wards_placed = EXCLUDED.wards_placed,
+    wards_killed = EXCLUDED.wards_killed
 WHERE (t.puuid, t.riot_id_game_name, t.riot_id_tagline, t.team_id, t.champion_id, t.champion_name,
        t.champ_level, t.team_position, t.win, t.kills, t.deaths, t.assists, t.gold_earned, t.cs,
-       t.vision_score, t.damage_to_champions, t.time_played_s, t.placement)
+       t.vision_score, t.damage_to_champions, t.time_played_s, t.placement, t.individual_position, t.role,
+       t.lane, t.items, t.summoner1_id, t.summoner2_id, t.gold_spent, t.total_damage_taken,
+       t.damage_to_objectives, t.wards_placed, t.wards_killed)
   IS DISTINCT FROM
       (EXCLUDED.puuid, EXCLUDED.riot_id_game_name, EXCLUDED.riot_id_tagline, EXCLUDED.team_id,
        EXCLUDED.champion_id, EXCLUDED.champion_name, EXCLUDED.champ_level, EXCLUDED.team_position, EXCLUDED.win,
        EXCLUDED.kills, EXCLUDED.deaths, EXCLUDED.assists, EXCLUDED.gold_earned, EXCLUDED.cs,
-       EXCLUDED.vision_score, EXCLUDED.damage_to_champions, EXCLUDED.time_played_s, EXCLUDED.placement)`
+       EXCLUDED.vision_score, EXCLUDED.damage_to_champions, EXCLUDED.time_played_s, EXCLUDED.placement,
+       EXCLUDED.individual_position, EXCLUDED.role, EXCLUDED.lane, EXCLUDED.items, EXCLUDED.summoner1_id,
+       EXCLUDED.summoner2_id, EXCLUDED.gold_spent, EXCLUDED.total_damage_taken, EXCLUDED.damage_to_objectives,
+       EXCLUDED.wards_placed, EXCLUDED.wards_killed)`
 
 const upsertTimelines = `
-INSERT INTO match_timelines AS t (match_id, frame_interval_ms, frame_count, raw, fetched_at)
-SELECT match_id, frame_interval_ms, frame_count, raw, coalesce(fetched_at, now())
+INSERT INTO match_timelines AS t (match_id, frame_interval_ms, frame_count, raw, raw_gzip, fetched_at)
+SELECT match_id, frame_interval_ms, frame_count, raw, raw_gzip, coalesce(fetched_at, now())
 FROM (SELECT DISTINCT ON (match_id) * FROM stage_timelines ORDER BY match_id, seq DESC) s
 ORDER BY match_id
 ON CONFLICT (match_id) DO UPDATE SET
     frame_interval_ms = EXCLUDED.frame_interval_ms, frame_count = EXCLUDED.frame_count,
-    raw = EXCLUDED.raw, fetched_at = EXCLUDED.fetched_at
-WHERE (t.frame_interval_ms, t.frame_count, t.raw)
-  IS DISTINCT FROM (EXCLUDED.frame_interval_ms, EXCLUDED.frame_count, EXCLUDED.raw)`
+    raw = EXCLUDED.raw, raw_gzip = EXCLUDED.raw_gzip, fetched_at = EXCLUDED.fetched_at
+WHERE (t.frame_interval_ms, t.frame_count, t.raw::text, t.raw_gzip)
+  IS DISTINCT FROM (EXCLUDED.frame_interval_ms, EXCLUDED.frame_count, EXCLUDED.raw::text, EXCLUDED.raw_gzip)`
 
 // ledgerCreate inserts absent ledger rows as unfetched placeholders; the
 // ledgerLock statement then locks every row the batch touches in key order
@@ -376,6 +410,49 @@ RETURNING s.request_id`)
 	reqs = compact(reqs)
 	progress, err := recount(ctx, tx, reqs)
 	return BatchResult{Progress: progress}, err
+}
+
+// lockMatches takes a transaction-scoped advisory lock per match id of b,
+// in one order (by the lock key) for every writer, before any row is
+// touched. Writers of the same match are serialized: the one that commits
+// second sees the first one's ledger rows when it decides whether the
+// match is done for its syncs. Without it, two concurrent transactions
+// (the match's success in one, its timeline's outcome in the other) could
+// each see the other's row unfinished, and the sync would never complete.
+func lockMatches(ctx context.Context, tx pgx.Tx, b Batch) error {
+	seen := make(map[string]struct{}, len(b.Ledger))
+	ids := make([]string, 0, len(b.Ledger))
+	add := func(id string) {
+		if _, ok := seen[id]; !ok {
+			seen[id] = struct{}{}
+			ids = append(ids, id)
+		}
+	}
+	for i := range b.Matches {
+		add(b.Matches[i].MatchID)
+	}
+	for i := range b.Timelines {
+		add(b.Timelines[i].MatchID)
+	}
+	for i := range b.Ledger {
+		add(b.Ledger[i].MatchID)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(k)
+FROM (SELECT DISTINCT hashtextextended(id, 7316) AS k FROM unnest($1::text[]) id) s ORDER BY k`, ids); err != nil {
+		return fmt.Errorf("lock matches: %w", err)
+	}
+	return nil
+}
+
+// items is an int[] value that is never NULL.
+func items(v []int32) []int32 {
+	if v == nil {
+		return []int32{}
+	}
+	return v
 }
 
 func compact(s []string) []string {

@@ -18,7 +18,7 @@ func fullBatch(tb testing.TB, fxs []fixture) store.Batch {
 		b.Matches = append(b.Matches, fx.Match)
 		b.Participants = append(b.Participants, fx.Participants...)
 		b.Timelines = append(b.Timelines, store.TimelineRow{MatchID: fx.Match.MatchID, FrameIntervalMs: 60000,
-			FrameCount: 30 + i, RawGzip: gz(tb, `{"frames":[`+fmt.Sprint(i)+`]}`), FetchedAt: t0})
+			FrameCount: 30 + i, Raw: []byte(`{"frames":[` + fmt.Sprint(i) + `]}`), FetchedAt: t0})
 		b.Ledger = append(b.Ledger,
 			store.LedgerUpdate{MatchID: fx.Match.MatchID, Kind: "match", Status: "success", Attempt: 1,
 				HTTPStatus: 200, GameCreation: fx.Match.GameCreation, AttemptedAt: t0},
@@ -80,14 +80,22 @@ func TestPersistBatchReplayChangesNothing(t *testing.T) {
 		}
 	}
 
-	// The raw payload is stored byte for byte, uncompressed by Postgres.
+	// The raw payload is stored byte for byte in a json column compressed
+	// with lz4, queryable, and read back as sent.
 	var raw []byte
-	if err := s.Pool().QueryRow(ctx, `SELECT raw FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).
-		Scan(&raw); err != nil {
+	var comp, queue string
+	if err := s.Pool().QueryRow(ctx, `SELECT raw, pg_column_compression(raw), raw->'info'->>'queueId'
+FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).Scan(&raw, &comp, &queue); err != nil {
 		t.Fatal(err)
 	}
-	if string(raw) != string(fxs[0].Match.RawGzip) {
-		t.Errorf("raw differs: got %d bytes, want %d", len(raw), len(fxs[0].Match.RawGzip))
+	if string(raw) != string(fxs[0].Match.Raw) {
+		t.Errorf("raw differs: got %d bytes, want %d", len(raw), len(fxs[0].Match.Raw))
+	}
+	if comp != "lz4" || queue != fmt.Sprint(fxs[0].Match.QueueID) {
+		t.Errorf("compression %q, queueId %q; want lz4, %d", comp, queue, fxs[0].Match.QueueID)
+	}
+	if got, _, err := s.MatchRaw(ctx, fxs[0].Match.MatchID); err != nil || string(got) != string(fxs[0].Match.Raw) {
+		t.Errorf("MatchRaw: %d bytes, %v; want the stored document", len(got), err)
 	}
 	// A changed match is rewritten (the guard is not "never update").
 	b2 := store.Batch{Matches: []store.MatchRow{fxs[0].Match}}

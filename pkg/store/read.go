@@ -13,37 +13,45 @@ import (
 )
 
 // MatchRaw returns the stored MatchDto of matchID as Riot sent it (the
-// JSON body, un-gzipped) and when it was fetched. Permanently unfetchable
+// JSON body, byte-equal: the json column raw, or for a document kept
+// compressed, raw_gzip un-gzipped) and when it was fetched. Permanently unfetchable
 // matches are hidden (visible_matches). ErrNotFound when absent.
 func (s *Store) MatchRaw(ctx context.Context, matchID string) ([]byte, time.Time, error) {
-	return s.raw(ctx, `SELECT raw, fetched_at FROM visible_matches WHERE match_id = $1`, matchID)
+	return s.raw(ctx, `SELECT raw, raw_gzip, fetched_at FROM visible_matches WHERE match_id = $1`, matchID)
 }
 
 // TimelineRaw is MatchRaw for the TimelineDto.
 func (s *Store) TimelineRaw(ctx context.Context, matchID string) ([]byte, time.Time, error) {
-	return s.raw(ctx, `SELECT t.raw, t.fetched_at FROM match_timelines t
+	return s.raw(ctx, `SELECT t.raw, t.raw_gzip, t.fetched_at FROM match_timelines t
 JOIN visible_matches m USING (match_id) WHERE t.match_id = $1`, matchID)
 }
 
 func (s *Store) raw(ctx context.Context, sql, matchID string) ([]byte, time.Time, error) {
-	var gz []byte
+	var doc, gz []byte
 	var at time.Time
-	err := s.pool.QueryRow(ctx, sql, matchID).Scan(&gz, &at)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && gz == nil) {
+	err := s.pool.QueryRow(ctx, sql, matchID).Scan(&doc, &gz, &at)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && doc == nil && gz == nil) {
 		return nil, time.Time{}, fmt.Errorf("store: %s: %w", matchID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: %s: %w", matchID, err)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("store: %s: stored payload: %w", matchID, err)
+	if doc != nil {
+		return doc, at, nil
 	}
-	b, err := io.ReadAll(zr)
+	b, err := gunzipAll(gz)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: %s: stored payload: %w", matchID, err)
 	}
 	return b, at, nil
+}
+
+func gunzipAll(gz []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }
 
 // PlayerMatch is one of a player's stored matches, with their line of it.

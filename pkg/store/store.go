@@ -56,18 +56,20 @@ CREATE TEMP TABLE IF NOT EXISTS stage_matches (
     seq int, match_id text, platform text, region text, queue_id int, game_mode text,
     game_type text, game_version text, patch text, map_id int, game_creation timestamptz,
     game_start timestamptz, game_end timestamptz, duration_s int, end_of_game_result text,
-    participant_count int, raw bytea, fetched_at timestamptz) ON COMMIT DELETE ROWS;
-ALTER TABLE stage_matches ALTER COLUMN raw SET STORAGE EXTERNAL;
+    participant_count int, raw json, raw_gzip bytea, fetched_at timestamptz) ON COMMIT DELETE ROWS;
+ALTER TABLE stage_matches ALTER COLUMN raw SET STORAGE EXTERNAL, ALTER COLUMN raw_gzip SET STORAGE EXTERNAL;
 CREATE TEMP TABLE IF NOT EXISTS stage_participants (
     seq int, match_id text, participant_id int, puuid text, riot_id_game_name text,
     riot_id_tagline text, team_id int, champion_id int, champion_name text, champ_level int,
     team_position text, win boolean, kills int, deaths int, assists int, gold_earned int,
-    cs int, vision_score int, damage_to_champions int, time_played_s int, placement int)
+    cs int, vision_score int, damage_to_champions int, time_played_s int, placement int,
+    individual_position text, role text, lane text, items int[], summoner1_id int, summoner2_id int,
+    gold_spent int, total_damage_taken int, damage_to_objectives int, wards_placed int, wards_killed int)
     ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_timelines (
-    seq int, match_id text, frame_interval_ms int, frame_count int, raw bytea,
+    seq int, match_id text, frame_interval_ms int, frame_count int, raw json, raw_gzip bytea,
     fetched_at timestamptz) ON COMMIT DELETE ROWS;
-ALTER TABLE stage_timelines ALTER COLUMN raw SET STORAGE EXTERNAL;
+ALTER TABLE stage_timelines ALTER COLUMN raw SET STORAGE EXTERNAL, ALTER COLUMN raw_gzip SET STORAGE EXTERNAL;
 CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
     seq int, match_id text, kind text, status text, attempt int, http_status int,
     error text, game_creation timestamptz, attempted_at timestamptz, request_id text) ON COMMIT DELETE ROWS;
@@ -174,5 +176,5 @@ func Migrate(ctx context.Context, url string, logger *slog.Logger) error {
 	if err := m.Migrate(ctx); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
-	return nil
+	return convertRawDocuments(ctx, conn, logger)
 }

@@ -29,13 +29,10 @@
 package fetcher
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,10 +51,12 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
-// Matches is the part of the Riot client the fetcher uses.
+// Matches is the part of the Riot client the fetcher uses: the documents
+// as Riot sent them (gzip), checked against the client's bounds but not
+// decoded (riot.Client.MatchBody).
 type Matches interface {
-	Match(ctx context.Context, region riot.Region, matchID string) (*riot.Match, []byte, error)
-	Timeline(ctx context.Context, region riot.Region, matchID string) (*riot.Timeline, []byte, error)
+	MatchBody(ctx context.Context, region riot.Region, matchID string) (riot.Body, error)
+	TimelineBody(ctx context.Context, region riot.Region, matchID string) (riot.Body, error)
 }
 
 // Riot's retention: match-v5 serves matches for about two years and
@@ -220,31 +219,24 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if cmd.Priority == bus.Background {
 		rctx = riot.WithBackground(rctx)
 	}
-	var raw []byte
-	var creationMs int64
+	// The body goes on as Riot sent it (gzip): the persister decodes it,
+	// once. Only the match's creation time is read here, for the
+	// timeline's retention check.
+	var body riot.Body
 	switch cmd.Kind {
 	case bus.KindMatch:
-		var mt *riot.Match
-		mt, raw, err = s.d.Riot.Match(rctx, region, cmd.MatchID)
-		if err == nil {
-			creationMs = int64(mt.Info.GameCreation)
-		}
+		body, err = s.d.Riot.MatchBody(rctx, region, cmd.MatchID)
 	case bus.KindTimeline:
-		_, raw, err = s.d.Riot.Timeline(rctx, region, cmd.MatchID)
-		creationMs = cmd.GameCreationMs
+		body, err = s.d.Riot.TimelineBody(rctx, region, cmd.MatchID)
+		body.GameCreationMs = 0
 	}
 	if err != nil {
 		return s.failure(ctx, m, cmd, err)
 	}
-
-	gz, err := gzipBytes(raw)
-	if err != nil {
-		return natsx.Retry(fmt.Errorf("gzip %s: %w", cmd.Kind, err))
+	if body.GameCreationMs > 0 {
+		cmd.GameCreationMs = body.GameCreationMs
 	}
-	if creationMs > 0 {
-		cmd.GameCreationMs = creationMs
-	}
-	if err := s.publishResult(ctx, m, cmd, bus.Success, 200, "", gz); err != nil {
+	if err := s.publishResult(ctx, m, cmd, bus.Success, 200, "", body.Gzip); err != nil {
 		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
@@ -512,23 +504,4 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		s.d.Logger.InfoContext(ctx, "fetch outcome", "match_id", cmd.MatchID, "kind", cmd.Kind, "attempt", cmd.Attempt, "outcome", o, "reason", reason)
 	}
 	return nil
-}
-
-var gzPool = sync.Pool{New: func() any { w, _ := gzip.NewWriterLevel(nil, gzip.DefaultCompression); return w }}
-
-// gzipBytes compresses a Riot payload for the FETCHED stream (≈ 6× smaller
-// for a MatchDto, ≈ 10× for a TimelineDto).
-func gzipBytes(b []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(b) / 5)
-	w := gzPool.Get().(*gzip.Writer)
-	defer gzPool.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(b); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

@@ -13,12 +13,13 @@ package persister
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,6 +55,19 @@ type Config struct {
 	// MaxPayloadBytes caps a decompressed payload; larger ones are recorded
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64
+	// MaxBatchBytes caps the message bytes (gzip payloads) pulled for one
+	// batch (default 1.25 MiB, ≈ 10 match + timeline pairs, ≈ 10 MB once
+	// decompressed): memory follows bytes, not the message count. It is
+	// raised to MinBatchBytes: a pull smaller than the FETCHED stream's
+	// largest message (1 MiB) could never deliver that message.
+	MaxBatchBytes int
+	// DecodeWorkers decode one batch's messages in parallel (default
+	// GOMAXPROCS).
+	DecodeWorkers int
+	// Writers is the number of batches in flight, each with its own
+	// transaction (default 2): while one batch is written, the next is
+	// decoded.
+	Writers int
 }
 
 // Deps are the persister's collaborators.
@@ -73,6 +87,10 @@ type Deps struct {
 	app.Base // Subjects, Logger, Tracer, Now
 }
 
+// MinBatchBytes is the smallest Config.MaxBatchBytes: the FETCHED stream's
+// message limit (1 MiB) plus room for the message headers.
+const MinBatchBytes = 1<<20 + 64<<10
+
 // Service is a running persister.
 type Service struct {
 	cfg Config
@@ -89,7 +107,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.Store == nil || d.Locks.KV == nil {
 		return nil, errors.New("persister: JS, Consumer, Store and Locks are required")
 	}
-	config.Fill(&cfg, Config{MaxBatch: 200, MaxWait: 200 * time.Millisecond, LockTTL: 5 * time.Minute, MaxPayloadBytes: 32 << 20})
+	config.Fill(&cfg, Config{MaxBatch: 200, MaxWait: 200 * time.Millisecond, LockTTL: 5 * time.Minute, MaxPayloadBytes: 32 << 20,
+		MaxBatchBytes: 1280 << 10, DecodeWorkers: runtime.GOMAXPROCS(0), Writers: 2})
+	cfg.MaxBatchBytes = max(cfg.MaxBatchBytes, MinBatchBytes)
 	d.Base.Fill("persister")
 	s := &Service{cfg: cfg, d: d}
 	m := otel.Meter("riftflow/persister")
@@ -106,16 +126,21 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return s, nil
 }
 
-// Run consumes both queues until ctx ends, then drains.
+// Run consumes both queues until ctx ends, then drains. Each queue has
+// Config.Writers batch loops sharing its consumer, so one batch is decoded
+// while another is written.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	run := func(c jetstream.Consumer, name string) {
-		g.Go(func() error {
-			return natsx.ConsumeBatch(ctx, c, s.HandleBatch, natsx.BatchOptions{
-				Name: name, MaxBatch: s.cfg.MaxBatch, MaxWait: s.cfg.MaxWait, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping},
+		for range s.cfg.Writers {
+			g.Go(func() error {
+				return natsx.ConsumeBatch(ctx, c, s.HandleBatch, natsx.BatchOptions{
+					Name: name, MaxBatch: s.cfg.MaxBatch, MaxBytes: s.cfg.MaxBatchBytes, MaxWait: s.cfg.MaxWait,
+					Logger: s.d.Logger, Tracer: s.d.Tracer,
+					Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping},
+				})
 			})
-		})
+		}
 	}
 	run(s.d.Consumer, "persister")
 	if s.d.Interactive != nil {
@@ -129,6 +154,55 @@ type item struct {
 	batch store.Batch
 	bad   error // the message can never be stored: terminate it
 	retry error // the message could not be read now (its payload object): retry it
+	// buf holds the decompressed document the batch's Raw points into,
+	// returned to docPool once the batch is written.
+	buf *bytes.Buffer
+}
+
+// docPool recycles the buffers documents are decompressed into, so a
+// steady stream reuses the same few (bounded by the batches in flight).
+var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledDoc is the largest buffer kept for reuse; a rare larger one is
+// left to the garbage collector.
+const maxPooledDoc = 4 << 20
+
+func releaseAll(items []item) {
+	for i := range items {
+		if b := items[i].buf; b != nil && b.Cap() <= maxPooledDoc {
+			b.Reset()
+			docPool.Put(b)
+		}
+		items[i].buf = nil
+	}
+}
+
+// decodeAll decodes msgs on up to Config.DecodeWorkers goroutines (each
+// message independently; the order of items is the order of msgs).
+func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
+	items := make([]item, len(msgs))
+	workers := min(s.cfg.DecodeWorkers, len(msgs))
+	if workers <= 1 {
+		for i, m := range msgs {
+			items[i] = s.decode(ctx, m.Data())
+		}
+		return items
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(msgs) {
+					return
+				}
+				items[i] = s.decode(ctx, msgs[i].Data())
+			}
+		})
+	}
+	wg.Wait()
+	return items
 }
 
 // HandleBatch persists msgs in one transaction and settles each message.
@@ -141,11 +215,11 @@ type item struct {
 // one-by-one isolation, and only a message that is Invalid on its own is
 // recorded as permanently unfetchable.
 func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
-	items := make([]item, len(msgs))
+	items := s.decodeAll(ctx, msgs)
+	defer releaseAll(items)
 	var all store.Batch
 	results := make([]natsx.Result, len(msgs))
-	for i, m := range msgs {
-		items[i] = s.decode(ctx, m.Data())
+	for i := range msgs {
 		switch {
 		case items[i].retry != nil:
 			results[i] = natsx.Retry(items[i].retry)
@@ -294,8 +368,7 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 	if r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
 		return item{bad: fmt.Errorf("fetch result without match_id or kind")}
 	}
-	platform, region, err := riot.ParseMatchID(r.MatchID)
-	if err != nil && r.Outcome == bus.Success {
+	if _, _, err := riot.ParseMatchID(r.MatchID); err != nil && r.Outcome == bus.Success {
 		return item{bad: err}
 	}
 	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(r.Outcome), Attempt: r.Attempt,
@@ -316,11 +389,28 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 		b.Ledger = []store.LedgerUpdate{lu}
 		return item{batch: b}
 	}
-	raw, err := gunzip(r.Payload, s.cfg.MaxPayloadBytes)
-	if err != nil {
+	buf := docPool.Get().(*bytes.Buffer)
+	it := s.decodeSuccess(r, lu, buf)
+	it.buf = buf
+	return it
+}
+
+// decodeSuccess decodes a success's payload into buf, once: a MatchDto
+// into the columns of matches and match_participants, a TimelineDto only
+// scanned (riot.DocScan) for its frame interval and count. The document
+// itself is stored as sent (store.MatchRow.Raw).
+func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
+	platform, region, _ := riot.ParseMatchID(r.MatchID)
+	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
 		return s.unstorable(lu, fmt.Errorf("payload: %w", err))
 	}
+	raw := buf.Bytes()
+	doc, docGz := raw, []byte(nil)
+	if !store.JSONStorable(raw) {
+		doc, docGz = nil, r.Payload
+	}
 	fetched := lu.AttemptedAt
+	var b store.Batch
 	switch r.Kind {
 	case bus.KindMatch:
 		m, err := riot.DecodeMatch(raw)
@@ -330,18 +420,23 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 		if m.Metadata.MatchID != "" && m.Metadata.MatchID != r.MatchID {
 			return s.unstorable(lu, fmt.Errorf("payload is match %q, not %q", m.Metadata.MatchID, r.MatchID))
 		}
-		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, r.Payload, fetched)
+		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, doc, fetched)
+		mr.RawGzip = docGz
 		b.Matches, b.Participants = []store.MatchRow{mr}, parts
 		if !mr.GameCreation.IsZero() {
 			lu.GameCreation = mr.GameCreation
 		}
 	case bus.KindTimeline:
-		t, err := riot.DecodeTimeline(raw)
-		if err != nil {
+		var sc riot.DocScan
+		if _, err := sc.Write(raw); err != nil {
 			return s.unstorable(lu, fmt.Errorf("TimelineDto: %w", err))
 		}
-		b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(t.Info.FrameInterval),
-			FrameCount: len(t.Info.Frames), RawGzip: r.Payload, FetchedAt: fetched}}
+		sc.Close()
+		if sc.MatchID() == "" {
+			return s.unstorable(lu, errors.New("TimelineDto: metadata.matchId missing"))
+		}
+		b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(sc.FrameIntervalMs()),
+			FrameCount: sc.FrameCount(), Raw: doc, RawGzip: docGz, FetchedAt: fetched}}
 	}
 	b.Ledger = []store.LedgerUpdate{lu}
 	return item{batch: b}
@@ -355,17 +450,18 @@ func (s *Service) unstorable(lu store.LedgerUpdate, err error) item {
 	return item{batch: store.Batch{Ledger: []store.LedgerUpdate{lu}}}
 }
 
-// MatchRows maps a MatchDto to its matches row and participant rows.
-// Timestamps come from epoch milliseconds; duration follows Riot's 11.20
-// rule (riot.Match.DurationSeconds).
-func MatchRows(matchID, platform, region string, m *riot.Match, gz []byte, fetched time.Time) (store.MatchRow, []store.ParticipantRow) {
+// MatchRows maps a MatchDto to its matches row and participant rows; raw
+// is the document as Riot sent it (MatchRow.Raw). Timestamps come from
+// epoch milliseconds; duration follows Riot's 11.20 rule
+// (riot.Match.DurationSeconds).
+func MatchRows(matchID, platform, region string, m *riot.Match, raw []byte, fetched time.Time) (store.MatchRow, []store.ParticipantRow) {
 	in := m.Info
 	mr := store.MatchRow{
 		MatchID: matchID, Platform: platform, Region: region, QueueID: int(in.QueueID), GameMode: in.GameMode,
 		GameType: in.GameType, GameVersion: in.GameVersion, Patch: in.Patch(), MapID: int(in.MapID),
 		GameCreation: msTime(int64(in.GameCreation)), GameStart: msTime(int64(in.GameStartTimestamp)),
 		GameEnd: msTime(int64(in.GameEndTimestamp)), DurationS: int(in.DurationSeconds()),
-		EndOfGameResult: in.EndOfGameResult, ParticipantCount: len(in.Participants), RawGzip: gz, FetchedAt: fetched,
+		EndOfGameResult: in.EndOfGameResult, ParticipantCount: len(in.Participants), Raw: raw, FetchedAt: fetched,
 	}
 	parts := make([]store.ParticipantRow, 0, len(in.Participants))
 	for i, p := range in.Participants {
@@ -380,6 +476,11 @@ func MatchRows(matchID, platform, region string, m *riot.Match, gz []byte, fetch
 			Kills: int(p.Kills), Deaths: int(p.Deaths), Assists: int(p.Assists), GoldEarned: int(p.GoldEarned),
 			CS: int(p.TotalMinionsKilled + p.NeutralMinionsKilled), VisionScore: int(p.VisionScore),
 			DamageToChampions: int(p.TotalDamageDealtToChampions), TimePlayedS: int(p.TimePlayed), Placement: int(p.Placement),
+			IndividualPosition: p.IndividualPosition, Role: p.Role, Lane: p.Lane,
+			Items:       []int32{int32(p.Item0), int32(p.Item1), int32(p.Item2), int32(p.Item3), int32(p.Item4), int32(p.Item5), int32(p.Item6)},
+			Summoner1ID: int(p.Summoner1ID), Summoner2ID: int(p.Summoner2ID), GoldSpent: int(p.GoldSpent),
+			TotalDamageTaken: int(p.TotalDamageTaken), DamageToObjectives: int(p.DamageDealtToObjectives),
+			WardsPlaced: int(p.WardsPlaced), WardsKilled: int(p.WardsKilled),
 		})
 	}
 	return mr, parts
@@ -398,24 +499,6 @@ func appendBatch(a, b store.Batch) store.Batch {
 	a.Timelines = append(a.Timelines, b.Timelines...)
 	a.Ledger = append(a.Ledger, b.Ledger...)
 	return a
-}
-
-func gunzip(b []byte, limit int64) ([]byte, error) {
-	if len(b) == 0 {
-		return nil, errors.New("empty payload")
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(out)) > limit {
-		return nil, fmt.Errorf("decompressed payload over %d bytes", limit)
-	}
-	return out, nil
 }
 
 func truncate(s string, n int) string {

@@ -13,6 +13,10 @@ type Env struct {
 	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`
 	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"`
 	LockTTL  time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// MaxBytes caps one batch's message bytes; Writers is the number of
+	// batches in flight (see Config).
+	MaxBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"1310720"`
+	Writers  int `env:"PERSIST_WRITERS" envDefault:"2"`
 }
 
 // FromInfra builds a persister bound to the "persister" and
@@ -27,5 +31,5 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL}, d)
+	return New(Config{MaxBatch: e.MaxBatch, MaxWait: e.MaxWait, LockTTL: e.LockTTL, MaxBatchBytes: e.MaxBytes, Writers: e.Writers}, d)
 }

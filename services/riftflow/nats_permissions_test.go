@@ -29,7 +29,7 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

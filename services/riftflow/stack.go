@@ -172,6 +172,7 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 	}
 	srv, err := natsembed.StartServer(natsembed.Options{Name: "riftflow", StoreDir: filepath.Join(o.DataDir, "nats"),
 		Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true,
+		JetStreamMaxMemory: natsembed.SmallNodeMaxMemory, JetStreamMaxStore: natsembed.SmallNodeMaxStore,
 		Configure: func(so *server.Options) {
 			so.Users = users.server
 			so.Websocket.NoAuthUser = streams.UserWeb

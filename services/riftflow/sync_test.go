@@ -2,13 +2,10 @@ package riftflow
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -454,13 +451,8 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var raw []byte
-		rows.Scan(&raw)
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(zr)
+		var body []byte
+		rows.Scan(&body)
 		var m struct {
 			Info struct {
 				GameCreation int64 `json:"gameCreation"`
