@@ -129,6 +129,49 @@ func startServer(so *server.Options, logs bool) (*server.Server, error) {
 	return s, nil
 }
 
+// NodeOptions configures one node of a loopback JetStream cluster.
+type NodeOptions struct {
+	// Name is the server name, unique in the cluster.
+	Name string
+	// StoreDir is the node's JetStream file store (kept across restarts).
+	StoreDir string
+	// Port is the client port; ClusterPort the route port (both fixed,
+	// on 127.0.0.1).
+	Port, ClusterPort int
+	// Routes are the nats-route:// URLs of every node (its own included).
+	Routes []string
+}
+
+// ClusterName is the cluster name of StartCluster and StartNode nodes.
+const ClusterName = "riftflow-test"
+
+func (o NodeOptions) serverOptions() *server.Options {
+	return &server.Options{
+		ServerName: o.Name,
+		Host:       "127.0.0.1",
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		Cluster: server.ClusterOpts{
+			Name: ClusterName,
+			Host: "127.0.0.1",
+			Port: o.ClusterPort,
+		},
+		Routes: server.RoutesFromStr(strings.Join(o.Routes, ",")),
+	}
+}
+
+// StartNode starts one clustered JetStream node and waits until it accepts
+// client connections (up to 10 s); it logs to stderr when logs is true.
+// The nats-node command (internal/cmd/nats-node) runs one node per OS
+// process with it.
+func StartNode(o NodeOptions, logs bool) (*server.Server, error) {
+	so := o.serverOptions()
+	so.NoLog = !logs
+	return startServer(so, logs)
+}
+
 // Cluster is an in-process JetStream cluster of embedded servers on
 // loopback, for failover tests and local experiments. Each node keeps its
 // StoreDir across Kill and Restart.
@@ -162,21 +205,8 @@ func StartCluster(n int, baseDir string) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("natsembed: cluster store dir: %w", err)
 		}
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       ports[i],
-			JetStream:  true,
-			StoreDir:   dir,
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "riftflow-test",
-				Host: "127.0.0.1",
-				Port: ports[n+i],
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
-		}
+		o := NodeOptions{Name: fmt.Sprintf("n%d", i), StoreDir: dir, Port: ports[i], ClusterPort: ports[n+i], Routes: routes}.serverOptions()
+		o.NoLog = true
 		c.opts = append(c.opts, o)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
 	}
