@@ -95,7 +95,6 @@ func TestChaosKillEachService(t *testing.T) {
 // 2% slow responses past the client timeout, on every endpoint, for the
 // whole run.
 func TestChaosRiotFaults(t *testing.T) {
-	longCase(t) // the short run of it took 2.5 min on 60 matches: too slow for make test
 	players, per := chaosSize()
 	f := sim.Faults{Seed: 7, Error5xx: 0.20, Service429: 0.05, Slow: 0.02, SlowDelay: 2 * time.Second}
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, faults: f,
@@ -126,62 +125,82 @@ func TestChaosNATSRestart(t *testing.T) {
 	e.check("NATS disconnect and reconnect", start, fmt.Sprintf("%d NATS server restarts (3 s down each)", e.natsRestarts))
 }
 
-// TestChaosClusterNodeLoss runs on a 3-node JetStream cluster with R3
-// streams; the node leading the FETCH stream is shut down mid-run and
-// brought back, then the node leading FETCHED.
+// TestChaosClusterNodeLoss runs on a 3-node JetStream cluster of separate
+// nats-node OS processes with R3 streams and KV buckets: kill -9 of the
+// node leading FETCH, then of a second node (the leader of FETCHED, or
+// another), so the cluster has lost its quorum; both stay down for a while
+// (10 s short, 60 s full), then both are started again.
 func TestChaosClusterNodeLoss(t *testing.T) {
-	longCase(t)
 	players, per := chaosSize()
+	down := 10 * time.Second
+	if chaosFull() {
+		down = time.Minute
+	}
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, nodes: 3})
 	total := players * per
 	start := time.Now()
 	e.ingestAll(1, players)
-	for i, step := range []struct {
-		at     float64
-		stream string
-	}{{0.25, streams.StreamFetch}, {0.60, streams.StreamFetched}} {
-		e.waitStored(fraction(total, step.at), settleTimeout())
-		n := e.streamLeader(step.stream)
-		e.cluster.Kill(n)
-		e.nodeLosses++
-		t.Logf("loss %d: node n%d (leader of %s) shut down, stored %d", i+1, n, step.stream, e.stored())
-		time.Sleep(5 * time.Second)
-		if err := e.cluster.Restart(n); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
-		if err := e.cluster.WaitLeader(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		t.Logf("node n%d back", n)
+	e.waitStored(fraction(total, 0.25), settleTimeout())
+	first := e.streamLeader(streams.StreamFetch)
+	e.cluster.Kill(first)
+	e.nodeLosses++
+	t.Logf("kill -9 node n%d (leader of %s), stored %d", first, streams.StreamFetch, e.stored())
+	time.Sleep(down / 2)
+	second := (first + 1) % 3
+	if n, ok := e.tryStreamLeader(streams.StreamFetched); ok && n != first {
+		second = n
 	}
+	e.cluster.Kill(second)
+	e.nodeLosses++
+	t.Logf("kill -9 node n%d: 2 of 3 nodes down (no quorum), stored %d", second, e.stored())
+	time.Sleep(down)
+	for _, n := range []int{first, second} {
+		if err := e.cluster.Start(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+	for n := range 3 {
+		if err := e.cluster.WaitJetStream(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	t.Logf("nodes n%d and n%d back, stored %d", first, second, e.stored())
 	e.waitSettled(settleTimeout())
-	e.check("lose 1 of 3 JetStream nodes (R3)", start, fmt.Sprintf("%d node losses (stream leader, 5 s down each)", e.nodeLosses))
+	e.check("NATS 3 nodes: kill -9 1 then 2 nodes", start, fmt.Sprintf("%d NATS node processes SIGKILLed (%s down), restarted", e.nodeLosses, down))
 }
 
 // streamLeader returns the index of the node leading stream.
 func (e *chaosEnv) streamLeader(stream string) int {
 	e.t.Helper()
 	for try := 0; try < 50; try++ {
-		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
-		st, err := e.js.Stream(ctx, stream)
-		if err == nil {
-			info, err := st.Info(ctx)
-			if err == nil && info.Cluster != nil {
-				for i := range 3 {
-					if s := e.cluster.Server(i); s != nil && s.Name() == info.Cluster.Leader {
-						cancel()
-						return i
-					}
-				}
-			}
+		if n, ok := e.tryStreamLeader(stream); ok {
+			return n
 		}
-		cancel()
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.t.Fatalf("no leader for %s", stream)
 	return 0
+}
+
+// tryStreamLeader reads the leader of stream once: nodes are named n<i>.
+func (e *chaosEnv) tryStreamLeader(stream string) (int, bool) {
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	defer cancel()
+	st, err := e.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, false
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return 0, false
+	}
+	var n int
+	if _, err := fmt.Sscanf(info.Cluster.Leader, "n%d", &n); err != nil || n < 0 || n > 2 {
+		return 0, false
+	}
+	return n, true
 }
 
 // TestChaosPostgresRestart stops Postgres (pg_ctl stop -m fast) twice while
