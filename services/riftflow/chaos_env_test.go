@@ -250,9 +250,9 @@ type chaosEnv struct {
 	natsURL  string
 	// natsProxy and riotProxy are the partition points (nil unless asked).
 	natsProxy, riotProxy *tcpproxy.Proxy
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	subj     bus.Subjects
+	nc                   *nats.Conn
+	js                   jetstream.JetStream
+	subj                 bus.Subjects
 
 	dbURL  string
 	pgDir  string
