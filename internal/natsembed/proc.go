@@ -36,6 +36,9 @@ func StartProcCluster(bin string, n int, dir string) (*ProcCluster, error) {
 	if n < 1 {
 		return nil, errors.New("natsembed: StartProcCluster needs n ≥ 1")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("natsembed: cluster dir: %w", err)
+	}
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err

@@ -49,10 +49,10 @@ func TestChaosReplicas(t *testing.T) {
 		}
 	}
 	for i, name := range victims {
-		e.waitStored(fraction(total, 0.05+0.45*float64(i)/float64(len(victims))), settleTimeout())
+		e.waitStored(fraction(total, 0.05+0.25*float64(i)/float64(len(victims))), settleTimeout())
 		e.killRestart(name, 300*time.Millisecond)
 	}
-	e.waitStored(fraction(total, 0.55), settleTimeout())
+	e.waitStored(fraction(total, 0.35), settleTimeout())
 	e.rollingRestart()
 	e.waitSettled(settleTimeout())
 	e.check("2 replicas: kill -9 each + rolling restart", start,
