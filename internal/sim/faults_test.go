@@ -155,6 +155,9 @@ func TestMatchFaults(t *testing.T) {
 	if err := s.SetFaults(Faults{Match: map[string]MatchFault{id: {Kind: "nope"}}}); err == nil {
 		t.Fatal("unknown kind accepted")
 	}
+	if st := s.Stats(); st.MatchCalls[id] != 13 || st.MatchCalls["NA1_5027407435"] != 1 {
+		t.Fatalf("getMatch calls per match %v", st.MatchCalls)
+	}
 	if st := s.Stats(); st.Faults[FaultNotFound] != 3 || st.Faults[FaultPoison] != 1 {
 		t.Fatalf("fault stats %v", st.Faults)
 	}

@@ -295,6 +295,9 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 	record := func(n int) {
 		s.mu.Lock()
 		s.stats.record(route, method, resp.status, int64(n))
+		if method == MethodMatch {
+			s.stats.MatchCalls[r.PathValue("matchId")]++
+		}
 		s.mu.Unlock()
 	}
 	switch {

@@ -783,6 +783,7 @@ type chaosResult struct {
 	Syncing       int              `json:"accounts_left_syncing"`
 	Requests      int64            `json:"riot_requests"`
 	MatchFetches  int64            `json:"getmatch_200"`
+	MaxCalls      int64            `json:"max_getmatch_calls_per_match"`
 	Faults        map[string]int64 `json:"sim_faults,omitempty"`
 	Injected      []string         `json:"injected"`
 	Violations    int64            `json:"rate_limit_violations"`
@@ -987,6 +988,9 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	}
 
 	st := s.Stats()
+	for id := range listed {
+		r.MaxCalls = max(r.MaxCalls, st.MatchCalls[id])
+	}
 	r.Requests, r.MatchFetches, r.Violations, r.Faults = st.Total, st.MethodCount(sim.MethodMatch, 200), st.Violations, st.Faults
 	if st.Violations != 0 {
 		t.Errorf("%d rate-limit violations (application/method 429s)", st.Violations)

@@ -26,10 +26,10 @@ func TestChaosTable(t *testing.T) {
 	}
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\tmatches\tlost\tduplicated\twrongly gone\textra Riot calls\t429s\tseconds\t")
+	fmt.Fprintln(w, "scenario\tmatches\tlost\tduplicated\twrongly gone\textra Riot calls\tmax calls/match\t429s\tseconds\t")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", r.Case, r.Listed, r.Losses, r.Duplicates, r.WronglyGone,
-			r.MatchFetches-int64(r.Stored), r.Violations, r.ElapsedSecond)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", r.Case, r.Listed, r.Losses, r.Duplicates, r.WronglyGone,
+			r.MatchFetches-int64(r.Stored), r.MaxCalls, r.Violations, r.ElapsedSecond)
 		if r.Losses+r.Duplicates+r.WronglyGone != 0 || r.Violations != 0 {
 			t.Errorf("%s: %d lost, %d duplicated, %d wrongly gone, %d 429s", r.Case, r.Losses, r.Duplicates, r.WronglyGone, r.Violations)
 		}
