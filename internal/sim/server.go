@@ -209,7 +209,15 @@ func (s *Sim) matchFaultResp(r *http.Request, route string, now time.Time, h han
 			resp.pad = 16 << 20
 		}
 	case FaultGzipBomb:
-		resp.gz, resp.forceGz = gzipBomb(resp.body, mf.N), true
+		// Compressed once per path: inflating is the client's cost, not ours.
+		key := r.URL.Path + "|" + strconv.Itoa(mf.N)
+		if v, ok := s.bombs.Load(key); ok {
+			resp.gz = v.([]byte)
+		} else {
+			resp.gz = gzipBomb(resp.body, mf.N)
+			s.bombs.Store(key, resp.gz)
+		}
+		resp.forceGz = true
 	case FaultDeepJSON:
 		n := mf.N
 		if n <= 0 {

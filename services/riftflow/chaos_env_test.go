@@ -213,6 +213,9 @@ type chaosOptions struct {
 	riotProxy bool
 	// skew is each process's clock skew (RIFTFLOW_TEST_CLOCK_SKEW).
 	skew map[string]time.Duration
+	// callBound is the most getMatch calls any match may take (default
+	// 2: one, plus one in flight in a killed or cut-off process).
+	callBound int64
 	// beforeServices runs after the schema migration, before the services
 	// start (tablespaces, …).
 	beforeServices func(e *chaosEnv)
@@ -784,6 +787,8 @@ type chaosResult struct {
 	Requests      int64            `json:"riot_requests"`
 	MatchFetches  int64            `json:"getmatch_200"`
 	MaxCalls      int64            `json:"max_getmatch_calls_per_match"`
+	MaxCallsID    string           `json:"max_calls_match,omitempty"`
+	CallBound     int64            `json:"getmatch_calls_bound"`
 	Faults        map[string]int64 `json:"sim_faults,omitempty"`
 	Injected      []string         `json:"injected"`
 	Violations    int64            `json:"rate_limit_violations"`
@@ -989,7 +994,9 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 
 	st := s.Stats()
 	for id := range listed {
-		r.MaxCalls = max(r.MaxCalls, st.MatchCalls[id])
+		if n := st.MatchCalls[id]; n > r.MaxCalls {
+			r.MaxCalls, r.MaxCallsID = n, id
+		}
 	}
 	r.Requests, r.MatchFetches, r.Violations, r.Faults = st.Total, st.MethodCount(sim.MethodMatch, 200), st.Violations, st.Faults
 	if st.Violations != 0 {
@@ -1039,6 +1046,10 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	e.t.Helper()
 	r := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
 	r.Case, r.Injected, r.ElapsedSecond = name, injected, time.Since(started).Round(time.Second).Seconds()
+	r.CallBound = e.o.callBound
+	if r.CallBound == 0 {
+		r.CallBound = 2
+	}
 	for _, p := range e.procs {
 		p.mu.Lock()
 		for _, x := range p.exits {
