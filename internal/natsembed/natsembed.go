@@ -191,13 +191,9 @@ func StartCluster(n int, baseDir string) (*Cluster, error) {
 	if n < 1 {
 		return nil, errors.New("natsembed: StartCluster needs n ≥ 1")
 	}
-	ports, err := freePorts(2 * n)
+	ports, routes, err := clusterPorts(n)
 	if err != nil {
 		return nil, err
-	}
-	routes := make([]string, n)
-	for i := range n {
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i])
 	}
 	c := &Cluster{servers: make([]*server.Server, n)}
 	for i := range n {
@@ -303,6 +299,18 @@ func (c *Cluster) Shutdown() {
 	for i := range c.servers {
 		c.Kill(i)
 	}
+}
+
+// clusterPorts picks free client ports (ports[:n]) and route ports
+// (ports[n:]) for n nodes, and the nats-route:// URL of every route port.
+func clusterPorts(n int) (ports []int, routes []string, err error) {
+	if ports, err = freePorts(2 * n); err != nil {
+		return nil, nil, err
+	}
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	return ports, routes, nil
 }
 
 // freePorts reserves n distinct free loopback TCP ports by listening on

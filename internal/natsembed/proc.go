@@ -39,13 +39,9 @@ func StartProcCluster(bin string, n int, dir string) (*ProcCluster, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("natsembed: cluster dir: %w", err)
 	}
-	ports, err := freePorts(2 * n)
+	ports, routes, err := clusterPorts(n)
 	if err != nil {
 		return nil, err
-	}
-	routes := make([]string, n)
-	for i := range n {
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i])
 	}
 	c := &ProcCluster{bin: bin, dir: dir, procs: make([]*exec.Cmd, n), done: make([]chan struct{}, n)}
 	for i := range n {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/tcpproxy"
 )
 
 // short or full picks a duration by suite.
@@ -178,43 +179,38 @@ func fillDisk(path string) (int64, error) {
 // black-holes its link: nothing flows, nothing is closed) for 20 s (2 min
 // full) while the backlog is worked, then heals it.
 func TestChaosPartitionNATS(t *testing.T) {
-	players, per := chaosSize()
-	d := shortFull(20*time.Second, 2*time.Minute)
-	e := startChaos(t, chaosOptions{players: players, perPlayer: per, natsProxy: []string{"persister"}})
-	total := players * per
-	start := time.Now()
-	e.ingestAll(1, players)
-	e.waitStored(fraction(total, 0.25), settleTimeout())
-	e.natsProxy.Blackhole(true)
-	t.Logf("persister ↔ NATS black-holed for %s (stored %d)", d, e.stored())
-	time.Sleep(d)
-	e.natsProxy.Blackhole(false)
-	t.Logf("healed (stored %d)", e.stored())
-	e.waitSettled(settleTimeout())
-	e.check(fmt.Sprintf("partition persister ↔ NATS %s", d), start, fmt.Sprintf("black hole for %s", d))
+	partitionCase(t, "persister ↔ NATS", chaosOptions{natsProxy: []string{"persister"}},
+		func(e *chaosEnv) *tcpproxy.Proxy { return e.natsProxy })
 }
 
 // TestChaosPartitionRiot cuts the fetchers off Riot (the simulator) for
 // 20 s (2 min full) while the backlog is worked, then heals the link.
 func TestChaosPartitionRiot(t *testing.T) {
-	players, per := chaosSize()
-	d := shortFull(20*time.Second, 2*time.Minute)
 	// A fetch cut off times out (3 s) and is retried on the FETCH_BACKOFF
 	// schedule (5 attempts), then by the sweeper; the held requests reach
 	// Riot when the link heals, so each attempt made during the partition
 	// is a Riot call.
-	e := startChaos(t, chaosOptions{players: players, perPlayer: per, riotProxy: true, callBound: 10})
-	total := players * per
+	partitionCase(t, "fetchers ↔ Riot", chaosOptions{riotProxy: true, callBound: 10},
+		func(e *chaosEnv) *tcpproxy.Proxy { return e.riotProxy })
+}
+
+// partitionCase black-holes link(e) at 25 % stored for 20 s (2 min full),
+// heals it, and checks the end state.
+func partitionCase(t *testing.T, name string, o chaosOptions, link func(*chaosEnv) *tcpproxy.Proxy) {
+	o.players, o.perPlayer = chaosSize()
+	d := shortFull(20*time.Second, 2*time.Minute)
+	e := startChaos(t, o)
 	start := time.Now()
-	e.ingestAll(1, players)
-	e.waitStored(fraction(total, 0.25), settleTimeout())
-	e.riotProxy.Blackhole(true)
-	t.Logf("fetchers ↔ Riot black-holed for %s (stored %d)", d, e.stored())
+	e.ingestAll(1, o.players)
+	e.waitStored(fraction(o.players*o.perPlayer, 0.25), settleTimeout())
+	p := link(e)
+	p.Blackhole(true)
+	t.Logf("%s black-holed for %s (stored %d)", name, d, e.stored())
 	time.Sleep(d)
-	e.riotProxy.Blackhole(false)
+	p.Blackhole(false)
 	t.Logf("healed (stored %d)", e.stored())
 	e.waitSettled(settleTimeout())
-	e.check(fmt.Sprintf("partition fetchers ↔ Riot %s", d), start, fmt.Sprintf("black hole for %s", d))
+	e.check(fmt.Sprintf("partition %s %s", name, d), start, fmt.Sprintf("black hole for %s", d))
 }
 
 // TestChaosClockSkew runs two processes of every service whose clocks are
