@@ -82,7 +82,7 @@ func (e *chaosEnv) rollingRestart() {
 // TestChaosDiskFull puts the ledger and participant tables of a private
 // Postgres cluster on a 64 MiB tmpfs tablespace, then fills the
 // filesystem while the backlog is worked (every write that needs a new
-// page fails with SQLSTATE 53100), for 15 s (1 min full), and frees it.
+// page fails with SQLSTATE 53100), for 10 s (1 min full), and frees it.
 func TestChaosDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -91,7 +91,7 @@ func TestChaosDiskFull(t *testing.T) {
 		t.Skip("the full-disk case mounts a tmpfs: needs root")
 	}
 	players, per := chaosSize()
-	full := shortFull(15*time.Second, time.Minute)
+	full := shortFull(10*time.Second, time.Minute)
 	var mnt string
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true,
 		beforeServices: func(e *chaosEnv) { mnt = e.tmpfsTablespace("64m", "match_fetches", "match_participants") }})
@@ -176,7 +176,7 @@ func fillDisk(path string) (int64, error) {
 }
 
 // TestChaosPartitionNATS cuts the persister off NATS (a TCP proxy that
-// black-holes its link: nothing flows, nothing is closed) for 20 s (2 min
+// black-holes its link: nothing flows, nothing is closed) for 10 s (2 min
 // full) while the backlog is worked, then heals it.
 func TestChaosPartitionNATS(t *testing.T) {
 	partitionCase(t, "persister ↔ NATS", chaosOptions{natsProxy: []string{"persister"}},
@@ -184,7 +184,7 @@ func TestChaosPartitionNATS(t *testing.T) {
 }
 
 // TestChaosPartitionRiot cuts the fetchers off Riot (the simulator) for
-// 20 s (2 min full) while the backlog is worked, then heals the link.
+// 10 s (2 min full) while the backlog is worked, then heals the link.
 func TestChaosPartitionRiot(t *testing.T) {
 	// A fetch cut off times out (3 s) and is retried on the FETCH_BACKOFF
 	// schedule (5 attempts), then by the sweeper; the held requests reach
@@ -194,11 +194,11 @@ func TestChaosPartitionRiot(t *testing.T) {
 		func(e *chaosEnv) *tcpproxy.Proxy { return e.riotProxy })
 }
 
-// partitionCase black-holes link(e) at 25 % stored for 20 s (2 min full),
+// partitionCase black-holes link(e) at 25 % stored for 10 s (2 min full),
 // heals it, and checks the end state.
 func partitionCase(t *testing.T, name string, o chaosOptions, link func(*chaosEnv) *tcpproxy.Proxy) {
 	o.players, o.perPlayer = chaosSize()
-	d := shortFull(20*time.Second, 2*time.Minute)
+	d := shortFull(10*time.Second, 2*time.Minute)
 	e := startChaos(t, o)
 	start := time.Now()
 	e.ingestAll(1, o.players)
