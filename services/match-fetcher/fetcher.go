@@ -99,6 +99,10 @@ type Config struct {
 	// FetchResult carries its name, so no payload is ever refetched for its
 	// size.
 	InlinePayloadMax int
+	// PublishPatience is how long a fetched payload's result is retried
+	// when it cannot be published before the command is given back
+	// (default 30 s, publishHeld).
+	PublishPatience time.Duration
 }
 
 // PendingReason starts the ledger error of a fetch whose in-process retries
@@ -146,6 +150,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
+	}
+	if cfg.PublishPatience <= 0 {
+		cfg.PublishPatience = DefaultPublishPatience
 	}
 	if cfg.InlinePayloadMax <= 0 {
 		cfg.InlinePayloadMax = 512 << 10
@@ -262,7 +269,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if creationMs > 0 {
 		cmd.GameCreationMs = creationMs
 	}
-	if err := s.publishResult(ctx, m, cmd, bus.Success, 200, "", gz); err != nil {
+	if err := s.publishHeld(ctx, m, func() error { return s.publishResult(ctx, m, cmd, bus.Success, 200, "", gz) }); err != nil {
 		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
