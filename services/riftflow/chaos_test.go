@@ -9,7 +9,7 @@ package riftflow
 //
 // `make chaos` (RIFTFLOW_CHAOS=full) runs every case on 20 players × 100
 // matches = 2,000 matches, each fault at its full length. Without it
-// (make test, CI) the same cases run on a 120-match backlog with shorter
+// (make test, CI) the same cases run on a 60-match backlog with shorter
 // faults (docs/chaos.md, "Scenarios"); only the Postgres fast restart and
 // the in-process clock jump are skipped with a note.
 
@@ -30,12 +30,13 @@ import (
 
 func chaosFull() bool { return os.Getenv("RIFTFLOW_CHAOS") == "full" }
 
-// chaosSize is the backlog: 2,000 matches in the full suite, 200 otherwise.
+// chaosSize is the backlog: 2,000 matches in the full suite, 60 in the
+// short one (make test: twelve scenarios within a few minutes).
 func chaosSize() (players, perPlayer int) {
 	if chaosFull() {
 		return 20, 100
 	}
-	return 3, 40
+	return 2, 30
 }
 
 // settleTimeout bounds liveness (the checks come after it).
