@@ -286,7 +286,10 @@ func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.Fet
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix())); err != nil {
+	if err := s.publishHeld(ctx, m, func() error {
+		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix()))
+		return err
+	}); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
 		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
 	}

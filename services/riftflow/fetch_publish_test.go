@@ -18,12 +18,20 @@ import (
 // one match); on the old code each failed publish naked the command and
 // its next delivery called Riot again.
 func TestFetchedPayloadNotRefetchedWhileResultsUnpublishable(t *testing.T) {
+	// FETCHED refuses results; then FETCH refuses the timeline command a
+	// fetched match queues (the match was fetched again on the old code).
+	for _, stream := range []string{streams.StreamFetched, streams.StreamFetch} {
+		t.Run(stream, func(t *testing.T) { unpublishableFor(t, stream) })
+	}
+}
+
+func unpublishableFor(t *testing.T, stream string) {
 	h := startHarness(t, harnessOptions{sim: sim.Options{
 		Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6, Platform: "na1"}}})
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
 	js := h.st.Infra.JS
-	st, err := js.Stream(ctx, streams.StreamFetched)
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +42,22 @@ func TestFetchedPayloadNotRefetchedWhileResultsUnpublishable(t *testing.T) {
 	cfg := info.Config
 	off := cfg
 	off.Subjects = []string{"riftflow-test.withdrawn.>"}
-	if _, err := js.UpdateStream(ctx, off); err != nil {
-		t.Fatal(err)
+	withdraw := func() {
+		if _, err := js.UpdateStream(h.ctx, off); err != nil {
+			t.Error(err)
+		}
+	}
+	if stream == streams.StreamFetched {
+		withdraw()
 	}
 	go func() {
-		// Back once Riot has answered a first getMatch, plus 3 s.
+		// FETCH goes when Riot has answered a first getMatch (the fetch
+		// commands are queued by then); both come back 3 s later.
 		for h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200) == 0 && h.ctx.Err() == nil {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
+		}
+		if stream == streams.StreamFetch {
+			withdraw()
 		}
 		time.Sleep(3 * time.Second)
 		if _, err := js.UpdateStream(h.ctx, cfg); err != nil {
