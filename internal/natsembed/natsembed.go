@@ -142,6 +142,49 @@ func startServer(so *server.Options, logs bool) (*server.Server, error) {
 	return s, nil
 }
 
+// NodeOptions configures one node of a loopback JetStream cluster.
+type NodeOptions struct {
+	// Name is the server name, unique in the cluster.
+	Name string
+	// StoreDir is the node's JetStream file store (kept across restarts).
+	StoreDir string
+	// Port is the client port; ClusterPort the route port (both fixed,
+	// on 127.0.0.1).
+	Port, ClusterPort int
+	// Routes are the nats-route:// URLs of every node (its own included).
+	Routes []string
+}
+
+// ClusterName is the cluster name of StartCluster and StartNode nodes.
+const ClusterName = "riftflow-test"
+
+func (o NodeOptions) serverOptions() *server.Options {
+	return &server.Options{
+		ServerName: o.Name,
+		Host:       "127.0.0.1",
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		Cluster: server.ClusterOpts{
+			Name: ClusterName,
+			Host: "127.0.0.1",
+			Port: o.ClusterPort,
+		},
+		Routes: server.RoutesFromStr(strings.Join(o.Routes, ",")),
+	}
+}
+
+// StartNode starts one clustered JetStream node and waits until it accepts
+// client connections (up to 10 s); it logs to stderr when logs is true.
+// The nats-node command (internal/cmd/nats-node) runs one node per OS
+// process with it.
+func StartNode(o NodeOptions, logs bool) (*server.Server, error) {
+	so := o.serverOptions()
+	so.NoLog = !logs
+	return startServer(so, logs)
+}
+
 // Cluster is an in-process JetStream cluster of embedded servers on
 // loopback, for failover tests and local experiments. Each node keeps its
 // StoreDir across Kill and Restart.
@@ -161,13 +204,9 @@ func StartCluster(n int, baseDir string) (*Cluster, error) {
 	if n < 1 {
 		return nil, errors.New("natsembed: StartCluster needs n ≥ 1")
 	}
-	ports, err := freePorts(2 * n)
+	ports, routes, err := clusterPorts(n)
 	if err != nil {
 		return nil, err
-	}
-	routes := make([]string, n)
-	for i := range n {
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i])
 	}
 	c := &Cluster{servers: make([]*server.Server, n)}
 	for i := range n {
@@ -175,21 +214,8 @@ func StartCluster(n int, baseDir string) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("natsembed: cluster store dir: %w", err)
 		}
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       ports[i],
-			JetStream:  true,
-			StoreDir:   dir,
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "riftflow-test",
-				Host: "127.0.0.1",
-				Port: ports[n+i],
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
-		}
+		o := NodeOptions{Name: fmt.Sprintf("n%d", i), StoreDir: dir, Port: ports[i], ClusterPort: ports[n+i], Routes: routes}.serverOptions()
+		o.NoLog = true
 		c.opts = append(c.opts, o)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
 	}
@@ -286,6 +312,18 @@ func (c *Cluster) Shutdown() {
 	for i := range c.servers {
 		c.Kill(i)
 	}
+}
+
+// clusterPorts picks free client ports (ports[:n]) and route ports
+// (ports[n:]) for n nodes, and the nats-route:// URL of every route port.
+func clusterPorts(n int) (ports []int, routes []string, err error) {
+	if ports, err = freePorts(2 * n); err != nil {
+		return nil, nil, err
+	}
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	return ports, routes, nil
 }
 
 // freePorts reserves n distinct free loopback TCP ports by listening on

@@ -51,6 +51,9 @@ const (
 	FaultPoison       = "poison"    // 200 with a body that is not valid JSON
 	FaultTruncated    = "truncated" // 200 whose body stops halfway (Content-Length promises more; the client sees an unexpected EOF)
 	FaultOversized    = "oversized" // 200 with a valid but huge body (payload + padding field of N bytes, default 16 MiB)
+	FaultGzipBomb     = "gzip-bomb" // 200, Content-Encoding gzip, whatever the request accepts: a ~1 MB body that inflates to the payload + a padding field of N bytes (default 1 GiB)
+	FaultDeepJSON     = "deep-json" // 200 with a valid body whose info has a field nested N arrays deep (default 100,000)
+	FaultNUL          = "nul"       // 200 with a valid body carrying \u0000 (NUL) escapes: in the first participant's riotIdGameName and in an extra info field
 )
 
 // MatchFault is a per-match-ID override. N counts calls per (method, match
@@ -69,7 +72,8 @@ type faultState struct {
 func (s *Sim) SetFaults(f Faults) error {
 	for id, mf := range f.Match {
 		switch mf.Kind {
-		case FaultNotFound, FaultNotFoundN, FaultUnavailableN, FaultPoison, FaultTruncated, FaultOversized:
+		case FaultNotFound, FaultNotFoundN, FaultUnavailableN, FaultPoison, FaultTruncated, FaultOversized,
+			FaultGzipBomb, FaultDeepJSON, FaultNUL:
 		default:
 			return fmt.Errorf("sim: match fault %q: unknown kind %q", id, mf.Kind)
 		}

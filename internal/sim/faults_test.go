@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -127,8 +128,35 @@ func TestMatchFaults(t *testing.T) {
 	if m.Metadata.MatchID != id {
 		t.Fatal("oversized body lost its content")
 	}
+	// Hostile payloads: a gzip bomb, deep nesting, NUL escapes.
+	set(MatchFault{Kind: FaultGzipBomb, N: 8 << 20})
+	r = get(t, s, path)
+	if r.code != 200 || r.hdr.Get("Content-Encoding") != "gzip" || len(r.body) > 1<<20 {
+		t.Fatalf("gzip bomb: %d %q %d bytes", r.code, r.hdr.Get("Content-Encoding"), len(r.body))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inflated, err := io.ReadAll(zr)
+	if err != nil || len(inflated) < 8<<20 || !json.Valid(inflated) {
+		t.Fatalf("gzip bomb inflates to %d bytes, valid=%v, %v", len(inflated), json.Valid(inflated), err)
+	}
+	set(MatchFault{Kind: FaultDeepJSON, N: 500})
+	r = get(t, s, path)
+	if r.code != 200 || !json.Valid(r.body) || !bytes.Contains(r.body, []byte(`"simDeep":[[[`)) {
+		t.Fatalf("deep json: %d valid=%v", r.code, json.Valid(r.body))
+	}
+	set(MatchFault{Kind: FaultNUL})
+	r = get(t, s, path)
+	if r.code != 200 || !json.Valid(r.body) || bytes.Count(r.body, []byte(`\u0000`)) != 2 {
+		t.Fatalf("nul: %d valid=%v %d NULs", r.code, json.Valid(r.body), bytes.Count(r.body, []byte(`\u0000`)))
+	}
 	if err := s.SetFaults(Faults{Match: map[string]MatchFault{id: {Kind: "nope"}}}); err == nil {
 		t.Fatal("unknown kind accepted")
+	}
+	if st := s.Stats(); st.MatchCalls[id] != 13 || st.MatchCalls["NA1_5027407435"] != 1 {
+		t.Fatalf("getMatch calls per match %v", st.MatchCalls)
 	}
 	if st := s.Stats(); st.Faults[FaultNotFound] != 3 || st.Faults[FaultPoison] != 1 {
 		t.Fatalf("fault stats %v", st.Faults)

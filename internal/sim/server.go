@@ -32,6 +32,7 @@ type response struct {
 	gz       []byte // pre-compressed body, optional
 	truncate bool   // send half of body under a full Content-Length
 	pad      int    // append a padding field of pad bytes (oversized)
+	forceGz  bool   // send gz with Content-Encoding gzip even if the request did not accept it
 }
 
 type handlerFunc func(r *http.Request, route string, now time.Time) response
@@ -207,8 +208,62 @@ func (s *Sim) matchFaultResp(r *http.Request, route string, now time.Time, h han
 		if resp.pad <= 0 {
 			resp.pad = 16 << 20
 		}
+	case FaultGzipBomb:
+		// Compressed once per path: inflating is the client's cost, not ours.
+		key := r.URL.Path + "|" + strconv.Itoa(mf.N)
+		if v, ok := s.bombs.Load(key); ok {
+			resp.gz = v.([]byte)
+		} else {
+			resp.gz = gzipBomb(resp.body, mf.N)
+			s.bombs.Store(key, resp.gz)
+		}
+		resp.forceGz = true
+	case FaultDeepJSON:
+		n := mf.N
+		if n <= 0 {
+			n = 100_000
+		}
+		field := append(append([]byte(`"simDeep":`), bytes.Repeat([]byte("["), n)...), bytes.Repeat([]byte("]"), n)...)
+		resp.body = insertInfoField(resp.body, field)
+	case FaultNUL:
+		b := bytes.Replace(resp.body, []byte(`"riotIdGameName":"`), []byte(`"riotIdGameName":"\u0000`), 1)
+		resp.body = insertInfoField(b, []byte(`"simNul":"a\u0000b"`))
 	}
 	return resp
+}
+
+// insertInfoField adds field ("name":value) as the first field of the
+// body's "info" object (or of the body when there is none).
+func insertInfoField(body, field []byte) []byte {
+	at := bytes.Index(body, []byte(`"info":{`))
+	if at < 0 {
+		at = bytes.IndexByte(body, '{') + 1
+	} else {
+		at += len(`"info":{`)
+	}
+	out := make([]byte, 0, len(body)+len(field)+1)
+	out = append(append(append(out, body[:at]...), field...), ',')
+	return append(out, body[at:]...)
+}
+
+// gzipBomb gzips body with a padding field of n bytes (default 1 GiB)
+// appended: a small body that inflates to n bytes and more.
+func gzipBomb(body []byte, n int) []byte {
+	if n <= 0 {
+		n = 1 << 30
+	}
+	body = bytes.TrimRight(body, " \n")
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw.Write(body[:len(body)-1])
+	zw.Write([]byte(`,"simPadding":"`))
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for left := n; left > 0; left -= len(chunk) {
+		zw.Write(chunk[:min(left, len(chunk))])
+	}
+	zw.Write([]byte(`"}`))
+	zw.Close()
+	return buf.Bytes()
 }
 
 // acceptsGzip reports whether Accept-Encoding allows gzip (or *) with a
@@ -248,6 +303,9 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 	record := func(n int) {
 		s.mu.Lock()
 		s.stats.record(route, method, resp.status, int64(n))
+		if method == MethodMatch {
+			s.stats.MatchCalls[r.PathValue("matchId")]++
+		}
 		s.mu.Unlock()
 	}
 	switch {
@@ -278,6 +336,12 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 			left -= c
 		}
 		w.Write(post)
+	case resp.forceGz:
+		h.Set("Content-Encoding", "gzip")
+		h.Set("Content-Length", strconv.Itoa(len(resp.gz)))
+		record(len(resp.gz))
+		w.WriteHeader(resp.status)
+		w.Write(resp.gz)
 	default:
 		body := resp.body
 		if len(body) > 0 && acceptsGzip(r) {

@@ -150,6 +150,8 @@ type Sim struct {
 	now   func() time.Time
 	log   *slog.Logger
 	shift int64 // ms added to recorded timestamps
+	// bombs caches gzip-bomb bodies by path and size (FaultGzipBomb).
+	bombs sync.Map
 
 	data *dataset
 

@@ -30,6 +30,9 @@ type Stats struct {
 	// Faults counts injected faults by kind ("500", "service429", "slow",
 	// "poison", ...).
 	Faults map[string]int64 `json:"faults"`
+	// MatchCalls counts getMatch answers (any status, rate-limit 429s
+	// included) per match ID: Riot calls per match.
+	MatchCalls map[string]int64 `json:"matchCalls,omitempty"`
 }
 
 // Count returns Requests[route][method][status].
@@ -49,7 +52,8 @@ func (st Stats) MethodCount(method string, status int) int64 {
 type statsState struct{ Stats }
 
 func (st *statsState) reset() {
-	st.Stats = Stats{Requests: map[string]map[string]map[string]int64{}, RateLimited: map[string]int64{}, Faults: map[string]int64{}}
+	st.Stats = Stats{Requests: map[string]map[string]map[string]int64{}, RateLimited: map[string]int64{}, Faults: map[string]int64{},
+		MatchCalls: map[string]int64{}}
 }
 
 func (st *statsState) record(route, method string, status int, bytes int64) {
@@ -82,6 +86,7 @@ func (s *Sim) Stats() Stats {
 	}
 	out.RateLimited = maps.Clone(s.stats.RateLimited)
 	out.Faults = maps.Clone(s.stats.Faults)
+	out.MatchCalls = maps.Clone(s.stats.MatchCalls)
 	out.Blacklisted = s.blacklisted(s.now())
 	out.Buckets = s.limits.stats()
 	sort.Slice(out.Buckets, func(i, j int) bool {

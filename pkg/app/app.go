@@ -296,7 +296,7 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	if cfg.APIKey == "" {
 		return nil, nil, nil, errors.New("RIOT_API_KEY is not set")
 	}
-	opts := ratelimit.Options{MaxWait: cfg.RateLimitMaxWait, Logger: log,
+	opts := ratelimit.Options{MaxWait: cfg.RateLimitMaxWait, Logger: log, Now: processClock,
 		BackoffStart: cfg.BackoffStart, BackoffMax: cfg.BackoffMax}
 	stats := &RiotStats{}
 	rc := riot.Config{APIKey: cfg.APIKey.Reveal(), BaseURL: cfg.BaseURL, Timeout: cfg.Timeout(), Logger: log,
@@ -498,7 +498,7 @@ type BuildOptions struct {
 
 // Build creates an Infra from env. The returned func closes everything.
 func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error) {
-	inf := &Infra{Env: env, Log: o.Log, Subjects: bus.Subjects{Prefix: env.NATS.SubjectPrefix}, Now: time.Now}
+	inf := &Infra{Env: env, Log: o.Log, Subjects: bus.Subjects{Prefix: env.NATS.SubjectPrefix}, Now: processClock}
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {

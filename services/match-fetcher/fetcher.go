@@ -99,6 +99,10 @@ type Config struct {
 	// FetchResult carries its name, so no payload is ever refetched for its
 	// size.
 	InlinePayloadMax int
+	// PublishPatience is how long a fetched payload's result is retried
+	// when it cannot be published before the command is given back
+	// (default 30 s, publishHeld).
+	PublishPatience time.Duration
 }
 
 // PendingReason starts the ledger error of a fetch whose in-process retries
@@ -145,7 +149,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		cfg.Backoff = DefaultBackoff
 	}
 	config.Fill(&cfg, Config{
-		MaxAttempts: 5, InlinePayloadMax: 512 << 10, MatchRetention: DefaultMatchRetention,
+		MaxAttempts: 5, PublishPatience: DefaultPublishPatience, InlinePayloadMax: 512 << 10, MatchRetention: DefaultMatchRetention,
 		TimelineRetention: DefaultTimelineRetention, KeyRejectedDelay: 5 * time.Minute, Concurrency: 16,
 		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second,
 	})
@@ -236,7 +240,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if body.GameCreationMs > 0 {
 		cmd.GameCreationMs = body.GameCreationMs
 	}
-	if err := s.publishResult(ctx, m, cmd, bus.Success, 200, "", body.Gzip); err != nil {
+	if err := s.publishHeld(ctx, m, func() error { return s.publishResult(ctx, m, cmd, bus.Success, 200, "", body.Gzip) }); err != nil {
 		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
@@ -253,7 +257,10 @@ func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.Fet
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix())); err != nil {
+	if err := s.publishHeld(ctx, m, func() error {
+		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix()))
+		return err
+	}); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
 		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
 	}

@@ -20,6 +20,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ import (
 	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
@@ -68,10 +70,14 @@ func chaosBinaries(t testing.TB) string {
 		if binErr = os.MkdirAll(binDir, 0o755); binErr != nil {
 			return
 		}
-		args := []string{"build", "-o", binDir + string(filepath.Separator)}
+		// -tags chaosclock compiles in the test-only clock skew
+		// (RIFTFLOW_TEST_CLOCK_SKEW, pkg/app/clock_skew.go); nats-node runs
+		// a NATS cluster node as its own process.
+		args := []string{"build", "-tags", "chaosclock", "-o", binDir + string(filepath.Separator)}
 		for _, s := range chaosServices {
 			args = append(args, "github.com/riftflow/riftflow/services/"+s+"/cmd/"+s)
 		}
+		args = append(args, "github.com/riftflow/riftflow/internal/cmd/nats-node")
 		cmd := exec.Command("go", args...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -96,8 +102,11 @@ type chaosProc struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
-	// exits records every exit: "killed" for our SIGKILLs, else the error.
+	// exits records every exit: "signal: killed" for our SIGKILLs,
+	// "terminated: …" for our SIGTERMs, else the error.
 	exits []string
+	// terminating is set while stop waits for a SIGTERMed process.
+	terminating bool
 }
 
 func (p *chaosProc) start(t testing.TB) {
@@ -122,11 +131,14 @@ func (p *chaosProc) start(t testing.TB) {
 		err := cmd.Wait()
 		f.Close()
 		p.mu.Lock()
+		x := "exit 0"
 		if err != nil {
-			p.exits = append(p.exits, err.Error())
-		} else {
-			p.exits = append(p.exits, "exit 0")
+			x = err.Error()
 		}
+		if p.terminating && x != "signal: killed" {
+			x = "terminated: " + x
+		}
+		p.exits = append(p.exits, x)
 		p.mu.Unlock()
 		close(done)
 	}()
@@ -144,20 +156,29 @@ func (p *chaosProc) kill() {
 	<-done
 }
 
-// stop sends SIGTERM and waits up to d, then SIGKILLs.
-func (p *chaosProc) stop(d time.Duration) {
+// stop sends SIGTERM and waits up to d, then SIGKILLs. It reports whether
+// the process exited within d (drained).
+func (p *chaosProc) stop(d time.Duration) bool {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.terminating = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.terminating = false
+		p.mu.Unlock()
+	}()
 	if cmd == nil {
-		return
+		return true
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
+		return true
 	case <-time.After(d):
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-done
+		return false
 	}
 }
 
@@ -178,8 +199,26 @@ func (p *chaosProc) running() bool {
 // chaosOptions configures a chaos environment.
 type chaosOptions struct {
 	players, perPlayer int
-	// nodes is 1 (single server with a TCP port) or 3 (R3 cluster).
+	// nodes is 1 (single server with a TCP port) or 3 (R3 cluster of
+	// nats-node OS processes, natsembed.ProcCluster).
 	nodes int
+	// replicas is the number of processes per service (default 1); the
+	// second is named "<service>-2" in chaosEnv.procs.
+	replicas int
+	// natsProxy names the processes whose NATS connection goes through a
+	// TCP proxy (chaosEnv.natsProxy) that the test can black-hole.
+	natsProxy []string
+	// riotProxy routes the fetchers' Riot traffic through a TCP proxy
+	// (chaosEnv.riotProxy).
+	riotProxy bool
+	// skew is each process's clock skew (RIFTFLOW_TEST_CLOCK_SKEW).
+	skew map[string]time.Duration
+	// callBound is the most getMatch calls any match may take (default
+	// 2: one, plus one in flight in a killed or cut-off process).
+	callBound int64
+	// beforeServices runs after the schema migration, before the services
+	// start (tablespaces, …).
+	beforeServices func(e *chaosEnv)
 	// ownPostgres starts a private Postgres cluster the test can stop and
 	// start (pg_ctl); otherwise a database of the shared test server.
 	ownPostgres bool
@@ -210,11 +249,13 @@ type chaosEnv struct {
 	// NATS: one server, or a cluster.
 	natsOpts natsembed.Options
 	natsSrv  *server.Server
-	cluster  *natsembed.Cluster
+	cluster  *natsembed.ProcCluster
 	natsURL  string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	subj     bus.Subjects
+	// natsProxy and riotProxy are the partition points (nil unless asked).
+	natsProxy, riotProxy *tcpproxy.Proxy
+	nc                   *nats.Conn
+	js                   jetstream.JetStream
+	subj                 bus.Subjects
 
 	dbURL  string
 	pgDir  string
@@ -222,8 +263,9 @@ type chaosEnv struct {
 	pool   *pgxpool.Pool
 
 	procs map[string]*chaosProc
+	order []string // process names, pipeline order, replicas after their first
 	// figures for the report
-	kills, natsRestarts, nodeLosses, pgRestarts int
+	kills, natsRestarts, nodeLosses, pgRestarts, terms, undrained int
 }
 
 // chaosFastEnv compresses retry schedules, as fastEnv does for the harness,
@@ -298,7 +340,7 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 
 	// NATS.
 	if o.nodes == 3 {
-		c, err := natsembed.StartCluster(3, filepath.Join(e.dir, "nats"))
+		c, err := natsembed.StartProcCluster(filepath.Join(bins, "nats-node"), 3, filepath.Join(e.dir, "nats"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,6 +397,9 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pool.Close)
+	if o.beforeServices != nil {
+		o.beforeServices(e)
+	}
 
 	// Services.
 	svcDB := e.dbURL
@@ -377,14 +422,52 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	if err := os.MkdirAll(filepath.Join(e.dir, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range chaosServices {
-		ops := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-		p := &chaosProc{name: name, bin: filepath.Join(bins, name), logPath: filepath.Join(e.dir, "logs", name+".log"), ops: ops,
-			env: append(append([]string(nil), base...), "HTTP_ADDR="+ops, "OTEL_SERVICE_NAME="+name)}
-		if o.otlp != "" {
-			p.env = append(p.env, "OTEL_EXPORTER_OTLP_ENDPOINT="+o.otlp, "OTEL_TRACES_SAMPLER=always_on")
+	if len(o.natsProxy) > 0 {
+		// One node (or the single server): the partition cuts that link.
+		target := strings.TrimPrefix(strings.Split(e.natsURL, ",")[0], "nats://")
+		if e.natsProxy, err = tcpproxy.Start(target); err != nil {
+			t.Fatal(err)
 		}
-		e.procs[name] = p
+		t.Cleanup(func() { e.natsProxy.Close() })
+	}
+	riotBase := e.base
+	if o.riotProxy {
+		u := strings.TrimPrefix(e.base, "http://")
+		hostport := u[:strings.Index(u, "/")]
+		if e.riotProxy, err = tcpproxy.Start(hostport); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.riotProxy.Close() })
+		riotBase = strings.Replace(e.base, hostport, e.riotProxy.Addr(), 1)
+	}
+	if o.replicas == 0 {
+		o.replicas = 1
+		e.o.replicas = 1
+	}
+	for _, svc := range chaosServices {
+		for r := 1; r <= o.replicas; r++ {
+			name := svc
+			if r > 1 {
+				name = fmt.Sprintf("%s-%d", svc, r)
+			}
+			ops := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+			p := &chaosProc{name: name, bin: filepath.Join(bins, svc), logPath: filepath.Join(e.dir, "logs", name+".log"), ops: ops,
+				env: append(append([]string(nil), base...), "HTTP_ADDR="+ops, "OTEL_SERVICE_NAME="+svc)}
+			if o.otlp != "" {
+				p.env = append(p.env, "OTEL_EXPORTER_OTLP_ENDPOINT="+o.otlp, "OTEL_TRACES_SAMPLER=always_on")
+			}
+			if slices.Contains(o.natsProxy, name) {
+				p.env = append(p.env, "NATS_URL=nats://"+e.natsProxy.Addr())
+			}
+			if o.riotProxy && svc == "match-fetcher" {
+				p.env = append(p.env, "RIOT_API_BASE_URL="+riotBase)
+			}
+			if d, ok := o.skew[name]; ok {
+				p.env = append(p.env, "RIFTFLOW_TEST_CLOCK_SKEW="+d.String())
+			}
+			e.procs[name] = p
+			e.order = append(e.order, name)
+		}
 	}
 	t.Cleanup(e.stopAll)
 	t.Cleanup(func() {
@@ -393,7 +476,7 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 			e.keepLogs()
 		}
 	})
-	for _, name := range chaosServices {
+	for _, name := range e.order {
 		e.procs[name].start(t)
 	}
 	return e
@@ -404,13 +487,14 @@ func (e *chaosEnv) stopAll() {
 	for _, p := range e.procs {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.stop(20 * time.Second) }()
+
 	}
 	wg.Wait()
 }
 
 // dumpLogs prints the last n lines of every service log.
 func (e *chaosEnv) dumpLogs(n int) {
-	for _, name := range chaosServices {
+	for _, name := range e.order {
 		b, _ := os.ReadFile(e.procs[name].logPath)
 		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 		if len(lines) > n {
@@ -431,7 +515,7 @@ func (e *chaosEnv) keepLogs() {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return
 	}
-	for _, name := range chaosServices {
+	for _, name := range e.order {
 		if b, err := os.ReadFile(e.procs[name].logPath); err == nil {
 			_ = os.WriteFile(filepath.Join(dir, name+".log"), b, 0o644)
 		}
@@ -442,7 +526,7 @@ func (e *chaosEnv) keepLogs() {
 // allLogs returns every service's stderr.
 func (e *chaosEnv) allLogs() []byte {
 	var all []byte
-	for _, name := range chaosServices {
+	for _, name := range e.order {
 		b, _ := os.ReadFile(e.procs[name].logPath)
 		all = append(all, b...)
 	}
@@ -703,9 +787,13 @@ type chaosResult struct {
 	Losses        int              `json:"losses"`
 	WronglyGone   int              `json:"wrongly_gone"`
 	Duplicates    int              `json:"duplicates"`
+	Wrong         int              `json:"content_mismatches"`
 	Syncing       int              `json:"accounts_left_syncing"`
 	Requests      int64            `json:"riot_requests"`
 	MatchFetches  int64            `json:"getmatch_200"`
+	MaxCalls      int64            `json:"max_getmatch_calls_per_match"`
+	MaxCallsID    string           `json:"max_calls_match,omitempty"`
+	CallBound     int64            `json:"getmatch_calls_bound"`
 	Faults        map[string]int64 `json:"sim_faults,omitempty"`
 	Injected      []string         `json:"injected"`
 	Violations    int64            `json:"rate_limit_violations"`
@@ -753,18 +841,21 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	if rows.Err() != nil {
 		t.Fatal(rows.Err())
 	}
-	stored := map[string]int{} // match_id → participant_count column
-	rows, err = pool.Query(ctx, `SELECT match_id, participant_count FROM matches`)
+	stored := map[string]int{}    // match_id → participant_count column
+	created := map[string]int64{} // match_id → game_creation, epoch ms
+	rows, err = pool.Query(ctx, `SELECT match_id, participant_count,
+  coalesce((extract(epoch FROM game_creation) * 1000)::bigint, 0) FROM matches`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
 		var id string
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
+		var c int64
+		if err := rows.Scan(&id, &n, &c); err != nil {
 			t.Fatal(err)
 		}
-		stored[id] = n
+		stored[id], created[id] = n, c
 	}
 	parts := map[string]int{}
 	rows, err = pool.Query(ctx, `SELECT match_id, count(*), count(DISTINCT puuid) FROM match_participants GROUP BY match_id`)
@@ -806,6 +897,17 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 		}
 		return false
 	}
+	// Payloads the simulator corrupts on purpose are rightly refused; any
+	// other match Riot serves must end stored.
+	refused := map[string]bool{}
+	for id, mf := range s.Faults().Match {
+		switch mf.Kind {
+		case sim.FaultPoison, sim.FaultGzipBomb, sim.FaultDeepJSON:
+			refused[id] = true
+		case sim.FaultOversized:
+			refused[id] = mf.N <= 0 || mf.N >= 16<<20 // over the client's body limit
+		}
+	}
 	for id, m := range listed {
 		l, ok := ledger[id+"/match"]
 		switch {
@@ -821,11 +923,10 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 		if l.status != "success" {
 			r.FinalFailed++
 			r.Reasons[reasonClass(l.reason)]++
-			if m.MatchOK && transientReason(l.reason) {
-				// Riot serves this match, and the reason is one retrying
-				// fixes (a 5xx, a timeout, the database): a loss, even
-				// with a reason. (A payload the simulator corrupted on
-				// purpose is rightly final.)
+			if m.MatchOK && (!refused[id] || transientReason(l.reason)) {
+				// Riot serves this match and its payload is sound (or the
+				// reason is one retrying fixes: a 5xx, a timeout, the
+				// database): a loss, even with a reason.
 				r.WronglyGone++
 				t.Errorf("WRONGLY GONE %s: ledger %s (%s), but Riot serves it", id, l.status, l.reason)
 			}
@@ -849,7 +950,12 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 			t.Errorf("LOST %s: %d participant rows, truth has %d", id, n, m.Participants)
 		}
 		if stored[id] != m.Participants {
+			r.Wrong++
 			t.Errorf("%s: participant_count %d, truth %d", id, stored[id], m.Participants)
+		}
+		if created[id] != m.GameCreation {
+			r.Wrong++
+			t.Errorf("%s: game_creation %d, truth %d", id, created[id], m.GameCreation)
 		}
 		// The timeline: stored, or final with a reason.
 		tl, ok := ledger[id+"/timeline"]
@@ -871,7 +977,7 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 			}
 		default:
 			r.Reasons["timeline: "+reasonClass(tl.reason)]++
-			if m.TimelineOK && transientReason(tl.reason) {
+			if m.TimelineOK && (!refused[id] || transientReason(tl.reason)) {
 				r.WronglyGone++
 				t.Errorf("WRONGLY GONE %s timeline: ledger %s (%s), but Riot serves it", id, tl.status, tl.reason)
 			}
@@ -892,6 +998,11 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	}
 
 	st := s.Stats()
+	for id := range listed {
+		if n := st.MatchCalls[id]; n > r.MaxCalls {
+			r.MaxCalls, r.MaxCallsID = n, id
+		}
+	}
 	r.Requests, r.MatchFetches, r.Violations, r.Faults = st.Total, st.MethodCount(sim.MethodMatch, 200), st.Violations, st.Faults
 	if st.Violations != 0 {
 		t.Errorf("%d rate-limit violations (application/method 429s)", st.Violations)
@@ -940,10 +1051,14 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	e.t.Helper()
 	r := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
 	r.Case, r.Injected, r.ElapsedSecond = name, injected, time.Since(started).Round(time.Second).Seconds()
+	r.CallBound = e.o.callBound
+	if r.CallBound == 0 {
+		r.CallBound = 2
+	}
 	for _, p := range e.procs {
 		p.mu.Lock()
 		for _, x := range p.exits {
-			if x != "signal: killed" {
+			if x != "signal: killed" && x != "terminated: exit 0" {
 				r.ServiceExits++
 				e.t.Errorf("%s exited on its own: %s", p.name, x)
 			}
