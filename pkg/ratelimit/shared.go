@@ -173,22 +173,10 @@ const maxClockSamples = 8
 func (st *kvStore) syncClock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, st.o.KVTimeout)
 	defer cancel()
-	key := st.o.KeyID + ".clock." + st.o.ProcID
-	t1 := st.e.o.Now()
-	rev, err := st.kv.Put(ctx, key, []byte("t"))
-	t2 := st.e.o.Now()
-	if err != nil {
+	smp, ok, err := measureClock(ctx, st.kv, st.o.KeyID+".clock."+st.o.ProcID, st.e.o.Now)
+	if err != nil || !ok {
 		return err
 	}
-	ent, err := st.kv.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	if ent.Revision() != rev {
-		return nil // another writer: no sample
-	}
-	rtt := t2.Sub(t1)
-	smp := clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}
 	st.e.mu.Lock()
 	defer st.e.mu.Unlock()
 	st.samples = append(st.samples, smp)
@@ -204,6 +192,58 @@ func (st *kvStore) syncClock(ctx context.Context) error {
 	st.offset.Store(int64(best.offset))
 	st.offErr.Store(int64(best.rtt / 2))
 	return nil
+}
+
+// measureClock takes one sample of the offset of the NATS server's clock
+// from now: it writes key and reads back the entry's timestamp, which the
+// server stamped when it stored the write. ok is false when another writer
+// got in between (no sample).
+func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now func() time.Time) (smp clockSample, ok bool, err error) {
+	t1 := now()
+	rev, err := kv.Put(ctx, key, []byte("t"))
+	t2 := now()
+	if err != nil {
+		return smp, false, err
+	}
+	ent, err := kv.Get(ctx, key)
+	if err != nil {
+		return smp, false, err
+	}
+	if ent.Revision() != rev {
+		return smp, false, nil
+	}
+	rtt := t2.Sub(t1)
+	return clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}, true, nil
+}
+
+// ServerNow returns the NATS server's current time as the limiter uses it
+// (window starts and pause ends are on that clock), measured as Shared
+// does: it writes <keyID>.clock.<procID> in kv (History 1, so one entry per
+// procID), reads back the server's timestamp, and keeps the best of three
+// samples (the shortest round trip). now is this host's clock (nil:
+// time.Now); the result is now() moved by the measured offset, so a host
+// clock that is off does not move it. err is bound to ctx; the key needs
+// write access to the bucket. Its error bound is half the round trip.
+func ServerNow(ctx context.Context, kv jetstream.KeyValue, keyID, procID string, now func() time.Time) (time.Time, error) {
+	if now == nil {
+		now = time.Now
+	}
+	key := kvToken(keyID) + ".clock." + kvToken(strings.ReplaceAll(procID, ".", "_"))
+	var best clockSample
+	found := false
+	for range 3 {
+		smp, ok, err := measureClock(ctx, kv, key, now)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok && (!found || smp.rtt < best.rtt) {
+			best, found = smp, true
+		}
+	}
+	if !found {
+		return time.Time{}, errors.New("ratelimit: server clock: concurrent writers on " + key)
+	}
+	return now().Add(best.offset), nil
 }
 
 func (s *Shared) syncClock(ctx context.Context) {
