@@ -64,6 +64,10 @@ type Case struct {
 	// fetchers start, and restarts it on the same store and port after
 	// KillFor.
 	KillAt, KillFor time.Duration
+	// Match makes the fetchers call getMatch and getTimeline, as the
+	// match-fetcher does; by default they call two methods with small
+	// answers (see cmd/limitfetcher).
+	Match bool
 }
 
 // Env is where a case runs.
@@ -243,9 +247,13 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	}
 
 	const apiKey = "RGAPI-bench-limit"
+	// Method limits of the order Riot reports for these methods; the
+	// application limit is the tighter one.
+	methodLimits := map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10",
+		sim.MethodAccountByPUUID: "2000:10", sim.MethodMatchIDs: "2000:10"}
 	s, err := sim.New(sim.Options{APIKey: apiKey, DeriveTimelines: true,
 		Limits: sim.RateLimits{App: c.Key.App,
-			Method: map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10"}},
+			Method: methodLimits},
 		// Riot's escalating blacklist: more than 5 application or method
 		// 429s within a minute turn the key to 403s for a minute, then
 		// twice as long each time.
@@ -260,10 +268,17 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	}
 	defer s.Close()
 	region, ids := matchesOf(s)
+	if !c.Match {
+		ids = playersOf(s, region)
+	}
 	if len(ids) == 0 {
 		return res, errors.New("the simulator has no match with a timeline")
 	}
 
+	calls := "light"
+	if c.Match {
+		calls = "match"
+	}
 	var fetchers []*proc
 	defer func() {
 		var wg sync.WaitGroup
@@ -280,7 +295,7 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		}
 		f, err := start(filepath.Join(env.BinDir, "limitfetcher"), nil, []string{
 			"NATS_URL=" + node.url(), "RIOT_BASE_URL=" + base, "RIOT_API_KEY=" + apiKey,
-			"BENCH_LIMIT_REGION=" + region, "BENCH_LIMIT_MATCHES=" + strings.Join(ids, ","),
+			"BENCH_LIMIT_REGION=" + region, "BENCH_LIMIT_IDS=" + strings.Join(ids, ","), "BENCH_LIMIT_CALLS=" + calls,
 			"BENCH_LIMIT_WORKERS=" + strconv.Itoa(c.Workers), "BENCH_LIMIT_SKEW_MS=" + strconv.Itoa(skew),
 		}, filepath.Join(env.OutDir, fmt.Sprintf("%s.fetcher%d.log", name, i)))
 		if err != nil {
@@ -341,7 +356,9 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	res.Served = int(fill*float64(res.LongLimit*res.Windows) + 0.5)
 	res.TooMany = st.RateLimited
 	res.Blacklisted = st.BlacklistEvents
-	res.Forbidden = st.MethodCount(sim.MethodMatch, 403) + st.MethodCount(sim.MethodTimeline, 403)
+	for m := range methodLimits {
+		res.Forbidden += st.MethodCount(m, 403)
+	}
 	for _, b := range st.Buckets {
 		res.Over = max(res.Over, b.MaxCount-b.Limit)
 	}
@@ -357,7 +374,7 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		for _, l := range lims {
 			check(hist[l[1]], l[0], l[1])
 		}
-		for _, m := range []string{sim.MethodMatch, sim.MethodTimeline} {
+		for m := range methodLimits {
 			check(s.WindowHistory(region, m, 10), 2000, 10)
 		}
 	}
@@ -397,6 +414,18 @@ func matchesOf(s *sim.Sim) (string, []string) {
 	ids := byRegion[best]
 	sort.Strings(ids)
 	return best, dedup(ids)
+}
+
+// playersOf returns the PUUIDs of the simulator's players on region.
+func playersOf(s *sim.Sim, region string) []string {
+	var out []string
+	for _, p := range s.Truth().Players {
+		if p.Region == region {
+			out = append(out, p.PUUID)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func dedup(xs []string) []string {

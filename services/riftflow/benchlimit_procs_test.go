@@ -36,7 +36,9 @@ import (
 //
 // N from BENCH_LIMIT_N (1,2,4,8); BENCH_LIMIT_PARALLEL cases run at once
 // (default: all; each is at most 50 requests/s); BENCH_LIMIT_WORKERS
-// fetches per process (8). It prints one table row per case and N and
+// calls per process (8); BENCH_LIMIT_CALLS=match makes the fetchers call
+// getMatch and getTimeline as the match-fetcher does (heavy: megabyte
+// timelines) instead of two light methods. It prints one table row per case and N and
 // writes <case>-N<n>.csv/.svg and the processes' logs to BENCH_LIMIT_OUT
 // (default: a temp dir), plus results.csv.
 func BenchmarkLimitProcesses(b *testing.B) {
@@ -46,10 +48,11 @@ func BenchmarkLimitProcesses(b *testing.B) {
 	skew := envInt(b, "BENCH_LIMIT_SKEW_MS", 500)
 	killFor := time.Duration(envInt(b, "BENCH_LIMIT_KILL_S", 30)) * time.Second
 	workers := envInt(b, "BENCH_LIMIT_WORKERS", 8)
+	match := envStr("BENCH_LIMIT_CALLS", "light") == "match"
 	var cases []benchlimit.Case
 	for _, k := range kinds {
 		for _, n := range ns {
-			c := benchlimit.Case{Name: k, N: n, Windows: windows, Workers: workers, Key: benchlimit.ProdKey}
+			c := benchlimit.Case{Name: k, N: n, Windows: windows, Workers: workers, Key: benchlimit.ProdKey, Match: match}
 			switch k {
 			case "dev":
 				c.Key = benchlimit.DevKey
@@ -117,7 +120,9 @@ func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) 
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	bin := filepath.Join(os.TempDir(), "riftflow-bench-limit-bin")
+	// Per test process: a running case's binaries are never rebuilt.
+	bin := filepath.Join(os.TempDir(), "riftflow-bench-limit-bin", strconv.Itoa(os.Getpid()))
+	tb.Cleanup(func() { os.RemoveAll(bin) })
 	_, self, _, _ := runtime.Caller(0)
 	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "..", "internal"), bin); err != nil {
 		tb.Fatal(err)

@@ -1,13 +1,22 @@
 // Command limitfetcher is the bench-only fetcher of `make bench-limit`
-// (internal/benchlimit): one OS process that fetches matches and their
-// timelines from the Riot simulator as fast as its rate limiter allows,
-// through the production Riot client (pkg/riot) on the production shared
-// limiter (ratelimit.NewShared on the JetStream KV bucket "ratelimit"),
-// built as pkg/app.NewRiot builds them for the match-fetcher. It does what
-// the match-fetcher's Riot side does (getMatch then getTimeline per match,
-// background calls, RIOT_RATELIMIT_MAX_WAIT-bounded waits) without the
-// pipeline around it (JetStream consumers, payload store, persister,
-// Postgres), so the benchmark measures the limiter, not the pipeline.
+// (internal/benchlimit): one OS process that calls the Riot simulator as
+// fast as its rate limiter allows, through the production Riot client
+// (pkg/riot) on the production shared limiter (ratelimit.NewShared on the
+// JetStream KV bucket "ratelimit"), built as pkg/app.NewRiot builds them
+// for the match-fetcher, with the match-fetcher's default
+// RIOT_RATELIMIT_MAX_WAIT (10 s) and its reaction to a longer wait (the
+// call is retried at max(RetryAt, now + 1 s)). It runs without the
+// pipeline around the match-fetcher (JetStream consumers, payload store,
+// persister, Postgres), so the benchmark measures the limiter, not the
+// pipeline.
+//
+// BENCH_LIMIT_CALLS picks the calls: "match" makes the match-fetcher's
+// (getMatch then getTimeline per match ID); the default, "light", makes
+// account-v1 getByPuuid then match-v5 getMatchIdsByPUUID per PUUID, two
+// methods with small answers, so that dozens of processes on a small
+// machine spend their CPU on the limiter rather than on decoding
+// megabyte timelines. The limiter sees the same thing either way: calls on
+// one routing value, two method budgets under the application budget.
 //
 // It differs from a production build in one way only: BENCH_LIMIT_SKEW_MS
 // shifts the clock the limiter takes (ratelimit.Options.Now) by that many
@@ -15,10 +24,11 @@
 // binary reads it.
 //
 // Environment (set by internal/benchlimit): NATS_URL, RIOT_BASE_URL,
-// RIOT_API_KEY, BENCH_LIMIT_REGION (the regional route, e.g. americas), BENCH_LIMIT_MATCHES
-// (comma-separated match IDs on it, cycled),
-// BENCH_LIMIT_WORKERS (concurrent fetches, default 8), BENCH_LIMIT_SKEW_MS
-// (default 0). It runs until SIGTERM or SIGINT and logs to stderr.
+// RIOT_API_KEY, BENCH_LIMIT_REGION (the regional route, e.g. americas),
+// BENCH_LIMIT_IDS (comma-separated match IDs or PUUIDs on it, cycled),
+// BENCH_LIMIT_CALLS, BENCH_LIMIT_WORKERS (concurrent calls, default 8),
+// BENCH_LIMIT_SKEW_MS (default 0). It runs until SIGTERM or SIGINT and
+// logs to stderr.
 package main
 
 import (
@@ -64,9 +74,10 @@ func run(log *slog.Logger) error {
 	if !region.Valid() {
 		return fmt.Errorf("BENCH_LIMIT_REGION=%q is not a regional route", region)
 	}
-	ids := strings.Split(os.Getenv("BENCH_LIMIT_MATCHES"), ",")
+	light := os.Getenv("BENCH_LIMIT_CALLS") != "match"
+	ids := strings.Split(os.Getenv("BENCH_LIMIT_IDS"), ",")
 	if len(ids) == 0 || ids[0] == "" {
-		return errors.New("BENCH_LIMIT_MATCHES is empty")
+		return errors.New("BENCH_LIMIT_IDS is empty")
 	}
 	key := os.Getenv("RIOT_API_KEY")
 	nc, err := natsx.Connect(ctx, natsx.ConnConfig{URL: os.Getenv("NATS_URL"), Name: "limitfetcher", Logger: log})
@@ -96,7 +107,7 @@ func run(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("limitfetcher started", "workers", workers, "skew_ms", skew, "matches", len(ids))
+	log.Info("limitfetcher started", "workers", workers, "skew_ms", skew, "ids", len(ids), "light", light)
 	var next atomic.Int64
 	var ok, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -105,9 +116,17 @@ func run(log *slog.Logger) error {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				id := ids[int(next.Add(1))%len(ids)]
-				_, _, err := c.Match(bg, region, id)
-				if err == nil {
-					_, _, err = c.Timeline(bg, region, id)
+				var err error
+				if light {
+					_, err = c.AccountByPUUID(bg, region, id)
+					if err == nil {
+						_, err = c.MatchIDsByPUUID(bg, region, id, riot.MatchIDsQuery{Count: 20})
+					}
+				} else {
+					_, _, err = c.Match(bg, region, id)
+					if err == nil {
+						_, _, err = c.Timeline(bg, region, id)
+					}
 				}
 				if err == nil {
 					ok.Add(1)
@@ -127,7 +146,7 @@ func run(log *slog.Logger) error {
 		})
 	}
 	wg.Wait()
-	fmt.Fprintf(os.Stderr, "limitfetcher done: %d matches fetched, %d failed\n", ok.Load(), failed.Load())
+	fmt.Fprintf(os.Stderr, "limitfetcher done: %d pairs of calls answered, %d failed\n", ok.Load(), failed.Load())
 	return nil
 }
 
