@@ -587,14 +587,14 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 	}()
 }
 
-// align applies a count-1 reply for the request marked m to the KV window
+// alignKV applies a count-1 reply for the request marked m to the KV window
 // of w's length (see engine.alignToRiot): if KV still holds the window m's
 // request was counted in and it started before floor, it is rolled to
 // floor with rolledCount (moved keeping its count if its length has not
 // passed); if it holds a later window started before floor, that window
 // moves to floor with its count. Anything else (a window
 // already starting at or after floor) is left alone.
-func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
+func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
 	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
 	key := st.base(b, "win") + "." + sec
@@ -639,7 +639,7 @@ func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
 }
 
 // realigned applies another process's notice that it realigned b's KV
-// window of length length (align): a full local view of it is dropped, so
+// window of length length (alignKV): a full local view of it is dropped, so
 // the next grant leases again and reads the window from KV. Callers hold mu.
 func (e *engine) realigned(b *bucket, length time.Duration) {
 	for _, w := range b.windows {
@@ -662,7 +662,7 @@ type leaseJob struct {
 	carry     int // requests in flight from the previous window, added once to the new one
 	// localStart is the window start this process knew; inflight its
 	// requests in flight. If KV holds a later start that is still running,
-	// another process realigned the window (align) and may not have
+	// another process realigned the window (alignKV) and may not have
 	// counted them: they are added.
 	localStart time.Time
 	inflight   int
@@ -880,7 +880,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	st.storeResult(b, failed, now)
 	b.fetching = false
 	if b.share != "" {
-		e.fetch(r, b) // learned while this lease ran
+		st.fetch(r, b) // learned while this lease ran
 	}
 	e.dispatch(r, now)
 }
