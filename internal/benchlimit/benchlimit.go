@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -413,7 +414,7 @@ func matchesOf(s *sim.Sim) (string, []string) {
 	}
 	ids := byRegion[best]
 	sort.Strings(ids)
-	return best, dedup(ids)
+	return best, slices.Compact(ids)
 }
 
 // playersOf returns the PUUIDs of the simulator's players on region.
@@ -425,16 +426,6 @@ func playersOf(s *sim.Sim, region string) []string {
 		}
 	}
 	sort.Strings(out)
-	return out
-}
-
-func dedup(xs []string) []string {
-	var out []string
-	for i, x := range xs {
-		if i == 0 || x != xs[i-1] {
-			out = append(out, x)
-		}
-	}
 	return out
 }
 
