@@ -145,6 +145,20 @@ func (e *engine) margin(b *bucket, w *window) time.Duration {
 	return m + offErr
 }
 
+// end is when b's window w rolls: start + length + margin, or earlier if a
+// count-1 reply proved that Riot's window ends sooner (w.riotEnd, plus the
+// error bound of this process's clock offset). Callers hold mu.
+func (e *engine) end(b *bucket, w *window) time.Time {
+	end := w.start.Add(w.length + e.margin(b, w))
+	if !w.riotEnd.IsZero() {
+		_, offErr := e.st.clock()
+		if c := w.riotEnd.Add(offErr); c.Before(end) {
+			end = c
+		}
+	}
+	return end
+}
+
 // maxMarginDiv caps the margin at a quarter of the window: one very slow
 // answer must not idle a long window for long. A window opened later than
 // that by Riot is still caught: the count-1 reply realigns ours
@@ -171,6 +185,12 @@ type window struct {
 	// kvMargin (shared only) is the margin stored with the KV window: the
 	// largest measured margin of the processes that leased from it.
 	kvMargin time.Duration
+	// riotEnd, when set, is the latest end that a count-1 reply proved for
+	// Riot's window that this one mirrors: that reply's answer time plus
+	// the length (Riot's window began when the request arrived, before the
+	// answer). The window may roll then instead of at start + length +
+	// margin (engine.end). With Shared it is shared through KV ("e").
+	riotEnd time.Time
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -352,15 +372,15 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	}
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
-		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(b, w))) {
-			w.start, w.count, w.leased = time.Time{}, 0, 0
+		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
+			w.start, w.count, w.leased, w.riotEnd = time.Time{}, 0, 0, time.Time{}
 			// Requests still in flight at the rollover may reach Riot after
 			// its window reset and count in its next one: they count in
 			// ours too, or a window granted in full could overshoot by the
 			// stragglers (store.rolled).
 			e.st.rolled(b, w, now)
 		}
-		wres, wuntil := e.st.reserve(b, w, w.start.Add(w.length+e.margin(b, w)), now)
+		wres, wuntil := e.st.reserve(b, w, e.end(b, w), now)
 		switch {
 		case wres == blocked && (res != blocked || wuntil.After(until)):
 			res, until = blocked, wuntil
@@ -771,23 +791,31 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 // Callers hold mu.
 func (e *engine) alignToRiot(b *bucket, w *window, m mark, now time.Time) {
 	floor := e.st.aligned(b, w, m, now.Add(-e.margin(b, w)), now)
+	young := w.start.Equal(m.start) && now.Sub(w.start) < w.length
+	if young {
+		// p was counted in w and Riot's window began with p, at or before
+		// now: it ends by now + length, and so may w (engine.end), which
+		// spares the rest of the margin.
+		if c := now.Add(w.length); c.After(w.riotEnd) {
+			w.riotEnd = c
+		}
+	}
 	if w.start.IsZero() || !floor.After(w.start) {
 		return // w starts late enough (or starts at the next grant, after now)
 	}
+	if young {
+		// The requests granted before p may still be on their way (other
+		// processes' too), so they may all be in Riot's new window. Keep
+		// the count; this costs at most p's round trip.
+		w.start = floor
+		return
+	}
 	if w.start.Equal(m.start) {
-		if now.Sub(w.start) < w.length {
-			// A young window: the requests granted before p may still be
-			// on their way (other processes' too), so they may all be in
-			// Riot's new window. Keep the count; this costs at most p's
-			// round trip.
-			w.start = floor
-			return
-		}
-		w.start, w.count = floor, rolledCount(w.count, m)
+		w.start, w.count, w.riotEnd = floor, rolledCount(w.count, m), time.Time{}
 		return
 	}
 	if w.start.After(m.start) {
-		w.start = floor
+		w.start, w.riotEnd = floor, time.Time{}
 	}
 }
 
@@ -923,7 +951,7 @@ func (e *engine) snapshot() []BucketState {
 		for _, w := range b.windows {
 			ws := WindowState{Limit: w.limit, Length: w.length}
 			if !w.start.IsZero() {
-				if end := w.start.Add(w.length + e.margin(b, w)); end.After(now) {
+				if end := e.end(b, w); end.After(now) {
 					ws.Count, ws.ResetsAt = w.count, end
 				}
 			}

@@ -465,11 +465,23 @@ type winVal struct {
 	// leased from the window; every process judges the window's end as
 	// start + length + max(its own margin, Margin).
 	Margin int64 `json:"m,omitempty"`
+	// End (Unix ms, 0 if unknown) is the latest end of Riot's window that
+	// a count-1 reply proved (engine.alignToRiot), plus the error bound of
+	// the writer's clock offset: the window may roll then, if that is
+	// earlier than start + length + margin.
+	End int64 `json:"e,omitempty"`
 }
 
-// end is when the window may roll for a process whose margin is margin.
-func (v winVal) end(length, margin time.Duration) time.Time {
-	return time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
+// end is when the window may roll for a process whose margin is margin
+// and whose clock offset's error bound is offErr.
+func (v winVal) end(length, margin, offErr time.Duration) time.Time {
+	end := time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
+	if v.End > 0 {
+		if c := time.UnixMilli(v.End).Add(offErr); c.Before(end) {
+			end = c
+		}
+	}
+	return end
 }
 
 type pauseVal struct {
@@ -544,6 +556,7 @@ func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
 func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
 	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
 	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
+	_, offErr := st.clock()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -567,7 +580,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 			_ = json.Unmarshal(ent.Value(), &cur)
 			next := cur
 			switch {
-			case cur.Start == 0 || !now.Before(cur.end(length, margin)):
+			case cur.Start == 0 || !now.Before(cur.end(length, margin, offErr)):
 				if !counted.IsZero() {
 					return // that window is over
 				}
@@ -599,6 +612,10 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
 	key := st.base(b, "win") + "." + sec
 	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
+	// Riot's window began with m's request, by now: it ends by now +
+	// length (plus this process's clock error), rounded up to the ms.
+	_, offErr := st.clock()
+	riotEnd := now.Add(w.length + offErr + time.Millisecond - 1).UnixMilli()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -608,21 +625,30 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 				return
 			}
 			var cur winVal
-			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start >= fl {
+			if json.Unmarshal(ent.Value(), &cur) != nil {
 				return
 			}
+			moved := true
 			switch {
+			case cur.Start == counted && !roll && (cur.End < riotEnd || cur.Start < fl):
+				// m's window, young: record Riot's end (engine.alignToRiot)
+				// and move the start to floor if it is before.
+				cur.End = max(cur.End, riotEnd)
+				cur.Start, moved = max(cur.Start, fl), cur.Start < fl
+			case cur.Start >= fl:
+				return
 			case cur.Start == counted && roll:
-				cur.Start, cur.Granted = fl, rolledCount(cur.Granted, m)
-			case cur.Start == counted:
-				cur.Start = fl
+				cur.Start, cur.Granted, cur.End = fl, rolledCount(cur.Granted, m), 0
 			case cur.Start > counted:
-				cur.Start = fl
+				cur.Start, cur.End = fl, 0
 			default:
 				return
 			}
 			v, _ := json.Marshal(cur)
 			_, err = st.kv.Update(ctx, key, v, ent.Revision())
+			if err == nil && !moved {
+				return // the others learn the end on their next lease
+			}
 			if err == nil {
 				// Tell the others: a process whose view of the window is
 				// full would otherwise wait for its own end of it.
@@ -669,10 +695,12 @@ type leaseJob struct {
 	// margin judges the stored window's end; shareMargin (this process's
 	// measured margin, 0 before any answer was timed) is stored with it.
 	margin, shareMargin time.Duration
+	offErr              time.Duration // the error bound of this process's clock offset
 	// results
 	start    time.Time
 	got, g   int
 	kvMargin time.Duration
+	riotEnd  time.Time // the window's End, zero if none
 	err      error
 }
 
@@ -840,12 +868,12 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
 			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry,
-			margin: e.margin(b, w), shareMargin: shareMargin, localStart: w.start, inflight: b.inflight})
+			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight})
 	}
 	e.mu.Unlock()
 
 	for _, j := range jobs {
-		j.start, j.got, j.g, j.kvMargin, j.err = st.leaseOne(j)
+		j.start, j.got, j.g, j.kvMargin, j.riotEnd, j.err = st.leaseOne(j)
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -871,7 +899,12 @@ func (st *kvStore) lease(r *route, b *bucket) {
 			w.seedCount = 0
 		}
 		if !w.start.Equal(j.start) {
-			w.start, w.leased = j.start, 0
+			w.start, w.leased, w.riotEnd = j.start, 0, time.Time{}
+		}
+		if j.riotEnd.After(w.riotEnd) {
+			// Riot's end as another process proved it; the stored value
+			// holds the writer's clock error already (engine.end adds ours).
+			w.riotEnd = j.riotEnd
 		}
 		w.leased += j.got
 		w.count = max(w.count, j.g)
@@ -889,7 +922,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 // starting a new window when the stored one has ended. It returns the
 // window's start, the tokens taken, the window's global granted count and
 // its stored margin.
-func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, error) {
+func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, time.Time, error) {
 	ctx, cancel := st.ctx()
 	defer cancel()
 	ms := j.shareMargin.Milliseconds()
@@ -907,15 +940,15 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
-				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
+				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 		if err != nil {
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 		var cur winVal
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
@@ -923,7 +956,7 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 		}
 		var next winVal
 		var k int
-		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin)) {
+		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin, j.offErr)) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k = size(j.limit - g0)
 			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
@@ -935,21 +968,29 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
 			if k == 0 && raised == cur.Granted {
-				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), nil // spent: nothing to write
+				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), cur.riotEnd(), nil // spent: nothing to write
 			}
 			// Written even with no token left: the seeds must reach KV.
-			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms)}
+			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms), End: cur.End}
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
 		if err == nil {
-			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
+			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 	}
-	return time.Time{}, 0, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
+	return time.Time{}, 0, 0, 0, time.Time{}, errors.New("ratelimit: lease: too much CAS contention")
 }
 
 func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }
+
+// riotEnd is End as a time (zero if none).
+func (v winVal) riotEnd() time.Time {
+	if v.End == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.End)
+}

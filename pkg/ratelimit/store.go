@@ -164,13 +164,12 @@ func (st *kvStore) counted(b *bucket, w *window, m mark, p *permit, c int, marke
 	}
 }
 
-// aligned rounds floor to KV's milliseconds and rolls or moves the KV
-// window too (alignKV): KV may be ahead of this process's view.
+// aligned rounds floor to KV's milliseconds and rolls, moves or ends
+// earlier the KV window too (alignKV): KV may be ahead of this process's
+// view, and the others learn Riot's end from it.
 func (st *kvStore) aligned(b *bucket, w *window, m mark, floor, now time.Time) time.Time {
 	floor = time.UnixMilli(floor.UnixMilli())
-	if floor.After(m.start) {
-		st.alignKV(b, w, m, floor, now)
-	}
+	st.alignKV(b, w, m, floor, now)
 	return floor
 }
 
