@@ -191,6 +191,11 @@ type window struct {
 	// answer). The window may roll then instead of at start + length +
 	// margin (engine.end). With Shared it is shared through KV ("e").
 	riotEnd time.Time
+	// rollCarry (shared only) is how many requests of the budget were in
+	// flight when the window rolled at rolledAt: the next lease adds them
+	// to the new KV window (kvStore.rolled).
+	rollCarry int
+	rolledAt  time.Time
 }
 
 // bucket is one budget: the app budget of a route or one method's.

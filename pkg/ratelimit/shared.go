@@ -686,6 +686,7 @@ type leaseJob struct {
 	// is raised to at least this.
 	seedCount int
 	carry     int // requests in flight from the previous window, added once to the new one
+	rolled    int // the window's rollCarry that carry took
 	// localStart is the window start this process knew; inflight its
 	// requests in flight. If KV holds a later start that is still running,
 	// another process realigned the window (alignKV) and may not have
@@ -855,19 +856,23 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		if !w.start.IsZero() && (w.leased > 0 || w.count >= w.limit) {
 			continue
 		}
-		carry := 0
+		carry, rolled := 0, 0
 		if w.start.IsZero() {
-			// The window rolled: this process's requests still in flight
+			// The window rolled: this process's requests in flight then
 			// may land in Riot's next window, so they count in the new one
-			// (see engine.check). seedIn already holds the pre-limit ones.
-			carry = max(0, b.inflight-w.seedIn)
+			// (kvStore.rolled), unless a whole window has passed since.
+			// seedIn already holds the pre-limit ones.
+			if e.now().Sub(w.rolledAt) < w.length {
+				rolled = w.rollCarry
+			}
+			carry = max(0, max(rolled, b.inflight)-w.seedIn)
 		}
 		var shareMargin time.Duration
 		if b.rtt.n > 0 {
 			shareMargin = b.rtt.margin(0)
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
-			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry,
+			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry, rolled: rolled,
 			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight})
 	}
 	e.mu.Unlock()
@@ -897,6 +902,9 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		if w.seedCount == j.seedCount {
 			w.seedCount = 0
+		}
+		if w.rollCarry == j.rolled {
+			w.rollCarry = 0
 		}
 		if !w.start.Equal(j.start) {
 			w.start, w.leased, w.riotEnd = j.start, 0, time.Time{}

@@ -135,9 +135,13 @@ func (st *kvStore) reserve(b *bucket, w *window, end, now time.Time) (int, time.
 // cancelled one returns to this process's lease.
 func (st *kvStore) spend(w *window, n int) { w.leased -= n }
 
-// rolled: the next lease adds this process's requests in flight to the
-// KV window (leaseJob.carry).
-func (st *kvStore) rolled(*bucket, *window, time.Time) {}
+// rolled: the next lease adds this process's requests in flight at the
+// rollover to the KV window (leaseJob.carry). They are counted now, not
+// when the lease runs: one that is answered in between may still have
+// reached Riot after its window reset (the stragglers of a loaded host).
+func (st *kvStore) rolled(b *bucket, w *window, now time.Time) {
+	w.rollCarry, w.rolledAt = b.inflight, now
+}
 
 // opened: the next lease adds the requests sent before the limits were
 // known to the KV window (seedIn).
