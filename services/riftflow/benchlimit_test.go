@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,21 +34,8 @@ import (
 // $BENCH_LIMIT_OUT/limit-N<n>.csv and an SVG plot of the 60 s windows
 // against the limit (default directory: the test's temp dir, logged).
 func BenchmarkLimitProductionShape(b *testing.B) {
-	windows := 5
-	if v, err := strconv.Atoi(os.Getenv("BENCH_LIMIT_WINDOWS")); err == nil && v > 0 {
-		windows = v
-	}
-	ns := []int{1, 2, 4, 8}
-	if v := os.Getenv("BENCH_LIMIT_N"); v != "" {
-		ns = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("BENCH_LIMIT_N=%q: want a list of counts like 1,8", v)
-			}
-			ns = append(ns, n)
-		}
-	}
+	windows := envInt(b, "BENCH_LIMIT_WINDOWS", 5)
+	ns := envInts(b, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
 	out := os.Getenv("BENCH_LIMIT_OUT")
 	const long, longLimit, short, shortLimit = 60, 2500, 1, 50
 	const players, per = 40, 500 // 20,000 matches: more than 6 windows can fetch
