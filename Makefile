@@ -100,18 +100,20 @@ bench-pipeline: build
 		BENCH_PIPELINE_PLAYERS=$(BENCH_PIPELINE_PLAYERS) BENCH_PIPELINE_MATCHES=$(BENCH_PIPELINE_MATCHES) \
 		$(GO) test -run '^$$' -bench PipelineProcesses -benchtime 1x -timeout 90m -v . 2>&1 | grep -v 'harness_test' | tee $(BENCH_PIPELINE_OUT)/bench.out
 
-## bench-limit: the shared limiter over BENCH_LIMIT_WINDOWS (5) long windows:
-## N = BENCH_LIMIT_N (1,2,4,8) Shared instances on the fake Riot edge, dev and
-## production-shaped keys, with and without ±500 ms host skew; then N fetcher
-## instances of the pipeline on the simulator (50:1,2500:60), with CSV + SVG
-## per N in BENCH_LIMIT_OUT. All in-process (not yet separate OS processes or
-## NATS node loss: see docs/rate-limiting.md). The full matrix takes hours.
+## bench-limit: the shared limiter with SEPARATE fetcher processes
+## (internal/benchlimit): N = BENCH_LIMIT_N (1,2,4,8) limitfetcher processes
+## share one key through the KV bucket of a separate nats-server process,
+## against the simulator (app + method limits, escalating blacklist), over
+## BENCH_LIMIT_WINDOWS (5) whole long windows. Cases BENCH_LIMIT_CASES:
+## dev (20:1,100:120), prod (50:1,2500:60), skew (prod, clocks ±BENCH_LIMIT_SKEW_MS
+## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s).
+## BENCH_LIMIT_PARALLEL cases at once (default all: ~15 min). Table on stdout,
+## CSV + SVG per case in BENCH_LIMIT_OUT.
 BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
 BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:
 	mkdir -p $(BENCH_LIMIT_OUT)
-	cd pkg && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) $(GO) test -run '^$$' -bench LimitLongWindows -benchtime 1x -timeout 6h ./ratelimit/ | tee $(BENCH_LIMIT_OUT)/bench.out
-	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProductionShape -benchtime 1x -timeout 3h . | grep -v harness_test | tee -a $(BENCH_LIMIT_OUT)/bench.out
+	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
 
 ## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package

@@ -128,10 +128,8 @@ func (e *engine) now() time.Time { return e.o.Now().Add(e.offset()) }
 
 // offset is the store's clock minus Options.Now (0 for Local).
 func (e *engine) offset() time.Duration {
-	if e.st == nil {
-		return 0
-	}
-	return time.Duration(e.st.offset.Load())
+	off, _ := e.st.clock()
+	return off
 }
 
 // margin is the time added to the end of b's window w before it rolls:
@@ -141,12 +139,24 @@ func (e *engine) offset() time.Duration {
 // server-clock offset. Callers hold mu.
 func (e *engine) margin(b *bucket, w *window) time.Duration {
 	m := min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
-	if e.st != nil {
-		// Shared: this process's estimate of the server clock may be off
-		// by up to half a KV round trip.
-		m += time.Duration(e.st.offErr.Load())
+	// Shared: this process's estimate of the server clock may be off by up
+	// to half a KV round trip.
+	_, offErr := e.st.clock()
+	return m + offErr
+}
+
+// end is when b's window w rolls: start + length + margin, or earlier if a
+// count-1 reply proved that Riot's window ends sooner (w.riotEnd, plus the
+// error bound of this process's clock offset). Callers hold mu.
+func (e *engine) end(b *bucket, w *window) time.Time {
+	end := w.start.Add(w.length + e.margin(b, w))
+	if !w.riotEnd.IsZero() {
+		_, offErr := e.st.clock()
+		if c := w.riotEnd.Add(offErr); c.Before(end) {
+			end = c
+		}
 	}
-	return m
+	return end
 }
 
 // maxMarginDiv caps the margin at a quarter of the window: one very slow
@@ -175,6 +185,17 @@ type window struct {
 	// kvMargin (shared only) is the margin stored with the KV window: the
 	// largest measured margin of the processes that leased from it.
 	kvMargin time.Duration
+	// riotEnd, when set, is the latest end that a count-1 reply proved for
+	// Riot's window that this one mirrors: that reply's answer time plus
+	// the length (Riot's window began when the request arrived, before the
+	// answer). The window may roll then instead of at start + length +
+	// margin (engine.end). With Shared it is shared through KV ("e").
+	riotEnd time.Time
+	// rollCarry (shared only) is how many requests of the budget were in
+	// flight when the window rolled at rolledAt: the next lease adds them
+	// to the new KV window (kvStore.rolled).
+	rollCarry int
+	rolledAt  time.Time
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -239,12 +260,13 @@ type waiter struct {
 	p     *permit
 }
 
-// engine is the limiter shared by Local and Shared; st is nil for Local.
+// engine is the limiter of Local and Shared. What differs between them is
+// where budgets are counted: st, a memStore for Local, a kvStore for Shared.
 type engine struct {
 	o        Options
 	mu       sync.Mutex
 	routes   map[string]*route
-	st       *kvStore
+	st       store
 	rejected int // HTTP status that rejected the key, 0 if none
 	met      *metrics
 }
@@ -252,6 +274,7 @@ type engine struct {
 func newEngine(o Options) *engine {
 	o.defaults()
 	e := &engine{o: o, routes: map[string]*route{}}
+	e.st = memStore{}
 	e.met = newMetrics(e)
 	return e
 }
@@ -350,57 +373,24 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 		if b.inflight >= e.o.InitialInFlight {
 			return blocked, time.Time{}
 		}
-		if e.st != nil && !now.Before(b.probeUntil) {
-			if now.Before(b.storeRetry) {
-				return blocked, b.storeRetry // fail closed: no probe without the store
-			}
-			// Shared: one process at a time probes an unknown budget
-			// (kvStore.probe), so N processes starting together send one
-			// request before the limits are known, not N.
-			if now.Before(b.probeWait) {
-				return blocked, b.probeWait
-			}
-			return needLease, time.Time{}
-		}
-		return okGrant, time.Time{}
+		return e.st.unknown(b, now)
 	}
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
-		if !w.start.IsZero() && !now.Before(w.start.Add(w.length+e.margin(b, w))) {
-			w.start, w.count, w.leased = time.Time{}, 0, 0
-			if e.st == nil && b.inflight > 0 {
-				// Requests still in flight at the rollover may reach Riot
-				// after its window reset and count in its next one: they
-				// count in ours too, or a window granted in full could
-				// overshoot by the stragglers. (The shared limiter adds
-				// them to the KV window on its next lease: leaseJob.carry.)
-				w.start, w.count = now, b.inflight
-			}
+		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
+			w.start, w.count, w.leased, w.riotEnd = time.Time{}, 0, 0, time.Time{}
+			// Requests still in flight at the rollover may reach Riot after
+			// its window reset and count in its next one: they count in
+			// ours too, or a window granted in full could overshoot by the
+			// stragglers (store.rolled).
+			e.st.rolled(b, w, now)
 		}
-		end := w.start.Add(w.length + e.margin(b, w))
-		block := func(t time.Time) {
-			if res != blocked || t.After(until) {
-				res, until = blocked, t
-			}
-		}
+		wres, wuntil := e.st.reserve(b, w, e.end(b, w), now)
 		switch {
-		case e.st == nil:
-			if w.limit <= 0 {
-				block(now.Add(w.length))
-			} else if !w.start.IsZero() && w.count >= w.limit {
-				block(end)
-			}
-		case !w.start.IsZero() && w.leased > 0:
-		case !w.start.IsZero() && w.count >= w.limit:
-			block(end)
-		case now.Before(b.storeRetry):
-			// Shared, the store failed: fail closed. Only tokens already
-			// leased (counted in KV) are spent until it is tried again.
-			block(b.storeRetry)
-		default:
-			if res == okGrant {
-				res = needLease
-			}
+		case wres == blocked && (res != blocked || wuntil.After(until)):
+			res, until = blocked, wuntil
+		case wres == needLease && res == okGrant:
+			res = needLease
 		}
 	}
 	return res, until
@@ -430,12 +420,7 @@ func (e *engine) take(b *bucket, now time.Time) []mark {
 		if w.start.IsZero() {
 			w.start = now
 		}
-		if e.st == nil {
-			w.count++
-		}
-		if e.st != nil {
-			w.leased-- // count, the KV view, already includes leased tokens
-		}
+		e.st.spend(w, 1)
 		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight}
 	}
 	return marks
@@ -510,7 +495,7 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 		l = &mb.hi
 	}
 	l.Remove(w.e)
-	e.releaseIdleProbes(r)
+	e.st.idle(r)
 	if err != nil {
 		return nil, err
 	}
@@ -581,7 +566,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 				if ares != okGrant {
 					appBlocked = true
 					if ares == needLease {
-						e.fetch(r, r.app)
+						e.st.fetch(r, r.app)
 					}
 					note(auntil)
 					break
@@ -589,7 +574,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 				mres, muntil := e.check(mb, now)
 				if mres != okGrant {
 					if mres == needLease {
-						e.fetch(r, mb)
+						e.st.fetch(r, mb)
 					}
 					note(muntil)
 					continue
@@ -669,17 +654,12 @@ func (e *engine) cancel(p *permit) {
 		x.b.inflight--
 		for i, w := range x.b.windows {
 			if i < len(x.marks) && w.start.Equal(x.marks[i].start) {
-				if e.st == nil {
-					w.count--
-				}
-				if e.st != nil {
-					w.leased++ // back to this process's lease; KV still counts it
-				}
+				e.st.spend(w, -1)
 			}
 		}
 	}
 	e.dispatch(p.r, e.now())
-	e.releaseIdleProbes(p.r)
+	e.st.idle(p.r)
 }
 
 // Done implements riot.Permit: it releases the in-flight slot, learns
@@ -699,7 +679,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 			e.timed(p, now)
 		}
 		e.dispatch(p.r, now)
-		e.releaseIdleProbes(p.r)
+		e.st.idle(p.r)
 		return
 	}
 	e.learn(p.r.app, p, p.appMarks, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
@@ -714,7 +694,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 		p.r.app.backoff = 0
 	}
 	e.dispatch(p.r, now)
-	e.releaseIdleProbes(p.r)
+	e.st.idle(p.r)
 }
 
 // timed notes p's round trip (grant to answer) for its route's margin if
@@ -756,27 +736,6 @@ func (r *route) demand(b *bucket) int {
 	return n
 }
 
-// releaseIdleProbes gives up this process's probe locks on r's budgets
-// whose limits are still unknown when it has nothing in flight and nobody
-// waiting there (its callers gave up, or the probe got no rate-limit
-// headers): another process may probe at once instead of waiting for
-// ProbeTTL. Callers hold mu.
-func (e *engine) releaseIdleProbes(r *route) {
-	if e.st == nil {
-		return
-	}
-	release := func(b *bucket) {
-		if b.limits == "" && !b.probeUntil.IsZero() && b.inflight == 0 && r.demand(b) == 0 {
-			b.probeUntil = time.Time{}
-			e.st.releaseProbe(b)
-		}
-	}
-	release(r.app) // on every answer: no allocation here
-	for _, b := range r.order {
-		release(b)
-	}
-}
-
 // learn applies a response's limit and count headers to b.
 func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, now time.Time) {
 	lims := ParseLimits(limH)
@@ -787,16 +746,9 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 	if len(lims) > 0 {
 		if canon := FormatLimits(lims); canon != b.limits {
 			e.setLimits(b, lims, p.at)
-			if e.st != nil {
-				// Shared: the next lease first adds the requests sent
-				// before the limits were known to the KV windows, then
-				// writes the limits, which wakes the other processes.
-				b.share = canon
-				e.fetch(p.r, b)
-			}
+			e.st.learned(p.r, b, canon)
 		}
 	}
-	shared := e.st != nil
 	for i, w := range b.windows {
 		c, ok := countFor(cnts, w.length)
 		if !ok {
@@ -812,24 +764,7 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 		if !m.start.IsZero() && !w.start.Equal(m.start) {
 			continue // the request was counted in an earlier window
 		}
-		if shared {
-			// Shared: KV holds the count. Raise it if Riot counts more.
-			// The local view follows on the next lease. Requests sent
-			// before the limits were known are added to KV by the next
-			// lease (seedIn), not here: a count header cannot tell them
-			// from tokens leased but not yet sent.
-			if !m.start.IsZero() && c > w.count {
-				e.st.reconcile(b, w, m.start, p.at, c)
-			}
-			if m.start.IsZero() && len(marks) == 0 {
-				w.seedCount = max(w.seedCount, c) // a request sent before the limits were known
-			}
-			continue
-		}
-		if m.start.IsZero() && w.start.IsZero() {
-			w.start = p.at
-		}
-		w.count = max(w.count, c)
+		e.st.counted(b, w, m, p, c, len(marks) > 0)
 	}
 }
 
@@ -860,30 +795,32 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 //
 // Callers hold mu.
 func (e *engine) alignToRiot(b *bucket, w *window, m mark, now time.Time) {
-	floor := now.Add(-e.margin(b, w))
-	if e.st != nil {
-		floor = time.UnixMilli(floor.UnixMilli()) // as stored in KV
-		if floor.After(m.start) {
-			e.st.align(b, w, m, floor, now) // KV may be ahead of our view
+	floor := e.st.aligned(b, w, m, now.Add(-e.margin(b, w)), now)
+	young := w.start.Equal(m.start) && now.Sub(w.start) < w.length
+	if young {
+		// p was counted in w and Riot's window began with p, at or before
+		// now: it ends by now + length, and so may w (engine.end), which
+		// spares the rest of the margin.
+		if c := now.Add(w.length); c.After(w.riotEnd) {
+			w.riotEnd = c
 		}
 	}
 	if w.start.IsZero() || !floor.After(w.start) {
 		return // w starts late enough (or starts at the next grant, after now)
 	}
+	if young {
+		// The requests granted before p may still be on their way (other
+		// processes' too), so they may all be in Riot's new window. Keep
+		// the count; this costs at most p's round trip.
+		w.start = floor
+		return
+	}
 	if w.start.Equal(m.start) {
-		if now.Sub(w.start) < w.length {
-			// A young window: the requests granted before p may still be
-			// on their way (other processes' too), so they may all be in
-			// Riot's new window. Keep the count; this costs at most p's
-			// round trip.
-			w.start = floor
-			return
-		}
-		w.start, w.count = floor, rolledCount(w.count, m)
+		w.start, w.count, w.riotEnd = floor, rolledCount(w.count, m), time.Time{}
 		return
 	}
 	if w.start.After(m.start) {
-		w.start = floor
+		w.start, w.riotEnd = floor, time.Time{}
 	}
 }
 
@@ -909,15 +846,7 @@ func (e *engine) setLimits(b *bucket, lims []Limit, at time.Time) {
 		}
 		if w == nil {
 			w = &window{length: l.Window}
-			if b.inflight > 0 {
-				// requests already in flight count in the new window
-				if e.st == nil {
-					w.start, w.count = at, b.inflight
-				}
-			}
-			if e.st != nil {
-				w.seedIn = b.pre
-			}
+			e.st.opened(b, w, at)
 		}
 		w.limit = l.N
 		if e.o.LimitShare < 1 {
@@ -966,23 +895,13 @@ func (e *engine) on429(p *permit, h http.Header, now time.Time) {
 	until := now.Add(d)
 	e.pause(b, until, typ)
 	e.met.paused(b.route, b.name(), typ, d)
-	if e.st != nil {
-		e.st.putPause(b, until, typ)
-	}
+	e.st.paused(b, until, typ)
 }
 
 func (e *engine) pause(b *bucket, until time.Time, typ string) {
 	if until.After(b.pausedUntil) {
 		b.pausedUntil, b.pauseType = until, typ
 		e.o.Logger.Warn("ratelimit: paused", "route", b.route, "bucket", b.name(), "type", typ, "until", until)
-	}
-}
-
-// fetch starts a lease request for b (shared limiter only).
-func (e *engine) fetch(r *route, b *bucket) {
-	if e.st != nil && !b.fetching {
-		b.fetching = true
-		go e.st.lease(r, b)
 	}
 }
 
@@ -1037,7 +956,7 @@ func (e *engine) snapshot() []BucketState {
 		for _, w := range b.windows {
 			ws := WindowState{Limit: w.limit, Length: w.length}
 			if !w.start.IsZero() {
-				if end := w.start.Add(w.length + e.margin(b, w)); end.After(now) {
+				if end := e.end(b, w); end.After(now) {
 					ws.Count, ws.ResetsAt = w.count, end
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +209,84 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestCountOneEndsWindowAtRiotsEnd: the count-1 reply to a window's first
+// request, answered 200 ms after its grant, proves that Riot's window ends
+// by that answer + 10 s. Ours rolls then, not at its start + 10 s + the
+// measured margin (600 ms here: srtt + 4·rttvar of one 200 ms trip), and
+// not a millisecond before.
+func TestCountOneEndsWindowAtRiotsEnd(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond})
+	const app, meth = "3:10", "100:10"
+	p := grants(t, lim, 1)[0]
+	clk.at(200 * time.Millisecond)
+	p.Done(200, riotHeaders(app, "1:10", meth, "1:10")) // learns the limits
+	clk.at(20 * time.Second)
+	q := grants(t, lim, 1)[0] // a new window starts here
+	clk.at(20*time.Second + 200*time.Millisecond)
+	q.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	if m := appMargin(lim.e); m != 600*time.Millisecond {
+		t.Fatalf("margin %v, want 600ms", m)
+	}
+	for i, ps := range grants(t, lim, 5) {
+		ps.Done(200, riotHeaders(app, strconv.Itoa(i+2)+":10", meth, strconv.Itoa(i+2)+":10"))
+	}
+	riotEnd := 30*time.Second + 200*time.Millisecond
+	clk.at(riotEnd - time.Millisecond)
+	if got := grants(t, lim, 1); len(got) != 0 {
+		t.Fatal("granted before Riot's window can have ended")
+	}
+	clk.at(riotEnd)
+	if got := grants(t, lim, 5); len(got) != 3 {
+		t.Fatalf("granted %d at the end Riot's count-1 reply proved (start + 10 s + margin is 400 ms later), want 3", len(got))
+	}
+}
+
+// TestSharedCountOneEndThroughKV: process a's count-1 reply, 200 ms after
+// its grant, proves that Riot's window ends 10.2 s after the window began;
+// a writes that end into the KV window ("e"), and process b, which learns
+// it with its lease, starts the next window then, not at start + 10 s +
+// the margin (600 ms measured by a, 1 s initial for b).
+func TestSharedCountOneEndThroughKV(t *testing.T) {
+	newJS := startNATS(t)
+	clk := newManualClock()
+	o := SharedOptions{KeyID: "end", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: 2 * time.Second}}
+	o.ProcID = "a"
+	a := newShared(t, newJS(), o)
+	o.ProcID = "b"
+	b := newShared(t, newJS(), o)
+	const app, meth = "3:10", "100:10"
+	p := grants(t, a, 1)[0]
+	clk.at(200 * time.Millisecond)
+	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	waitFor(t, "b learns the limits", func() bool {
+		s := b.Snapshot()
+		return len(s) > 0 && len(s[0].Windows) == 1
+	})
+	clk.at(20 * time.Second)
+	q := grants(t, a, 1)[0] // a new KV window starts here
+	clk.at(20*time.Second + 200*time.Millisecond)
+	q.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	riotEnd := clk.t0().Add(30*time.Second + 200*time.Millisecond)
+	waitFor(t, "the KV window to hold Riot's end", func() bool {
+		ent, err := a.st.kv.Get(context.Background(), "end.asia.win.app.10")
+		if err != nil {
+			return false
+		}
+		var wv winVal
+		return json.Unmarshal(ent.Value(), &wv) == nil && wv.End == riotEnd.UnixMilli()
+	})
+	for i, ps := range grants(t, b, 5) {
+		ps.Done(200, riotHeaders(app, strconv.Itoa(i+2)+":10", meth, strconv.Itoa(i+2)+":10"))
+	}
+	clk.at(30*time.Second + 200*time.Millisecond - time.Millisecond)
+	if got := grants(t, b, 1); len(got) != 0 {
+		t.Fatal("b granted before Riot's window can have ended")
+	}
+	clk.at(30*time.Second + 200*time.Millisecond)
+	if got := grants(t, b, 5); len(got) != 3 {
+		t.Fatalf("b granted %d at the end a's count-1 reply proved, want 3", len(got))
+	}
 }

@@ -173,22 +173,10 @@ const maxClockSamples = 8
 func (st *kvStore) syncClock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, st.o.KVTimeout)
 	defer cancel()
-	key := st.o.KeyID + ".clock." + st.o.ProcID
-	t1 := st.e.o.Now()
-	rev, err := st.kv.Put(ctx, key, []byte("t"))
-	t2 := st.e.o.Now()
-	if err != nil {
+	smp, ok, err := measureClock(ctx, st.kv, st.o.KeyID+".clock."+st.o.ProcID, st.e.o.Now)
+	if err != nil || !ok {
 		return err
 	}
-	ent, err := st.kv.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	if ent.Revision() != rev {
-		return nil // another writer: no sample
-	}
-	rtt := t2.Sub(t1)
-	smp := clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}
 	st.e.mu.Lock()
 	defer st.e.mu.Unlock()
 	st.samples = append(st.samples, smp)
@@ -204,6 +192,58 @@ func (st *kvStore) syncClock(ctx context.Context) error {
 	st.offset.Store(int64(best.offset))
 	st.offErr.Store(int64(best.rtt / 2))
 	return nil
+}
+
+// measureClock takes one sample of the offset of the NATS server's clock
+// from now: it writes key and reads back the entry's timestamp, which the
+// server stamped when it stored the write. ok is false when another writer
+// got in between (no sample).
+func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now func() time.Time) (smp clockSample, ok bool, err error) {
+	t1 := now()
+	rev, err := kv.Put(ctx, key, []byte("t"))
+	t2 := now()
+	if err != nil {
+		return smp, false, err
+	}
+	ent, err := kv.Get(ctx, key)
+	if err != nil {
+		return smp, false, err
+	}
+	if ent.Revision() != rev {
+		return smp, false, nil
+	}
+	rtt := t2.Sub(t1)
+	return clockSample{offset: ent.Created().Sub(t1.Add(rtt / 2)), rtt: rtt}, true, nil
+}
+
+// ServerNow returns the NATS server's current time as the limiter uses it
+// (window starts and pause ends are on that clock), measured as Shared
+// does: it writes <keyID>.clock.<procID> in kv (History 1, so one entry per
+// procID), reads back the server's timestamp, and keeps the best of three
+// samples (the shortest round trip). now is this host's clock (nil:
+// time.Now); the result is now() moved by the measured offset, so a host
+// clock that is off does not move it. err is bound to ctx; the key needs
+// write access to the bucket. Its error bound is half the round trip.
+func ServerNow(ctx context.Context, kv jetstream.KeyValue, keyID, procID string, now func() time.Time) (time.Time, error) {
+	if now == nil {
+		now = time.Now
+	}
+	key := kvToken(keyID) + ".clock." + kvToken(strings.ReplaceAll(procID, ".", "_"))
+	var best clockSample
+	found := false
+	for range 3 {
+		smp, ok, err := measureClock(ctx, kv, key, now)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok && (!found || smp.rtt < best.rtt) {
+			best, found = smp, true
+		}
+	}
+	if !found {
+		return time.Time{}, errors.New("ratelimit: server clock: concurrent writers on " + key)
+	}
+	return now().Add(best.offset), nil
 }
 
 func (s *Shared) syncClock(ctx context.Context) {
@@ -425,11 +465,23 @@ type winVal struct {
 	// leased from the window; every process judges the window's end as
 	// start + length + max(its own margin, Margin).
 	Margin int64 `json:"m,omitempty"`
+	// End (Unix ms, 0 if unknown) is the latest end of Riot's window that
+	// a count-1 reply proved (engine.alignToRiot), plus the error bound of
+	// the writer's clock offset: the window may roll then, if that is
+	// earlier than start + length + margin.
+	End int64 `json:"e,omitempty"`
 }
 
-// end is when the window may roll for a process whose margin is margin.
-func (v winVal) end(length, margin time.Duration) time.Time {
-	return time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
+// end is when the window may roll for a process whose margin is margin
+// and whose clock offset's error bound is offErr.
+func (v winVal) end(length, margin, offErr time.Duration) time.Time {
+	end := time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
+	if v.End > 0 {
+		if c := time.UnixMilli(v.End).Add(offErr); c.Before(end) {
+			end = c
+		}
+	}
+	return end
 }
 
 type pauseVal struct {
@@ -504,6 +556,7 @@ func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
 func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
 	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
 	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
+	_, offErr := st.clock()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -527,7 +580,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 			_ = json.Unmarshal(ent.Value(), &cur)
 			next := cur
 			switch {
-			case cur.Start == 0 || !now.Before(cur.end(length, margin)):
+			case cur.Start == 0 || !now.Before(cur.end(length, margin, offErr)):
 				if !counted.IsZero() {
 					return // that window is over
 				}
@@ -547,18 +600,22 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 	}()
 }
 
-// align applies a count-1 reply for the request marked m to the KV window
+// alignKV applies a count-1 reply for the request marked m to the KV window
 // of w's length (see engine.alignToRiot): if KV still holds the window m's
 // request was counted in and it started before floor, it is rolled to
 // floor with rolledCount (moved keeping its count if its length has not
 // passed); if it holds a later window started before floor, that window
 // moves to floor with its count. Anything else (a window
 // already starting at or after floor) is left alone.
-func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
+func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
 	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
 	key := st.base(b, "win") + "." + sec
 	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
+	// Riot's window began with m's request, by now: it ends by now +
+	// length (plus this process's clock error), rounded up to the ms.
+	_, offErr := st.clock()
+	riotEnd := now.Add(w.length + offErr + time.Millisecond - 1).UnixMilli()
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -568,21 +625,30 @@ func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
 				return
 			}
 			var cur winVal
-			if json.Unmarshal(ent.Value(), &cur) != nil || cur.Start >= fl {
+			if json.Unmarshal(ent.Value(), &cur) != nil {
 				return
 			}
+			moved := true
 			switch {
+			case cur.Start == counted && !roll && (cur.End < riotEnd || cur.Start < fl):
+				// m's window, young: record Riot's end (engine.alignToRiot)
+				// and move the start to floor if it is before.
+				cur.End = max(cur.End, riotEnd)
+				cur.Start, moved = max(cur.Start, fl), cur.Start < fl
+			case cur.Start >= fl:
+				return
 			case cur.Start == counted && roll:
-				cur.Start, cur.Granted = fl, rolledCount(cur.Granted, m)
-			case cur.Start == counted:
-				cur.Start = fl
+				cur.Start, cur.Granted, cur.End = fl, rolledCount(cur.Granted, m), 0
 			case cur.Start > counted:
-				cur.Start = fl
+				cur.Start, cur.End = fl, 0
 			default:
 				return
 			}
 			v, _ := json.Marshal(cur)
 			_, err = st.kv.Update(ctx, key, v, ent.Revision())
+			if err == nil && !moved {
+				return // the others learn the end on their next lease
+			}
 			if err == nil {
 				// Tell the others: a process whose view of the window is
 				// full would otherwise wait for its own end of it.
@@ -599,7 +665,7 @@ func (st *kvStore) align(b *bucket, w *window, m mark, floor, now time.Time) {
 }
 
 // realigned applies another process's notice that it realigned b's KV
-// window of length length (align): a full local view of it is dropped, so
+// window of length length (alignKV): a full local view of it is dropped, so
 // the next grant leases again and reads the window from KV. Callers hold mu.
 func (e *engine) realigned(b *bucket, length time.Duration) {
 	for _, w := range b.windows {
@@ -620,19 +686,22 @@ type leaseJob struct {
 	// is raised to at least this.
 	seedCount int
 	carry     int // requests in flight from the previous window, added once to the new one
+	rolled    int // the window's rollCarry that carry took
 	// localStart is the window start this process knew; inflight its
 	// requests in flight. If KV holds a later start that is still running,
-	// another process realigned the window (align) and may not have
+	// another process realigned the window (alignKV) and may not have
 	// counted them: they are added.
 	localStart time.Time
 	inflight   int
 	// margin judges the stored window's end; shareMargin (this process's
 	// measured margin, 0 before any answer was timed) is stored with it.
 	margin, shareMargin time.Duration
+	offErr              time.Duration // the error bound of this process's clock offset
 	// results
 	start    time.Time
 	got, g   int
 	kvMargin time.Duration
+	riotEnd  time.Time // the window's End, zero if none
 	err      error
 }
 
@@ -787,25 +856,29 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		if !w.start.IsZero() && (w.leased > 0 || w.count >= w.limit) {
 			continue
 		}
-		carry := 0
+		carry, rolled := 0, 0
 		if w.start.IsZero() {
-			// The window rolled: this process's requests still in flight
+			// The window rolled: this process's requests in flight then
 			// may land in Riot's next window, so they count in the new one
-			// (see engine.check). seedIn already holds the pre-limit ones.
-			carry = max(0, b.inflight-w.seedIn)
+			// (kvStore.rolled), unless a whole window has passed since.
+			// seedIn already holds the pre-limit ones.
+			if e.now().Sub(w.rolledAt) < w.length {
+				rolled = w.rollCarry
+			}
+			carry = max(0, max(rolled, b.inflight)-w.seedIn)
 		}
 		var shareMargin time.Duration
 		if b.rtt.n > 0 {
 			shareMargin = b.rtt.margin(0)
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
-			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry,
-			margin: e.margin(b, w), shareMargin: shareMargin, localStart: w.start, inflight: b.inflight})
+			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry, rolled: rolled,
+			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight})
 	}
 	e.mu.Unlock()
 
 	for _, j := range jobs {
-		j.start, j.got, j.g, j.kvMargin, j.err = st.leaseOne(j)
+		j.start, j.got, j.g, j.kvMargin, j.riotEnd, j.err = st.leaseOne(j)
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -830,8 +903,16 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		if w.seedCount == j.seedCount {
 			w.seedCount = 0
 		}
+		if w.rollCarry == j.rolled {
+			w.rollCarry = 0
+		}
 		if !w.start.Equal(j.start) {
-			w.start, w.leased = j.start, 0
+			w.start, w.leased, w.riotEnd = j.start, 0, time.Time{}
+		}
+		if j.riotEnd.After(w.riotEnd) {
+			// Riot's end as another process proved it; the stored value
+			// holds the writer's clock error already (engine.end adds ours).
+			w.riotEnd = j.riotEnd
 		}
 		w.leased += j.got
 		w.count = max(w.count, j.g)
@@ -840,7 +921,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	st.storeResult(b, failed, now)
 	b.fetching = false
 	if b.share != "" {
-		e.fetch(r, b) // learned while this lease ran
+		st.fetch(r, b) // learned while this lease ran
 	}
 	e.dispatch(r, now)
 }
@@ -849,7 +930,7 @@ func (st *kvStore) lease(r *route, b *bucket) {
 // starting a new window when the stored one has ended. It returns the
 // window's start, the tokens taken, the window's global granted count and
 // its stored margin.
-func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, error) {
+func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, time.Time, error) {
 	ctx, cancel := st.ctx()
 	defer cancel()
 	ms := j.shareMargin.Milliseconds()
@@ -867,15 +948,15 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
-				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
+				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 		if err != nil {
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 		var cur winVal
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
@@ -883,7 +964,7 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 		}
 		var next winVal
 		var k int
-		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin)) {
+		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin, j.offErr)) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k = size(j.limit - g0)
 			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
@@ -895,21 +976,29 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, er
 			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
 			if k == 0 && raised == cur.Granted {
-				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), nil // spent: nothing to write
+				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), cur.riotEnd(), nil // spent: nothing to write
 			}
 			// Written even with no token left: the seeds must reach KV.
-			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms)}
+			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms), End: cur.End}
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
 		if err == nil {
-			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), nil
+			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return time.Time{}, 0, 0, 0, err
+			return time.Time{}, 0, 0, 0, time.Time{}, err
 		}
 	}
-	return time.Time{}, 0, 0, 0, errors.New("ratelimit: lease: too much CAS contention")
+	return time.Time{}, 0, 0, 0, time.Time{}, errors.New("ratelimit: lease: too much CAS contention")
 }
 
 func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }
+
+// riotEnd is End as a time (zero if none).
+func (v winVal) riotEnd() time.Time {
+	if v.End == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.End)
+}

@@ -92,7 +92,8 @@ func (k KeyState) Totals() []CallStats {
 
 // ReadState reads every key's state from the rate-limit KV bucket (keyID
 // "" for all keys found, else that key only). now judges which windows and
-// pauses are still running; margin is not applied (a window is shown as
+// pauses are still running: pass the NATS server's time (ServerNow), the
+// clock the limiters stamp them with; margin is not applied (a window is shown as
 // running until start + length). Route and method names are as stored
 // (characters outside [-_=.a-zA-Z0-9] replaced by '_').
 func ReadState(ctx context.Context, kv jetstream.KeyValue, keyID string, now time.Time) ([]KeyState, error) {

@@ -105,3 +105,25 @@ func TestLimitShare(t *testing.T) {
 		t.Errorf("accepted %d in %v, want 20..%d (half of 20:1)", ok, span, max)
 	}
 }
+
+// TestServerNowIgnoresHostClock: a host whose clock is 5 s behind reads
+// the NATS server's time (this machine's real time) from ServerNow, which
+// `riftflow status --ratelimit` judges windows and pauses with.
+func TestServerNowIgnoresHostClock(t *testing.T) {
+	js := startNATS(t)()
+	kv, err := js.KeyValue(context.Background(), "ratelimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := func() time.Time { return time.Now().Add(-5 * time.Second) }
+	got, err := ServerNow(context.Background(), kv, "k0123abcd", "status", behind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(got); d < -time.Second || d > time.Second {
+		t.Fatalf("ServerNow with a host clock 5 s behind is %v from the server's time", d)
+	}
+	if st, err := ReadState(context.Background(), kv, "", got); err != nil || len(st) != 0 {
+		t.Fatalf("the clock key shows up as state: %+v, %v", st, err)
+	}
+}

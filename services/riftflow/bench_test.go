@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/benchlimit"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 )
@@ -84,7 +85,7 @@ func benchPipeline(b *testing.B, faults sim.Faults) {
 					}
 					st := s.Stats()
 					hist := s.WindowHistory("americas", "", 10)
-					used, fill, gap, n := windowUse(hist, t0, 500, 10*time.Second)
+					used, fill, gap, n := benchlimit.WindowUse(hist, t0, 500, 10*time.Second)
 					if n < 2 {
 						b.Fatalf("only %d whole app windows ended in %v", n, time.Since(t0))
 					}
@@ -113,33 +114,4 @@ func benchPipeline(b *testing.B, faults sim.Faults) {
 			})
 		}
 	}
-}
-
-// windowUse reads the sim's ended instances of a fixed window of length win
-// and limit limit, keeping those that started at or after since. Over the
-// kept instances k = 0..n-1 it returns used = Σ count(0..n-2) / (limit ×
-// (start(n-1) − start(0)) / win), the budget used with the idle gaps
-// between windows counted as unused; fill = mean count/limit over the same
-// instances; gap = mean (start(k+1) − start(k) − win). n is the number of
-// instances kept.
-func windowUse(h []sim.WindowInstance, since time.Time, limit int, win time.Duration) (used, fill float64, gap time.Duration, n int) {
-	var kept []sim.WindowInstance
-	for _, w := range h {
-		if !w.Start.Before(since) {
-			kept = append(kept, w)
-		}
-	}
-	n = len(kept)
-	if n < 2 {
-		return 0, 0, 0, n
-	}
-	var count int
-	for _, w := range kept[:n-1] {
-		count += w.Count
-	}
-	span := kept[n-1].Start.Sub(kept[0].Start)
-	used = float64(count) / (float64(limit) * span.Seconds() / win.Seconds())
-	fill = float64(count) / float64(limit*(n-1))
-	gap = (span - time.Duration(n-1)*win) / time.Duration(n-1)
-	return used, fill, gap, n
 }

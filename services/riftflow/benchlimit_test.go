@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/benchlimit"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 )
@@ -35,21 +34,8 @@ import (
 // $BENCH_LIMIT_OUT/limit-N<n>.csv and an SVG plot of the 60 s windows
 // against the limit (default directory: the test's temp dir, logged).
 func BenchmarkLimitProductionShape(b *testing.B) {
-	windows := 5
-	if v, err := strconv.Atoi(os.Getenv("BENCH_LIMIT_WINDOWS")); err == nil && v > 0 {
-		windows = v
-	}
-	ns := []int{1, 2, 4, 8}
-	if v := os.Getenv("BENCH_LIMIT_N"); v != "" {
-		ns = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				b.Fatalf("BENCH_LIMIT_N=%q: want a list of counts like 1,8", v)
-			}
-			ns = append(ns, n)
-		}
-	}
+	windows := envInt(b, "BENCH_LIMIT_WINDOWS", 5)
+	ns := envInts(b, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
 	out := os.Getenv("BENCH_LIMIT_OUT")
 	const long, longLimit, short, shortLimit = 60, 2500, 1, 50
 	const players, per = 40, 500 // 20,000 matches: more than 6 windows can fetch
@@ -82,7 +68,7 @@ func BenchmarkLimitProductionShape(b *testing.B) {
 				st := s.Stats()
 				hl := s.WindowHistory("americas", "", long)
 				hs := s.WindowHistory("americas", "", short)
-				used, fill, gap, k := windowUse(hl, t0, longLimit, long*time.Second)
+				used, fill, gap, k := benchlimit.WindowUse(hl, t0, longLimit, long*time.Second)
 				over := 0
 				for _, w := range hl {
 					over = max(over, w.Count-longLimit)
@@ -103,55 +89,14 @@ func BenchmarkLimitProductionShape(b *testing.B) {
 					dir = b.TempDir()
 				}
 				name := filepath.Join(dir, fmt.Sprintf("limit-N%d", n))
-				if err := writeWindowCSV(name+".csv", t0, map[int][]sim.WindowInstance{long: hl, short: hs}, map[int]int{long: longLimit, short: shortLimit}); err != nil {
+				if err := benchlimit.WriteWindowCSV(name+".csv", t0, map[int][]sim.WindowInstance{long: hl, short: hs}, map[int]int{long: longLimit, short: shortLimit}); err != nil {
 					b.Fatal(err)
 				}
-				if err := writeWindowSVG(name+".svg", fmt.Sprintf("N=%d, app 50:1,2500:60: requests per 60 s window", n), t0, hl, longLimit); err != nil {
+				if err := benchlimit.WriteWindowSVG(name+".svg", fmt.Sprintf("N=%d, app 50:1,2500:60: requests per 60 s window", n), t0, hl, longLimit); err != nil {
 					b.Fatal(err)
 				}
 				b.Logf("N=%d: used %.3f over %d whole 60 s windows, 429s %v, peak over budget %d; wrote %s.csv and .svg", n, used, k-1, st.RateLimited, over, name)
 			}
 		})
 	}
-}
-
-// writeWindowCSV writes one row per window instance: window length (s),
-// start (s since t0, negative for the warm-up), count, limit.
-func writeWindowCSV(path string, t0 time.Time, hist map[int][]sim.WindowInstance, limits map[int]int) error {
-	var sb strings.Builder
-	sb.WriteString("window_s,start_s,count,limit\n")
-	for _, secs := range []int{1, 60} {
-		for _, w := range hist[secs] {
-			fmt.Fprintf(&sb, "%d,%.3f,%d,%d\n", secs, w.Start.Sub(t0).Seconds(), w.Count, limits[secs])
-		}
-	}
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
-}
-
-// writeWindowSVG plots each window instance as a bar (its count) against
-// a red line at the limit, one bar per instance, in order.
-func writeWindowSVG(path, title string, t0 time.Time, hist []sim.WindowInstance, limit int) error {
-	const w, h, pad = 640, 320, 40
-	top := float64(limit) * 1.2
-	for _, x := range hist {
-		top = max(top, float64(x.Count)*1.1)
-	}
-	y := func(v float64) float64 { return h - pad - v/top*(h-2*pad) }
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w, h)
-	fmt.Fprintf(&sb, `<text x="%d" y="16">%s</text>`+"\n", pad, title)
-	bw := float64(w-2*pad) / float64(max(1, len(hist)))
-	for i, x := range hist {
-		fill := "#4a7"
-		if x.Start.Before(t0) {
-			fill = "#aaa" // warm-up
-		}
-		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>start %+.1f s: %d</title></rect>`+"\n",
-			float64(pad)+float64(i)*bw+1, y(float64(x.Count)), bw-2, y(0)-y(float64(x.Count)), fill, x.Start.Sub(t0).Seconds(), x.Count)
-	}
-	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="red"/><text x="%d" y="%.1f" fill="red">limit %d</text>`+"\n",
-		pad, w-pad, y(float64(limit)), y(float64(limit)), w-pad-60, y(float64(limit))-4, limit)
-	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black"/>`+"\n", pad, w-pad, y(0), y(0))
-	sb.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
 }

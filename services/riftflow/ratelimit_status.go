@@ -47,7 +47,17 @@ func printRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, o
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	// Windows and pauses are stamped on the NATS server's clock, as the
+	// limiter judges them; this host's clock may be off.
+	clockKey := keyID
+	if clockKey == "" {
+		clockKey = "status"
+	}
+	now, err := ratelimit.ServerNow(ctx, kv, clockKey, "riftflow-status", time.Now)
+	if err != nil {
+		now = time.Now()
+		fmt.Fprintf(out, "rate limit: times on this host's clock (the NATS server's clock could not be read: %v)\n", err)
+	}
 	states, err := ratelimit.ReadState(ctx, kv, keyID, now)
 	if err != nil {
 		return err

@@ -1,0 +1,513 @@
+// Package benchlimit is the multi-process benchmark of the shared rate
+// limiter (`make bench-limit`): N separate fetcher OS processes
+// (cmd/limitfetcher: the production Riot client on the production Shared
+// limiter) share one API key through the JetStream KV bucket of a separate
+// nats-server process (the nats-server/v2 module's own binary), against
+// the Riot simulator (internal/sim) with application and method limits and
+// its escalating blacklist. A case can skew the fetchers' clocks
+// (BENCH_LIMIT_SKEW_MS, read only by limitfetcher) and kill -9 the NATS
+// node mid-run, restarting it on the same store after an outage.
+//
+// The driver is BenchmarkLimitProcesses in services/riftflow, which
+// creates the KV bucket from streams/ (this module cannot import streams).
+package benchlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/riftflow/riftflow/internal/sim"
+)
+
+// Key is an API key's application limit in Riot's header format, e.g.
+// "20:1,100:120".
+type Key struct {
+	Name string
+	App  string
+}
+
+// Keys the benchmark runs: a development key, and a production-shaped one
+// whose short limit spends the long window only just before it ends
+// (50 per 1 s × 60 s = 3,000 ≥ 2,500, as 500 per 10 s × 60 = 30,000 with
+// 30,000 per 10 min).
+var (
+	DevKey  = Key{Name: "dev", App: "20:1,100:120"}
+	ProdKey = Key{Name: "prod", App: "50:1,2500:60"}
+)
+
+// Case is one benchmark run.
+type Case struct {
+	Name string // e.g. "dev", "prod", "skew", "natskill"
+	Key  Key
+	// N fetcher processes, Workers concurrent fetches each (default 8).
+	N, Workers int
+	// Windows is how many whole long windows are measured (the run ends
+	// when Windows+1 long windows have started).
+	Windows int
+	// SkewMS shifts the limiter clock of fetcher i by +SkewMS (i even) or
+	// −SkewMS (i odd) milliseconds.
+	SkewMS int
+	// KillAt, if > 0, kills the nats-server (SIGKILL) this long after the
+	// fetchers start, and restarts it on the same store and port after
+	// KillFor.
+	KillAt, KillFor time.Duration
+	// Match makes the fetchers call getMatch and getTimeline, as the
+	// match-fetcher does; by default they call two methods with small
+	// answers (see cmd/limitfetcher).
+	Match bool
+}
+
+// Env is where a case runs.
+type Env struct {
+	// BinDir holds the nats-server and limitfetcher binaries (Build).
+	BinDir string
+	// OutDir receives <case>-N<n>.csv, .svg and the processes' logs.
+	OutDir string
+	// Setup creates the KV bucket (and anything else) on a fresh
+	// nats-server at url.
+	Setup func(ctx context.Context, url string) error
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+}
+
+// Result is what one case measured.
+type Result struct {
+	Case Case
+	// Long is the tightest window (the key's longest): length and limit.
+	LongSecs, LongLimit int
+	// Used is the requests served in the whole long windows ÷ what the
+	// limit allows from the first window's start to the last one's
+	// (WindowUse); Windows is how many whole windows it covers.
+	Used    float64
+	Windows int
+	Served  int
+	Gap     time.Duration
+	// TooMany counts the simulator's 429s by X-Rate-Limit-Type.
+	TooMany map[string]int64
+	// Over is the largest count above its limit in any window instance of
+	// any application or method window; OverOutage the same over the
+	// instances that overlap the NATS outage.
+	Over, OverOutage int
+	// Blacklisted counts the simulator's blacklistings; Forbidden its 403s.
+	Blacklisted, Forbidden int64
+	// Outage is when the NATS node was down (zero without a kill).
+	OutageFrom, OutageTo time.Time
+	Elapsed              time.Duration
+}
+
+// Build compiles the nats-server and limitfetcher binaries into dir, from
+// the module at moduleDir (the internal/ module, which requires
+// nats-server/v2).
+func Build(ctx context.Context, moduleDir, dir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/nats-io/nats-server/v2", "github.com/riftflow/riftflow/internal/benchlimit/cmd/limitfetcher")
+	cmd.Dir = moduleDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// proc is one child process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func start(bin string, args, env []string, logPath string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop sends sig and waits up to 10 s, then SIGKILL.
+func (p *proc) stop(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// natsNode is a nats-server process with JetStream on a store directory.
+type natsNode struct {
+	bin, store, logPath string
+	port                int
+	p                   *proc
+}
+
+func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+func (n *natsNode) start() error {
+	p, err := start(n.bin, []string{"-js", "-sd", n.store, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-n", "bench-limit"}, nil, n.logPath)
+	if err != nil {
+		return err
+	}
+	n.p = p
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.port), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("nats-server exited; see %s", n.logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("nats-server did not listen within 20 s")
+}
+
+// Run runs one case and returns what it measured. The processes it starts
+// are stopped when it returns.
+func Run(ctx context.Context, env Env, c Case) (Result, error) {
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	res := Result{Case: c}
+	logf := func(format string, a ...any) {
+		if env.Log != nil {
+			fmt.Fprintf(env.Log, "%s %s N=%d: %s\n", time.Now().UTC().Format("15:04:05"), c.Name, c.N, fmt.Sprintf(format, a...))
+		}
+	}
+	lims, err := sim.ParseLimits(c.Key.App)
+	if err != nil {
+		return res, err
+	}
+	long := lims[0]
+	for _, l := range lims {
+		// the tightest window: the lowest rate
+		if float64(l[0])/float64(l[1]) < float64(long[0])/float64(long[1]) {
+			long = l
+		}
+	}
+	res.LongLimit, res.LongSecs = long[0], long[1]
+	name := fmt.Sprintf("%s-N%d", c.Name, c.N)
+	store, err := os.MkdirTemp("", "bench-limit-"+name+"-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(store)
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	node := &natsNode{bin: filepath.Join(env.BinDir, "nats-server"), store: store, port: port, logPath: filepath.Join(env.OutDir, name+".nats.log")}
+	if err := node.start(); err != nil {
+		return res, err
+	}
+	defer func() { node.p.stop(syscall.SIGTERM) }()
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = env.Setup(setupCtx, node.url())
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("setup: %w", err)
+	}
+
+	const apiKey = "RGAPI-bench-limit"
+	// Method limits of the order Riot reports for these methods; the
+	// application limit is the tighter one.
+	methodLimits := map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10",
+		sim.MethodAccountByPUUID: "2000:10", sim.MethodMatchIDs: "2000:10"}
+	s, err := sim.New(sim.Options{APIKey: apiKey, DeriveTimelines: true,
+		Limits: sim.RateLimits{App: c.Key.App,
+			Method: methodLimits},
+		// Riot's escalating blacklist: more than 5 application or method
+		// 429s within a minute turn the key to 403s for a minute, then
+		// twice as long each time.
+		Blacklist: sim.Blacklist{Violations: 5, Period: time.Minute, Duration: time.Minute},
+		Logger:    slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return res, err
+	}
+	base, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	defer s.Close()
+	region, ids := matchesOf(s)
+	if !c.Match {
+		ids = playersOf(s, region)
+	}
+	if len(ids) == 0 {
+		return res, errors.New("the simulator has no match with a timeline")
+	}
+
+	calls := "light"
+	if c.Match {
+		calls = "match"
+	}
+	var fetchers []*proc
+	defer func() {
+		var wg sync.WaitGroup
+		for _, f := range fetchers {
+			wg.Go(func() { f.stop(syscall.SIGTERM) })
+		}
+		wg.Wait()
+	}()
+	t0 := time.Now()
+	for i := range c.N {
+		skew := c.SkewMS
+		if i%2 == 1 {
+			skew = -skew
+		}
+		f, err := start(filepath.Join(env.BinDir, "limitfetcher"), nil, []string{
+			"NATS_URL=" + node.url(), "RIOT_BASE_URL=" + base, "RIOT_API_KEY=" + apiKey,
+			"BENCH_LIMIT_REGION=" + region, "BENCH_LIMIT_IDS=" + strings.Join(ids, ","), "BENCH_LIMIT_CALLS=" + calls,
+			"BENCH_LIMIT_WORKERS=" + strconv.Itoa(c.Workers), "BENCH_LIMIT_SKEW_MS=" + strconv.Itoa(skew),
+		}, filepath.Join(env.OutDir, fmt.Sprintf("%s.fetcher%d.log", name, i)))
+		if err != nil {
+			return res, err
+		}
+		fetchers = append(fetchers, f)
+	}
+	logf("%d fetchers started (skew ±%d ms)", c.N, c.SkewMS)
+
+	killed := c.KillAt <= 0
+	longLen := time.Duration(res.LongSecs) * time.Second
+	deadline := t0.Add(time.Duration(c.Windows+3)*longLen + c.KillFor)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-tick.C:
+		}
+		if !killed && time.Since(t0) >= c.KillAt {
+			killed = true
+			_ = node.p.cmd.Process.Kill() // kill -9
+			<-node.p.done
+			res.OutageFrom = time.Now()
+			logf("nats-server killed (SIGKILL); restarting in %s", c.KillFor)
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(c.KillFor):
+			}
+			if err := node.start(); err != nil {
+				return res, fmt.Errorf("restart nats-server: %w", err)
+			}
+			res.OutageTo = time.Now()
+			logf("nats-server restarted on its store")
+		}
+		if n := len(since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
+			break
+		}
+		for _, f := range fetchers {
+			select {
+			case <-f.done:
+				return res, fmt.Errorf("a fetcher exited early; see %s", env.OutDir)
+			default:
+			}
+		}
+	}
+	res.Elapsed = time.Since(t0)
+	st := s.Stats()
+	hist := map[int][]sim.WindowInstance{}
+	for _, l := range lims {
+		hist[l[1]] = s.WindowHistory(region, "", l[1])
+	}
+	var fill float64
+	res.Used, fill, res.Gap, res.Windows = WindowUse(hist[res.LongSecs], t0, res.LongLimit, longLen)
+	res.Windows = max(0, res.Windows-1)
+	res.Served = int(fill*float64(res.LongLimit*res.Windows) + 0.5)
+	res.TooMany = st.RateLimited
+	res.Blacklisted = st.BlacklistEvents
+	for m := range methodLimits {
+		res.Forbidden += st.MethodCount(m, 403)
+	}
+	for _, b := range st.Buckets {
+		res.Over = max(res.Over, b.MaxCount-b.Limit)
+	}
+	if !res.OutageFrom.IsZero() {
+		check := func(h []sim.WindowInstance, limit, secs int) {
+			for _, w := range h {
+				end := w.Start.Add(time.Duration(secs) * time.Second)
+				if w.Start.Before(res.OutageTo) && end.After(res.OutageFrom) {
+					res.OverOutage = max(res.OverOutage, w.Count-limit)
+				}
+			}
+		}
+		for _, l := range lims {
+			check(hist[l[1]], l[0], l[1])
+		}
+		for m := range methodLimits {
+			check(s.WindowHistory(region, m, 10), 2000, 10)
+		}
+	}
+	path := filepath.Join(env.OutDir, name)
+	limits := map[int]int{}
+	for _, l := range lims {
+		limits[l[1]] = l[0]
+	}
+	if err := WriteWindowCSV(path+".csv", t0, hist, limits); err != nil {
+		return res, err
+	}
+	title := fmt.Sprintf("%s, N=%d, app %s: requests per %d s window", c.Name, c.N, c.Key.App, res.LongSecs)
+	if err := WriteWindowSVG(path+".svg", title, t0, hist[res.LongSecs], res.LongLimit); err != nil {
+		return res, err
+	}
+	logf("used %.3f over %d windows, 429s %v, over %d", res.Used, res.Windows, res.TooMany, res.Over)
+	return res, nil
+}
+
+// matchesOf returns the regional route and the IDs of the simulator's
+// matches on it whose match and timeline both answer 200.
+func matchesOf(s *sim.Sim) (string, []string) {
+	byRegion := map[string][]string{}
+	for _, p := range s.Truth().Players {
+		for _, m := range p.Matches {
+			if m.MatchOK && m.TimelineOK {
+				byRegion[p.Region] = append(byRegion[p.Region], m.ID)
+			}
+		}
+	}
+	best := ""
+	for r, ids := range byRegion {
+		if len(ids) > len(byRegion[best]) || (len(ids) == len(byRegion[best]) && r < best) {
+			best = r
+		}
+	}
+	ids := byRegion[best]
+	sort.Strings(ids)
+	return best, slices.Compact(ids)
+}
+
+// playersOf returns the PUUIDs of the simulator's players on region.
+func playersOf(s *sim.Sim, region string) []string {
+	var out []string
+	for _, p := range s.Truth().Players {
+		if p.Region == region {
+			out = append(out, p.PUUID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// since keeps the instances that started at or after t0.
+func since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
+	var kept []sim.WindowInstance
+	for _, w := range h {
+		if !w.Start.Before(t0) {
+			kept = append(kept, w)
+		}
+	}
+	return kept
+}
+
+// WindowUse measures the ended instances h of a window of length win and
+// limit that started at or after t0: used = the requests counted in all
+// but the last ÷ what limit per win allows from the first one's start to
+// the last one's (the idle time between windows counts as unused); fill
+// is their mean count ÷ limit, gap the mean idle time between one
+// window's end and the next one's start, n the number of instances.
+// With fewer than 2 instances everything is 0.
+func WindowUse(h []sim.WindowInstance, t0 time.Time, limit int, win time.Duration) (used, fill float64, gap time.Duration, n int) {
+	kept := since(h, t0)
+	n = len(kept)
+	if n < 2 {
+		return 0, 0, 0, n
+	}
+	var count int
+	for _, w := range kept[:n-1] {
+		count += w.Count
+	}
+	span := kept[n-1].Start.Sub(kept[0].Start)
+	used = float64(count) / (float64(limit) * span.Seconds() / win.Seconds())
+	fill = float64(count) / float64(limit*(n-1))
+	gap = (span - time.Duration(n-1)*win) / time.Duration(n-1)
+	return used, fill, gap, n
+}
+
+// WriteWindowCSV writes one row per window instance: window length (s),
+// start (s since t0, negative before it), count, limit; windows in
+// ascending length, instances in order.
+func WriteWindowCSV(path string, t0 time.Time, hist map[int][]sim.WindowInstance, limits map[int]int) error {
+	secs := make([]int, 0, len(hist))
+	for s := range hist {
+		secs = append(secs, s)
+	}
+	sort.Ints(secs)
+	var sb strings.Builder
+	sb.WriteString("window_s,start_s,count,limit\n")
+	for _, s := range secs {
+		for _, w := range hist[s] {
+			fmt.Fprintf(&sb, "%d,%.3f,%d,%d\n", s, w.Start.Sub(t0).Seconds(), w.Count, limits[s])
+		}
+	}
+	return os.WriteFile(path, []byte(sb.String()), 0o644)
+}
+
+// WriteWindowSVG plots each window instance as a bar (its count) against
+// a red line at the limit, one bar per instance, in order; instances that
+// started before t0 are grey.
+func WriteWindowSVG(path, title string, t0 time.Time, hist []sim.WindowInstance, limit int) error {
+	const w, h, pad = 640, 320, 40
+	top := float64(limit) * 1.2
+	for _, x := range hist {
+		top = max(top, float64(x.Count)*1.1)
+	}
+	y := func(v float64) float64 { return h - pad - v/top*(h-2*pad) }
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w, h)
+	fmt.Fprintf(&sb, `<text x="%d" y="16">%s</text>`+"\n", pad, title)
+	bw := float64(w-2*pad) / float64(max(1, len(hist)))
+	for i, x := range hist {
+		fill := "#4a7"
+		if x.Start.Before(t0) {
+			fill = "#aaa" // warm-up
+		}
+		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>start %+.1f s: %d</title></rect>`+"\n",
+			float64(pad)+float64(i)*bw+1, y(float64(x.Count)), bw-2, y(0)-y(float64(x.Count)), fill, x.Start.Sub(t0).Seconds(), x.Count)
+	}
+	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="red"/><text x="%d" y="%.1f" fill="red">limit %d</text>`+"\n",
+		pad, w-pad, y(float64(limit)), y(float64(limit)), w-pad-60, y(float64(limit))-4, limit)
+	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black"/>`+"\n", pad, w-pad, y(0), y(0))
+	sb.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(sb.String()), 0o644)
+}

@@ -1,0 +1,249 @@
+package riftflow
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/internal/benchlimit"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// BenchmarkLimitProcesses is `make bench-limit`: N separate limitfetcher
+// OS processes share one key through the ratelimit KV bucket (created from
+// streams/) of a separate nats-server process, against the simulator
+// (internal/benchlimit). Cases (BENCH_LIMIT_CASES, default all):
+//
+//   - dev: 20:1,100:120 over BENCH_LIMIT_WINDOWS (5) whole 120 s windows;
+//   - prod: 50:1,2500:60 over as many 60 s windows;
+//   - skew: prod with the fetchers' limiter clocks ±BENCH_LIMIT_SKEW_MS
+//     (500) apart (N ≥ 2);
+//   - natskill: prod with the nats-server killed (SIGKILL) after 1.5 long
+//     windows and restarted on its store BENCH_LIMIT_KILL_S (30) s later.
+//
+// N from BENCH_LIMIT_N (1,2,4,8); BENCH_LIMIT_PARALLEL cases run at once
+// (default: all; each is at most 50 requests/s); BENCH_LIMIT_WORKERS
+// calls per process (8); BENCH_LIMIT_CALLS=match makes the fetchers call
+// getMatch and getTimeline as the match-fetcher does (heavy: megabyte
+// timelines) instead of two light methods. It prints one table row per case and N and
+// writes <case>-N<n>.csv/.svg and the processes' logs to BENCH_LIMIT_OUT
+// (default: a temp dir), plus results.csv.
+func BenchmarkLimitProcesses(b *testing.B) {
+	windows := envInt(b, "BENCH_LIMIT_WINDOWS", 5)
+	ns := envInts(b, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
+	kinds := strings.Split(envStr("BENCH_LIMIT_CASES", "dev,prod,skew,natskill"), ",")
+	skew := envInt(b, "BENCH_LIMIT_SKEW_MS", 500)
+	killFor := time.Duration(envInt(b, "BENCH_LIMIT_KILL_S", 30)) * time.Second
+	workers := envInt(b, "BENCH_LIMIT_WORKERS", 8)
+	match := envStr("BENCH_LIMIT_CALLS", "light") == "match"
+	var cases []benchlimit.Case
+	for _, k := range kinds {
+		for _, n := range ns {
+			c := benchlimit.Case{Name: k, N: n, Windows: windows, Workers: workers, Key: benchlimit.ProdKey, Match: match}
+			switch k {
+			case "dev":
+				c.Key = benchlimit.DevKey
+			case "prod":
+			case "skew":
+				if n < 2 {
+					continue
+				}
+				c.SkewMS = skew
+			case "natskill":
+				c.KillAt, c.KillFor = 90*time.Second, killFor
+			default:
+				b.Fatalf("BENCH_LIMIT_CASES: unknown case %q (dev, prod, skew, natskill)", k)
+			}
+			cases = append(cases, c)
+		}
+	}
+	par := envInt(b, "BENCH_LIMIT_PARALLEL", len(cases))
+	for b.Loop() {
+		out := envStr("BENCH_LIMIT_OUT", "")
+		if out == "" {
+			out = b.TempDir()
+		}
+		results := runLimitCases(b, cases, par, out)
+		printLimitTable(os.Stdout, results)
+		if err := writeLimitResults(filepath.Join(out, "results.csv"), results); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("wrote %s\n", out)
+	}
+}
+
+// TestLimitProcessesSmoke runs the multi-process harness for a few
+// seconds: 2 limitfetcher processes on a 10:1,20:3 key, 2 whole 3 s
+// windows, one with the NATS node killed for 2 s. It checks the
+// harness end to end (build, processes, KV bucket, kill and restart, the
+// simulator's counts) and that no window went over its limit.
+func TestLimitProcessesSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds nats-server (slow the first time)")
+	}
+	out := t.TempDir()
+	key := benchlimit.Key{Name: "smoke", App: "10:1,20:3"}
+	cases := []benchlimit.Case{
+		{Name: "smoke", Key: key, N: 2, Windows: 2, Workers: 4},
+		{Name: "smokekill", Key: key, N: 2, Windows: 2, Workers: 4, KillAt: 2 * time.Second, KillFor: 2 * time.Second},
+	}
+	for _, r := range runLimitCases(t, cases, len(cases), out) {
+		t.Logf("%s: used %.3f over %d windows, 429s %v, over %d", r.Case.Name, r.Used, r.Windows, r.TooMany, r.Over)
+		if r.Windows < 2 || r.Served == 0 {
+			t.Errorf("%s: %d whole windows, %d served: the fetchers did not run", r.Case.Name, r.Windows, r.Served)
+		}
+		if r.Over > 0 || r.OverOutage > 0 {
+			t.Errorf("%s: a window went %d over its limit (%d during the outage)", r.Case.Name, r.Over, r.OverOutage)
+		}
+		if r.Case.KillAt > 0 && r.OutageTo.IsZero() {
+			t.Errorf("%s: the NATS node was not killed and restarted", r.Case.Name)
+		}
+	}
+}
+
+// runLimitCases builds the binaries once and runs cases, par at a time.
+func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) []benchlimit.Result {
+	tb.Helper()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	// Per test process: a running case's binaries are never rebuilt.
+	bin := filepath.Join(os.TempDir(), "riftflow-bench-limit-bin", strconv.Itoa(os.Getpid()))
+	tb.Cleanup(func() { os.RemoveAll(bin) })
+	_, self, _, _ := runtime.Caller(0)
+	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "..", "internal"), bin); err != nil {
+		tb.Fatal(err)
+	}
+	env := benchlimit.Env{BinDir: bin, OutDir: out, Setup: setupLimitBucket, Log: os.Stderr}
+	if testing.Short() || !testing.Verbose() {
+		env.Log = io.Discard
+	}
+	results := make([]benchlimit.Result, len(cases))
+	errs := make([]error, len(cases))
+	sem := make(chan struct{}, max(1, par))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i], errs[i] = benchlimit.Run(context.Background(), env, c)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("%s N=%d: %v", cases[i].Name, cases[i].N, err)
+		}
+	}
+	return results
+}
+
+// setupLimitBucket creates the ratelimit KV bucket as declared in streams/.
+func setupLimitBucket(ctx context.Context, url string) error {
+	set, err := streams.Load(streams.Options{})
+	if err != nil {
+		return err
+	}
+	only := &streams.Set{Prefix: set.Prefix}
+	for _, bk := range set.Buckets {
+		if bk.Bucket == streams.BucketRateLimit {
+			only.Buckets = append(only.Buckets, bk)
+		}
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		err = streams.Apply(ctx, js, only, slog.New(slog.DiscardHandler))
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // JetStream may still be starting
+	}
+}
+
+func printLimitTable(w io.Writer, rs []benchlimit.Result) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].Case.Name != rs[j].Case.Name {
+			return rs[i].Case.Name < rs[j].Case.Name
+		}
+		return rs[i].Case.N < rs[j].Case.N
+	})
+	fmt.Fprintln(w, "| case | key | N | whole long windows | served | used (tightest window) | mean gap | 429s app/method/service | peak over budget | over during outage | blacklists | 403s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		outage := "—"
+		if !r.OutageFrom.IsZero() {
+			outage = strconv.Itoa(r.OverOutage)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d × %d s | %d | %.3f | %d ms | %d/%d/%d | %d | %s | %d | %d |\n",
+			r.Case.Name, r.Case.Key.App, r.Case.N, r.Windows, r.LongSecs, r.Served, r.Used, r.Gap.Milliseconds(),
+			r.TooMany["application"], r.TooMany["method"], r.TooMany["service"], r.Over, outage, r.Blacklisted, r.Forbidden)
+	}
+}
+
+func writeLimitResults(path string, rs []benchlimit.Result) error {
+	var sb strings.Builder
+	sb.WriteString("case,key,n,skew_ms,kill_s,windows,window_s,limit,served,used,gap_ms,app429,method429,service429,over,over_outage,blacklists,forbidden,elapsed_s\n")
+	for _, r := range rs {
+		fmt.Fprintf(&sb, "%s,%q,%d,%d,%.0f,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d,%d,%d,%.0f\n",
+			r.Case.Name, r.Case.Key.App, r.Case.N, r.Case.SkewMS, r.Case.KillFor.Seconds(), r.Windows, r.LongSecs, r.LongLimit,
+			r.Served, r.Used, r.Gap.Milliseconds(), r.TooMany["application"], r.TooMany["method"], r.TooMany["service"],
+			r.Over, r.OverOutage, r.Blacklisted, r.Forbidden, r.Elapsed.Seconds())
+	}
+	return os.WriteFile(path, []byte(sb.String()), 0o644)
+}
+
+func envStr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		tb.Fatalf("%s=%q: want a count", name, v)
+	}
+	return n
+}
+
+func envInts(tb testing.TB, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			tb.Fatalf("%s=%q: want a list of counts like 1,8", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
