@@ -196,6 +196,12 @@ type window struct {
 	// to the new KV window (kvStore.rolled).
 	rollCarry int
 	rolledAt  time.Time
+	// epoch (shared only) names the chain of KV windows this process's
+	// tokens in w were leased from (winVal.Ep); pend counts those of its
+	// requests answered (or tokens dropped unsent) not yet written to the
+	// KV window's settled list (kvStore.settle).
+	epoch int64
+	pend  settleVal
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -210,6 +216,7 @@ type bucket struct {
 	pauseType     string
 	backoff       time.Duration
 	fetching      bool // shared: a lease request is under way
+	settling      bool // shared: a settlement write is under way (kvStore.settle)
 	// storeRetry (shared): the KV store failed; no lease or probe is
 	// tried before this time. storeDown marks the outage for logging.
 	storeRetry time.Time
@@ -378,12 +385,13 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
 		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
+			dropped := max(w.leased, 0)
 			w.start, w.count, w.leased, w.riotEnd = time.Time{}, 0, 0, time.Time{}
 			// Requests still in flight at the rollover may reach Riot after
 			// its window reset and count in its next one: they count in
 			// ours too, or a window granted in full could overshoot by the
 			// stragglers (store.rolled).
-			e.st.rolled(b, w, now)
+			e.st.rolled(b, w, dropped, now)
 		}
 		wres, wuntil := e.st.reserve(b, w, e.end(b, w), now)
 		switch {
@@ -407,6 +415,8 @@ type mark struct {
 	start    time.Time
 	ord      int
 	inflight int
+	at       time.Time // the grant time
+	ep       int64     // the window's epoch at the grant (shared; 0 in memory)
 }
 
 func (e *engine) take(b *bucket, now time.Time) []mark {
@@ -421,7 +431,7 @@ func (e *engine) take(b *bucket, now time.Time) []mark {
 			w.start = now
 		}
 		e.st.spend(w, 1)
-		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight}
+		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight, at: now, ep: w.epoch}
 	}
 	return marks
 }
@@ -653,8 +663,12 @@ func (e *engine) cancel(p *permit) {
 	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
 		x.b.inflight--
 		for i, w := range x.b.windows {
-			if i < len(x.marks) && w.start.Equal(x.marks[i].start) {
+			switch {
+			case i >= len(x.marks):
+			case w.start.Equal(x.marks[i].start):
 				e.st.spend(w, -1)
+			default: // its window moved on: the token is gone, never sent
+				e.st.answered(x.b, w, x.marks[i], e.now())
 			}
 		}
 	}
@@ -674,6 +688,8 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	now := e.now()
 	p.r.app.inflight--
 	p.mb.inflight--
+	e.answered(p.r.app, p.appMarks, now)
+	e.answered(p.mb, p.mMarks, now)
 	if status == 0 || h == nil {
 		if status != 0 {
 			e.timed(p, now)
@@ -695,6 +711,16 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	}
 	e.dispatch(p.r, now)
 	e.st.idle(p.r)
+}
+
+// answered tells the store that the request marked marks in b's windows
+// was answered at now. Callers hold mu.
+func (e *engine) answered(b *bucket, marks []mark, now time.Time) {
+	for i, w := range b.windows {
+		if i < len(marks) {
+			e.st.answered(b, w, marks[i], now)
+		}
+	}
 }
 
 // timed notes p's round trip (grant to answer) for its route's margin if

@@ -470,6 +470,124 @@ type winVal struct {
 	// the writer's clock offset: the window may roll then, if that is
 	// earlier than start + length + margin.
 	End int64 `json:"e,omitempty"`
+	// Ep is the window's epoch: its Start when it was created. A count-1
+	// reply that moves or rolls it (alignKV) keeps Ep: the window's count
+	// still holds tokens leased under the earlier start.
+	Ep int64 `json:"ep,omitempty"`
+	// Done lists tokens of this window (counted in Granted) that are
+	// settled: their requests were answered, or the tokens were dropped
+	// unsent, at or before T. A roll (alignKV) keeps in the new window
+	// every token not settled before the request that began Riot's window
+	// was granted: only those can be in Riot's window.
+	Done []settleVal `json:"d,omitempty"`
+}
+
+// settleVal is a batch of N settled tokens, all settled by T (Unix ms on
+// the server clock, rounded up, plus the writer's clock error bound).
+type settleVal struct {
+	T int64 `json:"t"`
+	N int   `json:"n"`
+}
+
+// maxDone bounds winVal.Done: beyond it the two oldest batches merge into
+// one with the later time (later is safe: it settles fewer at a roll).
+const maxDone = 16
+
+func (v winVal) epoch() int64 {
+	if v.Ep != 0 {
+		return v.Ep
+	}
+	return v.Start
+}
+
+// addSettled counts n of this process's tokens in w (epoch w.epoch) as
+// settled at now and starts writing them to KV. Callers hold mu.
+func (st *kvStore) addSettled(b *bucket, w *window, n int, now time.Time) {
+	if n <= 0 || w.epoch == 0 {
+		return
+	}
+	_, offErr := st.clock()
+	t := now.Add(offErr + time.Millisecond - 1).UnixMilli()
+	w.pend.N += n
+	w.pend.T = max(w.pend.T, t)
+	if !b.settling {
+		b.settling = true
+		go st.settle(b)
+	}
+}
+
+// settle writes b's pending settlements (window.pend) to their KV windows
+// until none is left; b.settling is set. A write that fails, or finds the
+// KV window in another epoch, drops them: an unsettled token only makes a
+// later roll keep more (the safe side), and a new epoch starts from zero.
+func (st *kvStore) settle(b *bucket) {
+	type job struct {
+		key string
+		ep  int64
+		s   settleVal
+	}
+	for {
+		st.e.mu.Lock()
+		var jobs []job
+		for _, w := range b.windows {
+			if w.pend.N > 0 {
+				jobs = append(jobs, job{st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10), w.epoch, w.pend})
+				w.pend = settleVal{}
+			}
+		}
+		if len(jobs) == 0 {
+			b.settling = false
+			st.e.mu.Unlock()
+			return
+		}
+		st.e.mu.Unlock()
+		for _, j := range jobs {
+			st.settleOne(j.key, j.ep, j.s)
+		}
+	}
+}
+
+func (st *kvStore) settleOne(key string, ep int64, sv settleVal) {
+	ctx, cancel := st.ctx()
+	defer cancel()
+	for range 10 {
+		ent, err := st.kv.Get(ctx, key)
+		if err != nil {
+			return
+		}
+		var cur winVal
+		if json.Unmarshal(ent.Value(), &cur) != nil || cur.epoch() != ep {
+			return
+		}
+		cur.Ep = ep
+		cur.Done = append(cur.Done, sv)
+		if len(cur.Done) > maxDone {
+			a, b := cur.Done[0], cur.Done[1]
+			cur.Done = append([]settleVal{{T: max(a.T, b.T), N: a.N + b.N}}, cur.Done[2:]...)
+		}
+		v, _ := json.Marshal(cur)
+		if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if err != nil {
+				st.e.o.Logger.Debug("ratelimit: settle tokens", "key", key, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// unsettled splits v.Done at t (Unix ms): it returns how many tokens were
+// settled at or before t and the batches settled later.
+func (v winVal) unsettled(t int64) (int, []settleVal) {
+	n := 0
+	var later []settleVal
+	for _, d := range v.Done {
+		if d.T <= t {
+			n += d.N
+		} else {
+			later = append(later, d)
+		}
+	}
+	return n, later
 }
 
 // end is when the window may roll for a process whose margin is margin
@@ -603,8 +721,8 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 // alignKV applies a count-1 reply for the request marked m to the KV window
 // of w's length (see engine.alignToRiot): if KV still holds the window m's
 // request was counted in and it started before floor, it is rolled to
-// floor with rolledCount (moved keeping its count if its length has not
-// passed); if it holds a later window started before floor, that window
+// floor keeping every token not settled before m's grant (winVal.Done;
+// moved keeping its count if its length has not passed); if it holds a later window started before floor, that window
 // moves to floor with its count. Anything else (a window
 // already starting at or after floor) is left alone.
 func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
@@ -616,6 +734,7 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	// length (plus this process's clock error), rounded up to the ms.
 	_, offErr := st.clock()
 	riotEnd := now.Add(w.length + offErr + time.Millisecond - 1).UnixMilli()
+	granted := m.at.Add(-offErr).UnixMilli() // m's grant, at the earliest
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
@@ -628,6 +747,7 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 			if json.Unmarshal(ent.Value(), &cur) != nil {
 				return
 			}
+			cur.Ep = cur.epoch() // kept when the start moves
 			moved := true
 			switch {
 			case cur.Start == counted && !roll && (cur.End < riotEnd || cur.Start < fl):
@@ -638,7 +758,13 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 			case cur.Start >= fl:
 				return
 			case cur.Start == counted && roll:
-				cur.Start, cur.Granted, cur.End = fl, rolledCount(cur.Granted, m), 0
+				// Riot's window began when m's request arrived, after its
+				// grant: a token settled before that grant (answered, or
+				// dropped unsent) was not in it; every other token of the
+				// window may be, whichever process leased it, and stays
+				// counted, including those leased but not sent yet.
+				settled, later := cur.unsettled(granted)
+				cur.Start, cur.Granted, cur.End, cur.Done = fl, max(0, cur.Granted-settled), 0, later
 			case cur.Start > counted:
 				cur.Start, cur.End = fl, 0
 			default:
@@ -693,6 +819,7 @@ type leaseJob struct {
 	// counted them: they are added.
 	localStart time.Time
 	inflight   int
+	epoch      int64 // the epoch this process's tokens were leased from
 	// margin judges the stored window's end; shareMargin (this process's
 	// measured margin, 0 before any answer was timed) is stored with it.
 	margin, shareMargin time.Duration
@@ -702,6 +829,7 @@ type leaseJob struct {
 	got, g   int
 	kvMargin time.Duration
 	riotEnd  time.Time // the window's End, zero if none
+	ep       int64     // the window's epoch (winVal.Ep)
 	err      error
 }
 
@@ -873,12 +1001,14 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
 			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry, rolled: rolled,
-			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight})
+			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight, epoch: w.epoch})
 	}
 	e.mu.Unlock()
 
 	for _, j := range jobs {
-		j.start, j.got, j.g, j.kvMargin, j.riotEnd, j.err = st.leaseOne(j)
+		var v winVal
+		v, j.got, j.err = st.leaseOne(j)
+		j.start, j.g, j.kvMargin, j.riotEnd, j.ep = time.UnixMilli(v.Start), v.Granted, v.margin(), v.riotEnd(), v.Ep
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -907,7 +1037,16 @@ func (st *kvStore) lease(r *route, b *bucket) {
 			w.rollCarry = 0
 		}
 		if !w.start.Equal(j.start) {
+			// Tokens held unsent under the old start are dropped; the
+			// window's epoch, if it is the same, still counts them.
+			if j.ep == w.epoch {
+				st.addSettled(b, w, max(w.leased, 0), now)
+			}
 			w.start, w.leased, w.riotEnd = j.start, 0, time.Time{}
+		}
+		if j.ep != w.epoch {
+			// A new epoch: the old one's settlements have nowhere to go.
+			w.epoch, w.pend = j.ep, settleVal{}
 		}
 		if j.riotEnd.After(w.riotEnd) {
 			// Riot's end as another process proved it; the stored value
@@ -928,9 +1067,8 @@ func (st *kvStore) lease(r *route, b *bucket) {
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,
 // starting a new window when the stored one has ended. It returns the
-// window's start, the tokens taken, the window's global granted count and
-// its stored margin.
-func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, time.Time, error) {
+// window as stored (its Ep set) and the tokens taken.
+func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 	ctx, cancel := st.ctx()
 	defer cancel()
 	ms := j.shareMargin.Milliseconds()
@@ -944,19 +1082,19 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, ti
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k := size(j.limit - g0)
-			next := winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
+			next := winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms, Ep: now.UnixMilli()}
 			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
-				return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
+				return next, k, nil
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return time.Time{}, 0, 0, 0, time.Time{}, err
+			return winVal{}, 0, err
 		}
 		if err != nil {
-			return time.Time{}, 0, 0, 0, time.Time{}, err
+			return winVal{}, 0, err
 		}
 		var cur winVal
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
@@ -967,30 +1105,38 @@ func (st *kvStore) leaseOne(j *leaseJob) (time.Time, int, int, time.Duration, ti
 		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin, j.offErr)) {
 			g0 := max(j.seedIn+j.carry, j.seedCount)
 			k = size(j.limit - g0)
-			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms}
+			next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms, Ep: now.UnixMilli()}
 		} else {
-			add := j.seedIn + j.carry
-			if !j.localStart.IsZero() && cur.Start > j.localStart.UnixMilli() {
-				add += j.inflight
+			add := j.seedIn
+			// This process's requests in flight are counted in the window's
+			// epoch they were leased from; a window of that epoch that a
+			// count-1 reply rolled (alignKV) kept them, unless settled.
+			if cur.epoch() != j.epoch {
+				add += j.carry
+				if !j.localStart.IsZero() && cur.Start > j.localStart.UnixMilli() {
+					add += j.inflight
+				}
 			}
 			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
 			if k == 0 && raised == cur.Granted {
-				return time.UnixMilli(cur.Start), 0, cur.Granted, cur.margin(), cur.riotEnd(), nil // spent: nothing to write
+				cur.Ep = cur.epoch()
+				return cur, 0, nil // spent: nothing to write
 			}
 			// Written even with no token left: the seeds must reach KV.
-			next = winVal{Start: cur.Start, Limit: j.limit, Granted: raised + k, Margin: max(cur.Margin, ms), End: cur.End}
+			next = cur
+			next.Ep, next.Limit, next.Granted, next.Margin = cur.epoch(), j.limit, raised+k, max(cur.Margin, ms)
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())
 		if err == nil {
-			return time.UnixMilli(next.Start), k, next.Granted, next.margin(), next.riotEnd(), nil
+			return next, k, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return time.Time{}, 0, 0, 0, time.Time{}, err
+			return winVal{}, 0, err
 		}
 	}
-	return time.Time{}, 0, 0, 0, time.Time{}, errors.New("ratelimit: lease: too much CAS contention")
+	return winVal{}, 0, errors.New("ratelimit: lease: too much CAS contention")
 }
 
 func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }

@@ -22,8 +22,12 @@ type store interface {
 	// spend counts n granted (n = 1) or cancelled (n = −1) requests in w.
 	spend(w *window, n int)
 	// rolled is called when w ended at now, with its state cleared, while
-	// b.inflight requests may still reach Riot's next window.
-	rolled(b *bucket, w *window, now time.Time)
+	// b.inflight requests may still reach Riot's next window; dropped is
+	// how many tokens this process held unsent in w.
+	rolled(b *bucket, w *window, dropped int, now time.Time)
+	// answered is told that the request marked m in w was answered at
+	// now, or given up after its window moved on (its token not returned).
+	answered(b *bucket, w *window, m mark, now time.Time)
 	// opened is called for a new window w of b (limits learned or changed
 	// at at, with b.inflight requests in flight and b.pre sent before).
 	opened(b *bucket, w *window, at time.Time)
@@ -65,7 +69,9 @@ func (memStore) reserve(b *bucket, w *window, end, now time.Time) (int, time.Tim
 
 func (memStore) spend(w *window, n int) { w.count += n }
 
-func (memStore) rolled(b *bucket, w *window, now time.Time) {
+func (memStore) answered(*bucket, *window, mark, time.Time) {}
+
+func (memStore) rolled(b *bucket, w *window, _ int, now time.Time) {
 	if b.inflight > 0 {
 		w.start, w.count = now, b.inflight
 	}
@@ -139,8 +145,19 @@ func (st *kvStore) spend(w *window, n int) { w.leased -= n }
 // rollover to the KV window (leaseJob.carry). They are counted now, not
 // when the lease runs: one that is answered in between may still have
 // reached Riot after its window reset (the stragglers of a loaded host).
-func (st *kvStore) rolled(b *bucket, w *window, now time.Time) {
+// The tokens it held unsent are settled (kvStore.settle): the KV window's
+// chain may go on (realigned by a count-1 reply) and counts them until then.
+func (st *kvStore) rolled(b *bucket, w *window, dropped int, now time.Time) {
 	w.rollCarry, w.rolledAt = b.inflight, now
+	st.addSettled(b, w, dropped, now)
+}
+
+// answered settles the request in the KV window chain it was leased from
+// (kvStore.settle), if that is still the chain this process leases from.
+func (st *kvStore) answered(b *bucket, w *window, m mark, now time.Time) {
+	if m.ep != 0 && m.ep == w.epoch {
+		st.addSettled(b, w, 1, now)
+	}
 }
 
 // opened: the next lease adds the requests sent before the limits were
