@@ -550,14 +550,9 @@ func (st *kvStore) settle(b *bucket) {
 func (st *kvStore) settleOne(key string, ep int64, sv settleVal) {
 	ctx, cancel := st.ctx()
 	defer cancel()
-	for range 10 {
-		ent, err := st.kv.Get(ctx, key)
-		if err != nil {
-			return
-		}
-		var cur winVal
-		if json.Unmarshal(ent.Value(), &cur) != nil || cur.epoch() != ep {
-			return
+	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+		if cur.epoch() != ep {
+			return false
 		}
 		cur.Ep = ep
 		cur.Done = append(cur.Done, sv)
@@ -565,13 +560,10 @@ func (st *kvStore) settleOne(key string, ep int64, sv settleVal) {
 			a, b := cur.Done[0], cur.Done[1]
 			cur.Done = append([]settleVal{{T: max(a.T, b.T), N: a.N + b.N}}, cur.Done[2:]...)
 		}
-		v, _ := json.Marshal(cur)
-		if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			if err != nil {
-				st.e.o.Logger.Debug("ratelimit: settle tokens", "key", key, "err", err)
-			}
-			return
-		}
+		return true
+	})
+	if err != nil {
+		st.e.o.Logger.Debug("ratelimit: settle tokens", "key", key, "err", err)
 	}
 }
 
@@ -738,17 +730,10 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	go func() {
 		ctx, cancel := st.ctx()
 		defer cancel()
-		for range 10 {
-			ent, err := st.kv.Get(ctx, key)
-			if err != nil {
-				return
-			}
-			var cur winVal
-			if json.Unmarshal(ent.Value(), &cur) != nil {
-				return
-			}
+		moved := true
+		wrote, _ := st.casWin(ctx, key, func(cur *winVal) bool {
 			cur.Ep = cur.epoch() // kept when the start moves
-			moved := true
+			moved = true
 			switch {
 			case cur.Start == counted && !roll && (cur.End < riotEnd || cur.Start < fl):
 				// m's window, young: record Riot's end (engine.alignToRiot)
@@ -756,7 +741,7 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 				cur.End = max(cur.End, riotEnd)
 				cur.Start, moved = max(cur.Start, fl), cur.Start < fl
 			case cur.Start >= fl:
-				return
+				return false
 			case cur.Start == counted && roll:
 				// Riot's window began when m's request arrived, after its
 				// grant: a token settled before that grant (answered, or
@@ -768,26 +753,42 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 			case cur.Start > counted:
 				cur.Start, cur.End = fl, 0
 			default:
-				return
+				return false
 			}
-			v, _ := json.Marshal(cur)
-			_, err = st.kv.Update(ctx, key, v, ent.Revision())
-			if err == nil && !moved {
-				return // the others learn the end on their next lease
-			}
-			if err == nil {
-				// Tell the others: a process whose view of the window is
-				// full would otherwise wait for its own end of it.
-				if _, err := st.kv.Put(ctx, st.base(b, "align")+"."+sec, []byte(strconv.FormatInt(fl, 10))); err != nil {
-					st.e.o.Logger.Debug("ratelimit: announce realigned window", "key", key, "err", err)
-				}
-				return
-			}
-			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				return
+			return true
+		})
+		if wrote && moved {
+			// Tell the others: a process whose view of the window is full
+			// would otherwise wait for its own end of it. (Only an end
+			// recorded: the others learn it on their next lease.)
+			if _, err := st.kv.Put(ctx, st.base(b, "align")+"."+sec, []byte(strconv.FormatInt(fl, 10))); err != nil {
+				st.e.o.Logger.Debug("ratelimit: announce realigned window", "key", key, "err", err)
 			}
 		}
 	}()
+}
+
+// casWin reads the KV window at key, lets edit change it (false: leave it
+// as it is) and writes it back with compare-and-set, again on a conflict,
+// up to 10 times. It reports whether it wrote; err is a KV error or too
+// much contention.
+func (st *kvStore) casWin(ctx context.Context, key string, edit func(*winVal) bool) (bool, error) {
+	for range 10 {
+		ent, err := st.kv.Get(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		var cur winVal
+		if json.Unmarshal(ent.Value(), &cur) != nil || !edit(&cur) {
+			return false, nil
+		}
+		v, _ := json.Marshal(cur)
+		_, err = st.kv.Update(ctx, key, v, ent.Revision())
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err == nil, err
+		}
+	}
+	return false, errors.New("ratelimit: too much CAS contention on " + key)
 }
 
 // realigned applies another process's notice that it realigned b's KV
