@@ -807,8 +807,9 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 //     previous window, not the one p began. w is rolled: it restarts at
 //     floor counting only what may be in Riot's new window (p, those
 //     granted after p, and those in flight when p was granted; with
-//     Shared, the other processes add their own in-flight requests when
-//     they next lease, leaseJob.inflight). Keeping w's count while moving
+//     Shared, the KV window keeps every token of every process not
+//     settled before p's grant, kvStore.alignKV: this process's view
+//     follows on its next lease). Keeping w's count while moving
 //     its start (the old rule) idled every process for a whole window
 //     when p was a straggler granted at the end of a full window.
 //   - The same in a young window (its length has not passed): the

@@ -815,9 +815,10 @@ type leaseJob struct {
 	carry     int // requests in flight from the previous window, added once to the new one
 	rolled    int // the window's rollCarry that carry took
 	// localStart is the window start this process knew; inflight its
-	// requests in flight. If KV holds a later start that is still running,
-	// another process realigned the window (alignKV) and may not have
-	// counted them: they are added.
+	// requests in flight. If KV holds a later start of another epoch that
+	// is still running, another process's window replaced ours and does
+	// not count them: they are added. (A window of the same epoch that a
+	// count-1 reply realigned kept them, alignKV.)
 	localStart time.Time
 	inflight   int
 	epoch      int64 // the epoch this process's tokens were leased from
