@@ -516,6 +516,11 @@ func (st *kvStore) addSettled(b *bucket, w *window, n int, now time.Time) {
 	}
 }
 
+// settleBatch is how long settle waits to gather answers into one write
+// per window: a settlement written late only makes a roll in that time
+// keep a token it could have freed.
+const settleBatch = 5 * time.Millisecond
+
 // settle writes b's pending settlements (window.pend) to their KV windows
 // until none is left; b.settling is set. A write that fails, or finds the
 // KV window in another epoch, drops them: an unsettled token only makes a
@@ -527,6 +532,7 @@ func (st *kvStore) settle(b *bucket) {
 		s   settleVal
 	}
 	for {
+		time.Sleep(settleBatch) // gather the answers of one burst into one write
 		st.e.mu.Lock()
 		var jobs []job
 		for _, w := range b.windows {
