@@ -3,6 +3,7 @@ package riot
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -148,5 +149,20 @@ func BenchmarkDocScan(b *testing.B) {
 	for b.Loop() {
 		s.Reset()
 		s.Write(raw)
+	}
+}
+
+// A close with nothing open is refused (ErrJSONBounds), whatever follows:
+// the scanner's depth never goes below zero (fuzzing found `},` indexing
+// its per-depth state at -1).
+func TestDocScanRefusesUnbalancedClose(t *testing.T) {
+	for _, doc := range []string{`},`, `]`, `{}}`, `[]],{"a":1}`} {
+		var s DocScan
+		if _, err := s.Write([]byte(doc)); !errors.Is(err, ErrJSONBounds) {
+			t.Errorf("%s: %v, want ErrJSONBounds", doc, err)
+		}
+		if _, err := DecodeMatch([]byte(doc)); err == nil {
+			t.Errorf("%s: DecodeMatch accepted it", doc)
+		}
 	}
 }

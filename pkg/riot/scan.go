@@ -115,6 +115,11 @@ func (s *DocScan) Write(p []byte) (int, error) {
 				}
 			}
 		case '}', ']':
+			if s.depth == 0 {
+				// More closed than opened: not JSON, and the depth
+				// bookkeeping below must never go negative.
+				return i, fmt.Errorf("%w: %q closes nothing (not JSON)", ErrJSONBounds, c)
+			}
 			if s.depth == 3 {
 				s.inFrames = false
 			}
