@@ -46,12 +46,13 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
-// Config tunes the persister.
+// Config tunes the persister; FromInfra reads the fields with env tags
+// from the environment (the others keep their defaults).
 type Config struct {
-	MaxBatch int           // messages per transaction (default 200)
-	MaxWait  time.Duration // longest wait to fill a batch (default 200ms)
+	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`  // messages per transaction
+	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"` // longest wait to fill a batch
 	// LockTTL is what a renewed sync lock lives for.
-	LockTTL time.Duration
+	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	// MaxPayloadBytes caps a decompressed payload; larger ones are recorded
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64
@@ -60,14 +61,14 @@ type Config struct {
 	// decompressed): memory follows bytes, not the message count. It is
 	// raised to MinBatchBytes: a pull smaller than the FETCHED stream's
 	// largest message (1 MiB) could never deliver that message.
-	MaxBatchBytes int
+	MaxBatchBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"1310720"`
 	// DecodeWorkers decode one batch's messages in parallel (default
 	// GOMAXPROCS).
 	DecodeWorkers int
 	// Writers is the number of batches in flight, each with its own
 	// transaction (default 2): while one batch is written, the next is
 	// decoded.
-	Writers int
+	Writers int `env:"PERSIST_WRITERS" envDefault:"2"`
 }
 
 // Deps are the persister's collaborators.

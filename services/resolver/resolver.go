@@ -25,7 +25,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -42,7 +41,8 @@ type Accounts interface {
 	AccountByPUUID(ctx context.Context, region riot.Region, puuid string) (riot.Account, error)
 }
 
-// Config tunes the resolver.
+// Config tunes the resolver; FromInfra reads the fields with env tags
+// from the environment, the others from the common one (app.Env).
 type Config struct {
 	// MaxMatchesPerRun and LookbackDays fill requests that leave count and
 	// lookback_days at 0 (INGESTION_MAX_MATCHES_PER_RUN, INGESTION_LOOKBACK_DAYS).
@@ -53,12 +53,14 @@ type Config struct {
 	// delivery up to 5 min, and never shorter than a Retry-After. On the
 	// consumer's last delivery the request is rejected with code 503 and
 	// the reason (RESOLVER_RETRY_DELAY, default 5s).
-	RetryDelay time.Duration
-	// Concurrency is the number of interactive requests handled at once.
-	Concurrency int
-	// BackgroundConcurrency is the number of background requests handled
-	// at once, beside the interactive ones (default 2).
-	BackgroundConcurrency int
+	RetryDelay time.Duration `env:"RESOLVER_RETRY_DELAY" envDefault:"5s"`
+	// Concurrency is the number of interactive requests handled at once
+	// (RESOLVER_CONCURRENCY).
+	Concurrency int `env:"RESOLVER_CONCURRENCY" envDefault:"8"`
+	// BackgroundConcurrency is the number of background requests
+	// (lol.ingest.request.background) handled at once, beside the
+	// interactive ones (RESOLVER_BACKGROUND_CONCURRENCY, default 2).
+	BackgroundConcurrency int `env:"RESOLVER_BACKGROUND_CONCURRENCY" envDefault:"2"`
 }
 
 // Deps are the resolver's collaborators.
@@ -93,20 +95,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 
 // Run consumes both queues until ctx ends, then drains in-flight requests.
 func (s *Service) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	run := func(c jetstream.Consumer, name string, n int) {
-		g.Go(func() error {
-			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
-				Name: name, Concurrency: n, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxRetryDelay}, Dead: s.d.Dead},
-			})
-		})
-	}
-	run(s.d.Consumer, "resolver", s.cfg.Concurrency)
-	if s.d.Background != nil {
-		run(s.d.Background, "resolver-background", s.cfg.BackgroundConcurrency)
-	}
-	return g.Wait()
+	return app.Consume(ctx, s.Handle, natsx.ConsumeOptions{Logger: s.d.Logger, Tracer: s.d.Tracer,
+		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxRetryDelay}, Dead: s.d.Dead}},
+		app.Queue{Consumer: s.d.Consumer, Name: "resolver", Concurrency: s.cfg.Concurrency},
+		app.Queue{Consumer: s.d.Background, Name: "resolver-background", Concurrency: s.cfg.BackgroundConcurrency})
 }
 
 // Handle processes one lol.ingest.request message and says how to settle it.

@@ -63,27 +63,28 @@ type Store interface {
 	ResetSync(ctx context.Context, puuid, requestID string) error
 }
 
-// Config tunes the sweeper.
+// Config tunes the sweeper; FromInfra reads it from the environment
+// variables its tags name.
 type Config struct {
-	Interval   time.Duration // default 1h
-	StaleAfter time.Duration // default 10m
+	Interval   time.Duration `env:"SWEEP_INTERVAL" envDefault:"1h"`
+	StaleAfter time.Duration `env:"SWEEP_STALE_AFTER" envDefault:"10m"`
 	// QueueSlack bounds how long after a row's last attempt its command
 	// (or scheduled retry) can have been published: keep it above the
 	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
-	QueueSlack time.Duration
-	StuckAfter time.Duration // default 10m
+	QueueSlack time.Duration `env:"SWEEP_QUEUE_SLACK" envDefault:"10m"`
+	StuckAfter time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
 	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL, default 5m):
 	// healthy running syncs' locks are renewed every LockTTL/3.
-	LockTTL   time.Duration
-	BatchSize int // default 100
+	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
 	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
 	// that many 404s becomes permanently_unfetchable instead of being
 	// re-published; a row with that many other failures is pending (see
 	// RetryMax) and no longer holds its sync open.
-	MaxAttempts int
+	MaxAttempts int `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
 	// RetryMax caps the wait between sweep retries of a pending fetch
 	// (StaleAfter doubling per failed sweep retry). Default 6h.
-	RetryMax time.Duration
+	RetryMax time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
 }
 
 // Deps are the sweeper's collaborators.
