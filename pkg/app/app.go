@@ -282,10 +282,15 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// KeyID is the limiter's identity for an API key: the first 16 hex digits
-// of its SHA-256. The key itself is never stored or logged.
-func KeyID(apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
+// KeyID is the limiter's identity for an API key: its ShortHash. The key
+// itself is never stored or logged.
+func KeyID(apiKey string) string { return ShortHash(apiKey) }
+
+// ShortHash is the first 16 hex digits of the SHA-256 of s: a short, stable
+// name for a secret or a player that does not reveal it, and an id part
+// that is the same on every replica.
+func ShortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
 }
 

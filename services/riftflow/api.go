@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -179,9 +178,20 @@ func (a *API) routes(handle func(pattern string, need Scope, h http.HandlerFunc)
 	}
 }
 
-// routeTable is every route of the API with its scope, in one place.
+// route is one entry of the API's route table: a net/http ServeMux
+// pattern ("METHOD /path/{wildcard}") and its handler. Middleware (auth,
+// logging) wraps routes here, in one place.
+type route struct {
+	pattern string
+	scope   Scope // the token scope it needs (auth.go)
+	handler http.Handler
+}
+
+// routeTable is every route of the API with its scope, in one place: the
+// sync and account routes, the admin calls (admin.go) and the read API
+// (read.go).
 func (a *API) routeTable() []route {
-	return append([]route{
+	return []route{
 		{"POST /v1/sync", ScopeSync, http.HandlerFunc(a.postSync)},
 		{"GET /v1/accounts/{puuid}", ScopeRead, http.HandlerFunc(a.getAccount)},
 		{"POST /v1/accounts/{puuid}/link", ScopeSync, http.HandlerFunc(a.postLink)},
@@ -189,7 +199,16 @@ func (a *API) routeTable() []route {
 		{"POST /v1/accounts/{puuid}/login", ScopeSync, http.HandlerFunc(a.postLogin)},
 		{"GET /v1/sync/{request_id}/events", ScopeRead, http.HandlerFunc(a.syncEvents)},
 		{"GET /v1/jobs", ScopeRead, http.HandlerFunc(a.getJobs)},
-	}, a.seedRoutes()...)
+		{"POST /v1/admin/retry", ScopeAdmin, http.HandlerFunc(a.postRetry)},
+		{"GET /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.getPause)},
+		{"PUT /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.putPause)},
+		{"DELETE /v1/admin/accounts/{puuid}", ScopeAdmin, http.HandlerFunc(a.deleteAccount)},
+		{"GET /v1/players/{puuid}", ScopeRead, http.HandlerFunc(a.getPlayer)},
+		{"GET /v1/players/{puuid}/matches", ScopeRead, http.HandlerFunc(a.getPlayerMatches)},
+		{"GET /v1/matches/{match_id}", ScopeRead, http.HandlerFunc(a.getMatch)},
+		{"GET /v1/matches/{match_id}/timeline", ScopeRead, http.HandlerFunc(a.getTimeline)},
+		{"GET /openapi.json", ScopeRead, http.HandlerFunc(a.getOpenAPI)},
+	}
 }
 
 func (a *API) now() time.Time {
@@ -345,35 +364,46 @@ func decodeLink(puuid string, body io.Reader) (bus.IngestRequest, store.Account,
 }
 
 func (a *API) postUnlink(w http.ResponseWriter, r *http.Request) {
-	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
-		return
+	if a.onAccount(w, r, "no such account", a.inf.Store.UnlinkAccount) {
+		writeJSON(w, http.StatusOK, map[string]any{"puuid": r.PathValue("puuid"), "active": false})
 	}
-	err := a.inf.Store.UnlinkAccount(r.Context(), r.PathValue("puuid"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
-		return
+}
+
+// onAccount runs do on the {puuid} of the path and answers its failure as
+// problem+json: 404 with notFound for a PUUID that cannot exist or that
+// the store does not know, 500 for any other error. It reports whether do
+// succeeded, the caller then answering.
+func (a *API) onAccount(w http.ResponseWriter, r *http.Request, notFound string, do func(ctx context.Context, puuid string) error) bool {
+	err := errNoAccount
+	if puuid := r.PathValue("puuid"); validID(puuid, bus.MaxPUUIDLen) {
+		err = do(r.Context(), puuid)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, r, http.StatusNotFound, errors.New(notFound))
+	case err != nil:
 		writeError(w, r, http.StatusInternalServerError, err)
-		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"puuid": r.PathValue("puuid"), "active": false})
+	return err == nil
+}
+
+// errNoAccount is onAccount's error for a PUUID that cannot exist.
+var errNoAccount = fmt.Errorf("invalid PUUID: %w", store.ErrNotFound)
+
+// accountStatus is the stored status of the {puuid} of the path, or an
+// answer (onAccount) and false.
+func (a *API) accountStatus(w http.ResponseWriter, r *http.Request, notFound string) (s store.AccountStatus, ok bool) {
+	ok = a.onAccount(w, r, notFound, func(ctx context.Context, puuid string) (err error) {
+		s, err = a.inf.Store.AccountStatus(ctx, puuid)
+		return err
+	})
+	return s, ok
 }
 
 // postLogin is design 001's stale-login trigger.
 func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
-	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account: link it first"))
-		return
-	}
-	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account: link it first"))
-		return
-	}
-	if err != nil {
-		writeError(w, r, http.StatusInternalServerError, err)
+	s, ok := a.accountStatus(w, r, "no such account: link it first")
+	if !ok {
 		return
 	}
 	switch {
@@ -456,20 +486,9 @@ func (a *API) knownPUUID(ctx context.Context, req bus.IngestRequest) string {
 }
 
 func (a *API) getAccount(w http.ResponseWriter, r *http.Request) {
-	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
-		return
+	if s, ok := a.accountStatus(w, r, "no such account"); ok {
+		writeJSON(w, http.StatusOK, s)
 	}
-	s, err := a.inf.Store.AccountStatus(r.Context(), r.PathValue("puuid"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such account"))
-		return
-	}
-	if err != nil {
-		writeError(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
 }
 
 // syncEvents streams one request's progress as Server-Sent Events: "event:
@@ -684,26 +703,4 @@ func atoiOr(s string, d int) int {
 		return d
 	}
 	return n
-}
-
-// printJobs is `riftflow status --jobs`: the job log as a table or JSON.
-func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobFilter, asJSON bool) error {
-	jobs, err := st.Jobs(ctx, f)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		rows := make([]jobJSON, 0, len(jobs))
-		for _, j := range jobs {
-			rows = append(rows, toJobJSON(j))
-		}
-		return json.NewEncoder(out).Encode(rows)
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
-	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, j.Status, j.Retries, fmtTime(j.RequestedAt),
-			fmtTime(j.StartedAt), fmtTime(j.FinishedAt), j.PUUID, j.Error)
-	}
-	return tw.Flush()
 }

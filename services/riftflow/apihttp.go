@@ -2,12 +2,19 @@ package riftflow
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/redact"
 )
 
 // streamGate counts open SSE streams per token and in total.
@@ -167,4 +174,89 @@ func isLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// defaultAPIAddr is where `riftflow up` serves the API without
+// --http-addr or HTTP_ADDR: loopback only.
+const defaultAPIAddr = "127.0.0.1:8080"
+
+// apiAddr is the API's listen address: flag, else env (HTTP_ADDR), else
+// defaultAPIAddr. An address beyond loopback (":8080", "0.0.0.0:8080", a
+// LAN address) is an error unless expose is set.
+func apiAddr(flagAddr, envAddr string, expose bool) (string, error) {
+	addr := flagAddr
+	if addr == "" {
+		addr = envAddr
+	}
+	if addr == "" {
+		addr = defaultAPIAddr
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("invalid API address %q: %w", addr, err)
+	}
+	if !isLoopback(addr) && !expose {
+		return "", fmt.Errorf("the API address %s listens beyond loopback: pass --expose to serve it on other interfaces "+
+			"(it is authenticated but not encrypted; see docs/security.md), or use 127.0.0.1", addr)
+	}
+	return addr, nil
+}
+
+// Problem is an RFC 9457 problem details object
+// (https://www.rfc-editor.org/rfc/rfc9457), served as application/problem+json
+// for every error the API answers.
+type Problem struct {
+	Type     string `json:"type"`   // "about:blank": the status code says it all
+	Title    string `json:"title"`  // the status text
+	Status   int    `json:"status"` // the HTTP status code
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"` // the request path
+	// RequestID is an extension member of the 409 of a sync: the request
+	// that holds the account.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// writeError answers code with a problem+json body whose detail is err
+// (redacted: a Postgres or NATS error may quote a URL) and whose instance
+// is the request path.
+func writeError(w http.ResponseWriter, r *http.Request, code int, err error) {
+	p := Problem{Status: code}
+	if err != nil {
+		p.Detail = redact.String(err.Error())
+	}
+	writeProblemDoc(w, r, p)
+}
+
+// writeProblemAt answers code with a problem+json body with detail.
+func writeProblemAt(w http.ResponseWriter, r *http.Request, code int, detail string) {
+	writeProblemDoc(w, r, Problem{Status: code, Detail: detail})
+}
+
+// writeProblemDoc writes p, filling type (about:blank), title (the status
+// text) and instance (r's path; r may be nil), as application/problem+json.
+func writeProblemDoc(w http.ResponseWriter, r *http.Request, p Problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	p.Title = http.StatusText(p.Status)
+	if p.Instance == "" && r != nil {
+		p.Instance = r.URL.Path
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}
+
+// decodeBody decodes a JSON request body of at most bus.MaxRequestBytes
+// into v, refusing unknown fields and trailing data.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, bus.MaxRequestBytes*16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
 }
