@@ -91,29 +91,25 @@ type Cursor struct {
 	LastFullBackfill time.Time `json:"last_full_backfill,omitzero"`
 }
 
-// Config tunes the lister; FromInfra reads it from the environment
-// variables its tags name.
+// Config tunes the lister.
 type Config struct {
-	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL); renewed every
-	// LockTTL/3 while the lister lists, then by the persister while the
-	// sync has open matches.
-	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
-	// Overlap (CURSOR_OVERLAP) is subtracted from the cursor so a game that
-	// was in progress at the last listing (and so not listed yet) is listed
-	// next time. Re-listed matches are skipped as known.
-	Overlap time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
-	// RetryDelay (LISTER_RETRY_DELAY) is the delay before a retryable Riot
-	// failure (5xx, timeout, 429) is retried, doubled per delivery of the
-	// same SyncCommand (5 s, 10 s, 20 s, … capped at 5 min), or
-	// Retry-After when that is later.
-	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
-	// Concurrency is the number of background syncs listed at once
-	// (LISTER_CONCURRENCY).
-	Concurrency int `env:"LISTER_CONCURRENCY" envDefault:"4"`
-	// InteractiveConcurrency is the number of interactive syncs
-	// (lol.sync.<platform>.interactive) listed at once, beside the
-	// background ones (LISTER_INTERACTIVE_CONCURRENCY, default 2).
-	InteractiveConcurrency int `env:"LISTER_INTERACTIVE_CONCURRENCY" envDefault:"2"`
+	// LockTTL is the sync lock's lifetime; renewed every LockTTL/3 while
+	// the lister lists, then by the persister while the sync has open
+	// matches.
+	LockTTL time.Duration
+	// Overlap is subtracted from the cursor so a game that was in progress
+	// at the last listing (and so not listed yet) is listed next time.
+	// Re-listed matches are skipped as known.
+	Overlap time.Duration
+	// RetryDelay is the delay before a retryable Riot failure (5xx, timeout,
+	// 429) is retried, doubled per delivery of the same SyncCommand (5 s,
+	// 10 s, 20 s, … capped at 5 min), or Retry-After when that is later.
+	RetryDelay time.Duration
+	// Concurrency is the number of background syncs listed at once.
+	Concurrency int
+	// InteractiveConcurrency is the number of interactive syncs listed at
+	// once, beside the background ones (default 2).
+	InteractiveConcurrency int
 	// MatchIDsCacheTTL is design 002's match-ID cache lifetime
 	// (LISTER_MATCH_IDS_CACHE_TTL, default 5 min, at most half of
 	// Overlap): a latest sync (not forced) of an account whose match IDs
@@ -121,7 +117,7 @@ type Config struct {
 	// whose every ID is claimed already, and calls Riot for none; games
 	// that ended since are listed by the first latest sync after it, whose
 	// window reaches Overlap before the cursor. Negative disables it.
-	MatchIDsCacheTTL time.Duration `env:"LISTER_MATCH_IDS_CACHE_TTL" envDefault:"5m"`
+	MatchIDsCacheTTL time.Duration
 }
 
 // Deps are the lister's collaborators.
