@@ -282,10 +282,15 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// KeyID is the limiter's identity for an API key: the first 16 hex digits
-// of its SHA-256. The key itself is never stored or logged.
-func KeyID(apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
+// KeyID is the limiter's identity for an API key: its ShortHash. The key
+// itself is never stored or logged.
+func KeyID(apiKey string) string { return ShortHash(apiKey) }
+
+// ShortHash is the first 16 hex digits of the SHA-256 of s: a short, stable
+// name for a secret or a player that does not reveal it, and an id part
+// that is the same on every replica.
+func ShortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
 }
 
@@ -329,28 +334,6 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	return c, lim, stats, nil
 }
 
-// Service is a stage built by its FromInfra: Run consumes until ctx ends,
-// then drains and returns.
-type Service interface {
-	Run(ctx context.Context) error
-}
-
-// Constructor builds a stage from the shared infrastructure (a stage's
-// FromInfra, through Stage).
-type Constructor func(ctx context.Context, inf *Infra) (Service, error)
-
-// Stage turns a stage's FromInfra, which returns its own type, into a
-// Constructor: app.Stage(persister.FromInfra).
-func Stage[S Service](fromInfra func(context.Context, *Infra) (S, error)) Constructor {
-	return func(ctx context.Context, inf *Infra) (Service, error) {
-		s, err := fromInfra(ctx, inf)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
-}
-
 // Needs says what a service connects to besides NATS.
 type Needs struct {
 	DB   bool // Postgres at DATABASE_URL
@@ -365,19 +348,10 @@ type Config struct {
 	Log     *slog.Logger
 }
 
-// Start begins a service process; each service's main is
-//
-//	func main() { app.Exit(run(app.Start("persister"))) }
-//
-// with run naming what the process connects and which stage it runs:
-//
-//	func run(ctx context.Context, cfg app.Config) error {
-//		return app.Run(ctx, cfg, app.Needs{DB: true}, app.Stage(persister.FromInfra))
-//	}
-//
-// Start loads and validates Env, builds the logger (LOG_LEVEL, LOG_FORMAT),
-// logs the configuration, and returns a context cancelled on the first
-// SIGINT/SIGTERM (a second one kills the process). Start and Run print a
+// Start begins a service process (Main's first step): it loads and
+// validates Env, builds the logger (LOG_LEVEL, LOG_FORMAT), logs the
+// configuration, and returns a context cancelled on the first SIGINT/SIGTERM
+// (a second one kills the process). Start and Run print a
 // panic of the main goroutine redacted (redact.Panics). `<service> version`
 // prints the stamped version (telemetry.ReadBuildInfo) and exits 0; a
 // configuration error exits 1.

@@ -42,7 +42,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -162,24 +161,16 @@ func New(cfg Config, d Deps) (*Service, error) {
 
 // Run consumes every region's consumer until ctx ends, then drains.
 func (s *Service) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
+	var queues []app.Queue
 	for region, c := range s.d.Consumers {
-		g.Go(func() error {
-			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
-				Name: "match-fetcher-" + region, Concurrency: s.cfg.Concurrency, Logger: s.d.Logger,
-				Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead},
-			})
-		})
+		queues = append(queues, app.Queue{Consumer: c, Name: "match-fetcher-" + region, Concurrency: s.cfg.Concurrency})
 	}
 	for region, c := range s.d.Interactive {
-		g.Go(func() error {
-			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
-				Name: "match-fetcher-" + region + "-interactive", Concurrency: s.cfg.InteractiveConcurrency,
-				Logger: s.d.Logger, Tracer: s.d.Tracer, InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead},
-			})
-		})
+		queues = append(queues, app.Queue{Consumer: c, Name: "match-fetcher-" + region + "-interactive",
+			Concurrency: s.cfg.InteractiveConcurrency})
 	}
-	return g.Wait()
+	return app.Consume(ctx, s.Handle, natsx.ConsumeOptions{Logger: s.d.Logger, Tracer: s.d.Tracer,
+		InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead}}, queues...)
 }
 
 // Handle processes one FetchCommand.

@@ -45,7 +45,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -159,21 +158,11 @@ func New(cfg Config, d Deps) (*Service, error) {
 
 // Run consumes both queues until ctx ends, then drains.
 func (s *Service) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	run := func(c jetstream.Consumer, name string, n int) {
-		g.Go(func() error {
-			return natsx.Consume(ctx, c, s.Handle, natsx.ConsumeOptions{
-				Name: name, Concurrency: n, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead,
-					Probe: s.d.Store.Ping},
-			})
-		})
-	}
-	run(s.d.Consumer, "matchid-lister", s.cfg.Concurrency)
-	if s.d.Interactive != nil {
-		run(s.d.Interactive, "matchid-lister-interactive", s.cfg.InteractiveConcurrency)
-	}
-	return g.Wait()
+	return app.Consume(ctx, s.Handle, natsx.ConsumeOptions{Logger: s.d.Logger, Tracer: s.d.Tracer,
+		Settle: natsx.SettleOptions{Backoff: natsx.Backoff{Base: s.cfg.RetryDelay, Max: maxListRetryDelay}, Dead: s.d.Dead,
+			Probe: s.d.Store.Ping}},
+		app.Queue{Consumer: s.d.Consumer, Name: "matchid-lister", Concurrency: s.cfg.Concurrency},
+		app.Queue{Consumer: s.d.Interactive, Name: "matchid-lister-interactive", Concurrency: s.cfg.InteractiveConcurrency})
 }
 
 // Handle processes one SyncCommand. A sync that still fails on the

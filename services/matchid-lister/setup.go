@@ -32,15 +32,13 @@ type Env struct {
 // FromInfra builds a lister bound to the "matchid-lister" (background) and
 // "matchid-lister-interactive" consumers on SYNC.
 func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
-	var e Env
-	w := inf.Wire(ctx, &e)
-	d := Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
-		Interactive: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDListerInteractive),
-		Locks:       w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
-		Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(), Base: inf.Base("matchid-lister")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
-		RetryDelay: e.RetryDelay, MatchIDsCacheTTL: e.MatchIDsCacheTTL}, d)
+	return app.Assemble(ctx, inf, func(w *app.Wiring, _ Env) Deps {
+		return Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
+			Interactive: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDListerInteractive),
+			Locks:       w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
+			Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(), Base: inf.Base("matchid-lister")}
+	}, func(e Env, d Deps) (*Service, error) {
+		return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
+			RetryDelay: e.RetryDelay, MatchIDsCacheTTL: e.MatchIDsCacheTTL}, d)
+	})
 }

@@ -2,8 +2,6 @@ package sweeper
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -336,16 +334,10 @@ func (s *Scheduler) pruneJobs(ctx context.Context, at time.Time) (map[string]any
 	return map[string]any{"deleted": n, "finished_before": before.UTC()}, err
 }
 
-// shortHash is 16 hex digits of SHA-256(s), for ids that must stay short.
-func shortHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:8])
-}
-
 // ScheduledRequestID is the request id of the hourly latest sync of puuid
 // scheduled at at (≤ 64 bytes): the same on every replica and retry.
 func ScheduledRequestID(puuid string, at time.Time) string {
-	return fmt.Sprintf("sched-%d-%s", at.Unix(), shortHash(puuid))
+	return fmt.Sprintf("sched-%d-%s", at.Unix(), app.ShortHash(puuid))
 }
 
 // latestAll publishes a latest IngestRequest (priority background, trigger
@@ -464,7 +456,7 @@ func (s *Scheduler) weeklyReport(ctx context.Context, at time.Time) (map[string]
 		if n.TopChampions == nil {
 			n.TopChampions = []store.ChampionStat{}
 		}
-		msgID := "weekly:" + shortHash(a.PUUID) + ":" + n.WeekStart
+		msgID := "weekly:" + app.ShortHash(a.PUUID) + ":" + n.WeekStart
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.WeeklyReport(), n, jetstream.WithMsgID(msgID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: announce: %w", a.PUUID, err))
 			continue
@@ -498,7 +490,7 @@ func (p *Process) RecoverNow(ctx context.Context) (int, error) {
 	now := p.d.Now()
 	n, err := p.recover(ctx, now)
 	if n > 0 || err != nil {
-		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), shortHash(fmt.Sprint(now.UnixNano(), n))),
+		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), app.ShortHash(fmt.Sprint(now.UnixNano(), n))),
 			Type: JobRecovery, Status: "completed", RequestedAt: now, StartedAt: now, FinishedAt: p.d.Now()}
 		j.Detail, _ = json.Marshal(map[string]any{"recovered": n, "trigger": "startup"})
 		if err != nil {

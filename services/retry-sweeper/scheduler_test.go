@@ -10,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // schedulers is a test's scheduler world: a fresh database, the simulator
 // with synthetic players (the rank job calls league-v4), and replicas

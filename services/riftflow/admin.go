@@ -1,12 +1,8 @@
 package riftflow
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,34 +10,9 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/control"
-	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
-
-// route is one entry of the API's route table: a net/http ServeMux
-// pattern ("METHOD /path/{wildcard}") and its handler. Middleware (auth,
-// logging) wraps routes here, in one place.
-type route struct {
-	pattern string
-	scope   Scope // the token scope it needs (auth.go)
-	handler http.Handler
-}
-
-// seedRoutes are the routes of designs 000-002: admin calls and the read API.
-func (a *API) seedRoutes() []route {
-	return []route{
-		{"POST /v1/admin/retry", ScopeAdmin, http.HandlerFunc(a.postRetry)},
-		{"GET /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.getPause)},
-		{"PUT /v1/admin/pause", ScopeAdmin, http.HandlerFunc(a.putPause)},
-		{"DELETE /v1/admin/accounts/{puuid}", ScopeAdmin, http.HandlerFunc(a.deleteAccount)},
-		{"GET /v1/players/{puuid}", ScopeRead, http.HandlerFunc(a.getPlayer)},
-		{"GET /v1/players/{puuid}/matches", ScopeRead, http.HandlerFunc(a.getPlayerMatches)},
-		{"GET /v1/matches/{match_id}", ScopeRead, http.HandlerFunc(a.getMatch)},
-		{"GET /v1/matches/{match_id}/timeline", ScopeRead, http.HandlerFunc(a.getTimeline)},
-		{"GET /openapi.json", ScopeRead, http.HandlerFunc(a.getOpenAPI)},
-	}
-}
 
 // guard answers 503 problem+json instead of rt while the pause switch is on
 // (routes that change something; GETs and the switch itself pass) or while
@@ -146,66 +117,6 @@ func decodePause(r *http.Request) (control.State, error) {
 	return st, nil
 }
 
-// Problem is an RFC 9457 problem details object
-// (https://www.rfc-editor.org/rfc/rfc9457), served as application/problem+json
-// for every error the API answers.
-type Problem struct {
-	Type     string `json:"type"`   // "about:blank": the status code says it all
-	Title    string `json:"title"`  // the status text
-	Status   int    `json:"status"` // the HTTP status code
-	Detail   string `json:"detail,omitempty"`
-	Instance string `json:"instance,omitempty"` // the request path
-	// RequestID is an extension member of the 409 of a sync: the request
-	// that holds the account.
-	RequestID string `json:"request_id,omitempty"`
-}
-
-// writeError answers code with a problem+json body whose detail is err
-// (redacted: a Postgres or NATS error may quote a URL) and whose instance
-// is the request path.
-func writeError(w http.ResponseWriter, r *http.Request, code int, err error) {
-	p := Problem{Status: code}
-	if err != nil {
-		p.Detail = redact.String(err.Error())
-	}
-	writeProblemDoc(w, r, p)
-}
-
-// writeProblemAt answers code with a problem+json body with detail.
-func writeProblemAt(w http.ResponseWriter, r *http.Request, code int, detail string) {
-	writeProblemDoc(w, r, Problem{Status: code, Detail: detail})
-}
-
-// writeProblemDoc writes p, filling type (about:blank), title (the status
-// text) and instance (r's path; r may be nil), as application/problem+json.
-func writeProblemDoc(w http.ResponseWriter, r *http.Request, p Problem) {
-	if p.Type == "" {
-		p.Type = "about:blank"
-	}
-	p.Title = http.StatusText(p.Status)
-	if p.Instance == "" && r != nil {
-		p.Instance = r.URL.Path
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(p.Status)
-	json.NewEncoder(w).Encode(p)
-}
-
-// decodeBody decodes a JSON request body of at most bus.MaxRequestBytes
-// into v, refusing unknown fields and trailing data.
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, bus.MaxRequestBytes*16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
 // postRetry is POST /v1/admin/retry (RetryMatches).
 func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 	var req RetryRequest
@@ -218,9 +129,15 @@ func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := RetryMatches(r.Context(), a.inf.Store, a.inf.JS, a.inf.Subjects, req, a.now())
+	writeOutcome(w, r, res, err, bus.ErrBadRequest, http.StatusBadRequest)
+}
+
+// writeOutcome answers an admin call: 200 with res, or err as problem+json,
+// with code when it is a known error, else 503.
+func writeOutcome(w http.ResponseWriter, r *http.Request, res any, err, known error, code int) {
 	switch {
-	case errors.Is(err, bus.ErrBadRequest):
-		writeError(w, r, http.StatusBadRequest, err)
+	case errors.Is(err, known):
+		writeError(w, r, code, err)
 	case err != nil:
 		writeError(w, r, http.StatusServiceUnavailable, err)
 	default:
@@ -240,37 +157,6 @@ var errReplayNeedsAdmin = errors.New("replaying dead letters republishes other s
 // other user, so the server would refuse the replay half-way.
 func mayReplayDead(user string) bool { return user == "" || user == streams.UserAdmin }
 
-// cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
-// switch in the control bucket (NATS_URL) for every service.
-func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	off := fs.Bool("off", false, "resume syncing")
-	reason := fs.String("reason", "", "why (shown in 503 answers and logs)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	_, _, nc, js, err := connectCLI(ctx, "riftflow-pause", stderr)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	kv, err := js.KeyValue(ctx, streams.BucketControl)
-	if err != nil {
-		return fmt.Errorf("open the control bucket (run `riftflow streams apply`): %w", err)
-	}
-	st := control.State{Paused: !*off, Reason: *reason, By: "cli"}
-	if err := control.Set(ctx, kv, st); err != nil {
-		return err
-	}
-	if st.Paused {
-		fmt.Fprintln(stdout, "syncing paused; `riftflow pause --off` resumes it")
-	} else {
-		fmt.Fprintln(stdout, "syncing resumed")
-	}
-	return nil
-}
-
 // deleteAccount is DELETE /v1/admin/accounts/{puuid}: ForgetPlayer; 200
 // ForgetResult, 404 problem when nothing is stored for the player.
 func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
@@ -279,12 +165,5 @@ func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := ForgetPlayer(r.Context(), a.inf.Store, a.inf.JS, r.PathValue("puuid"), a.inf.Logger("api"), a.now())
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, r, http.StatusNotFound, err)
-	case err != nil:
-		writeError(w, r, http.StatusServiceUnavailable, err)
-	default:
-		writeJSON(w, http.StatusOK, res)
-	}
+	writeOutcome(w, r, res, err, store.ErrNotFound, http.StatusNotFound)
 }

@@ -2,6 +2,7 @@ package riftflow
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -167,4 +168,29 @@ func isLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// defaultAPIAddr is where `riftflow up` serves the API without
+// --http-addr or HTTP_ADDR: loopback only.
+const defaultAPIAddr = "127.0.0.1:8080"
+
+// apiAddr is the API's listen address: flag, else env (HTTP_ADDR), else
+// defaultAPIAddr. An address beyond loopback (":8080", "0.0.0.0:8080", a
+// LAN address) is an error unless expose is set.
+func apiAddr(flagAddr, envAddr string, expose bool) (string, error) {
+	addr := flagAddr
+	if addr == "" {
+		addr = envAddr
+	}
+	if addr == "" {
+		addr = defaultAPIAddr
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("invalid API address %q: %w", addr, err)
+	}
+	if !isLoopback(addr) && !expose {
+		return "", fmt.Errorf("the API address %s listens beyond loopback: pass --expose to serve it on other interfaces "+
+			"(it is authenticated but not encrypted; see docs/security.md), or use 127.0.0.1", addr)
+	}
+	return addr, nil
 }

@@ -2,32 +2,23 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/redact"
-	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/streams"
@@ -143,74 +134,6 @@ func Run(ctx context.Context, inv Invocation) int {
 	return 0
 }
 
-func dataDir() string {
-	if d := os.Getenv("RIFTFLOW_DATA_DIR"); d != "" {
-		return d
-	}
-	return ".data"
-}
-
-func newLogger(w io.Writer, env app.Env) *slog.Logger {
-	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
-	if err != nil {
-		level = slog.LevelInfo
-	}
-	return telemetry.NewLogger(w, level, env.Ops.LogFormat)
-}
-
-func secret(s string) config.Secret { return config.Secret(s) }
-
-// localNATS fills env.NATS from the files a local `riftflow up` wrote when
-// NATS_URL is unset: .data/nats.url (the CLI user) or, for admin commands
-// (streams apply, retry --dead), .data/nats-admin.url. The user and
-// password in the file become NATS_USER and NATS_PASSWORD.
-func localNATS(env *app.Env, admin bool) error {
-	if env.NATS.URL != "" {
-		return nil
-	}
-	name := "nats.url"
-	if admin {
-		name = "nats-admin.url"
-	}
-	b, err := os.ReadFile(filepath.Join(dataDir(), name))
-	if err != nil {
-		return fmt.Errorf("NATS_URL is not set and no local `riftflow up` was found (.data/%s)", name)
-	}
-	u, err := url.Parse(strings.TrimSpace(string(b)))
-	if err != nil {
-		return fmt.Errorf(".data/%s: %s", name, redact.String(err.Error()))
-	}
-	if u.User != nil {
-		pw, _ := u.User.Password()
-		redact.Register(pw)
-		env.NATS.User, env.NATS.Password = u.User.Username(), config.Secret(pw)
-		u.User = nil
-	}
-	env.NATS.URL = u.String()
-	return nil
-}
-
-// openStore opens the store at dbURL(env); the caller closes it.
-func openStore(ctx context.Context, env app.Env) (*store.Store, error) {
-	url, err := dbURL(env)
-	if err != nil {
-		return nil, err
-	}
-	return store.Open(ctx, url)
-}
-
-// dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
-func dbURL(env app.Env) (string, error) {
-	if env.Postgres.URL != "" {
-		return env.Postgres.URL.Reveal(), nil
-	}
-	b, err := os.ReadFile(filepath.Join(dataDir(), "database.url"))
-	if err != nil {
-		return "", errors.New("DATABASE_URL is not set and no local `riftflow up` was found (.data/database.url)")
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // ---- up -------------------------------------------------------------------
 
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -324,252 +247,10 @@ func orInProcess(s string) string {
 	return s
 }
 
-// publishAndWait publishes req on lol.ingest.request and follows its
-// progress events and rejections until the sync completes or fails.
-func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest, out io.Writer) (bus.ProgressEvent, error) {
-	events := make(chan *nats.Msg, 256)
-	sub1, err := nc.ChanSubscribe(subj.ProgressAll(), events)
-	if err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	defer sub1.Unsubscribe()
-	sub2, err := nc.ChanSubscribe(subj.IngestRejected(), events)
-	if err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	defer sub2.Unsubscribe()
-	if err := publishRequest(ctx, nc, subj, req); err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
-	last := -1
-	for {
-		select {
-		case <-ctx.Done():
-			return bus.ProgressEvent{}, fmt.Errorf("waiting for request %s: %w", req.RequestID, ctx.Err())
-		case m := <-events:
-			if m.Subject == subj.IngestRejected() {
-				var r bus.Rejection
-				if json.Unmarshal(m.Data, &r) == nil && r.RequestID == req.RequestID {
-					return bus.ProgressEvent{}, fmt.Errorf("rejected (%d): %s", r.Code, r.Reason)
-				}
-				continue
-			}
-			var ev bus.ProgressEvent
-			if json.Unmarshal(m.Data, &ev) != nil || ev.RequestID != req.RequestID {
-				continue
-			}
-			if ev.Progress != last || ev.Status != "syncing" {
-				fmt.Fprintf(out, "  %-9s %d/%d matches\n", ev.Status, ev.Progress, ev.Total)
-				last = ev.Progress
-			}
-			if ev.Status == "completed" || ev.Status == "failed" {
-				return ev, nil
-			}
-		}
-	}
-}
-
-func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	m := nats.NewMsg(subj.IngestFor(req.Priority))
-	m.Data = data
-	m.Header.Set(nats.MsgIdHdr, "ingest:"+req.RequestID)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	// A producer span, whose context travels in the headers: the root of
-	// the request's trace.
-	_, err = natsx.PublishMsg(ctx, js, m)
-	return err
-}
-
-// ---- ingest ---------------------------------------------------------------
-
-func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	var req bus.IngestRequest
-	var queue int
-	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")
-	fs.StringVar(&req.PUUID, "puuid", "", "PUUID (instead of --riot-id)")
-	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ...")
-	mode := fs.String("mode", "latest", "latest (the newest --count matches, from the cursor) or full (backfill --lookback-days)")
-	fs.IntVar(&req.Count, "count", 0, "max matches this run (default INGESTION_MAX_MATCHES_PER_RUN)")
-	fs.IntVar(&req.LookbackDays, "lookback-days", 0, "full backfill depth (default INGESTION_LOOKBACK_DAYS)")
-	fs.IntVar(&queue, "queue", -1, "only this queueId")
-	fs.StringVar(&req.Type, "type", "", "only ranked, normal, tourney or tutorial")
-	fs.StringVar(&req.RequestID, "request-id", "", "idempotency key (default: generated)")
-	fs.BoolVar(&req.Force, "force", false, "refetch and overwrite matches that are stored already")
-	fs.StringVar(&req.RequestedBy, "requested-by", "", "who asks (stored on the job)")
-	background := fs.Bool("background", false, "background priority (behind interactive requests)")
-	wait := fs.Bool("wait", false, "show progress and wait for the sync to finish")
-	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	req.Mode, req.Trigger = bus.Mode(*mode), "cli"
-	if queue >= 0 {
-		req.Queue = &queue
-	}
-	if *background {
-		req.Priority = bus.Background
-	}
-	if req.RequestID == "" {
-		req.RequestID = "cli-" + randHex(8)
-	}
-	req.RequestedAt = time.Now().UTC()
-	if err := req.Normalize(); err != nil {
-		return err
-	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	if err := localNATS(&env, false); err != nil {
-		return err
-	}
-	if telemetry.ExportEnabled() {
-		// OTEL_EXPORTER_OTLP_ENDPOINT is set: export the publish span, so
-		// the trace in Jaeger starts at this command.
-		tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "riftflow-cli", Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return err
-		}
-		defer tel.Shutdown(context.WithoutCancel(ctx))
-	}
-	nc, _, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-cli", slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	subj := bus.Subjects{Prefix: env.NATS.SubjectPrefix}
-	if !*wait {
-		if err := publishRequest(ctx, nc, subj, req); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	ev, err := publishAndWait(ctx, nc, subj, req, out)
-	if err != nil {
-		return err
-	}
-	if ev.Status != "completed" {
-		return fmt.Errorf("sync failed: %s", ev.Error)
-	}
-	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
-	return nil
-}
-
-// ---- status ---------------------------------------------------------------
-
-func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	riotID := fs.String("riot-id", "", "Riot ID, gameName#tagLine")
-	puuid := fs.String("puuid", "", "PUUID")
-	failures := fs.Bool("failures", false, "list fetch failures and ledger counts")
-	jobs := fs.Bool("jobs", false, "list the job log (syncs and scheduled jobs), newest first; with --puuid, that account's")
-	jobType := fs.String("job-type", "", "with --jobs: only this type (sync, latest_all, rank_daily, weekly_report, recovery)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	rateLimit := fs.Bool("ratelimit", false, "shared Riot rate-limit state: budgets used, 429s by type, waits, key rejected (from NATS KV)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	if *rateLimit {
-		return cmdStatusRateLimit(ctx, env, out, *asJSON)
-	}
-	st, err := openStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if *failures {
-		return printFailures(ctx, st, out, *asJSON)
-	}
-	if *jobs {
-		return printJobs(ctx, st, out, store.JobFilter{PUUID: *puuid, Type: *jobType, Limit: 50}, *asJSON)
-	}
-	var s store.AccountStatus
-	switch {
-	case *puuid != "":
-		s, err = st.AccountStatus(ctx, *puuid)
-	case *riotID != "":
-		id, perr := riot.ParseRiotID(*riotID)
-		if perr != nil {
-			return perr
-		}
-		s, err = st.AccountByRiotID(ctx, id.GameName, id.TagLine)
-	default:
-		return errors.New("give --riot-id, --puuid, --failures or --jobs")
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return errors.New("no such account: it has never been synced")
-	}
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return json.NewEncoder(out).Encode(s)
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	a := s.Account
-	fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
-	fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
-	if a.SyncError != "" {
-		fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
-	}
-	fmt.Fprintf(tw, "last synced\t%s\n", fmtTime(a.LastSyncedAt))
-	fmt.Fprintf(tw, "stored\t%d matches, %d participants, %d timelines\n", s.Matches, s.Participants, s.Timelines)
-	fmt.Fprintf(tw, "fetch ledger\t%s\n", ledgerLine(s.Ledger))
-	return tw.Flush()
-}
-
-func printFailures(ctx context.Context, st *store.Store, out io.Writer, asJSON bool) error {
-	counts, err := st.LedgerCounts(ctx)
-	if err != nil {
-		return err
-	}
-	fs, err := st.Failures(ctx, 100)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return json.NewEncoder(out).Encode(map[string]any{"counts": counts, "failures": fs})
-	}
-	fmt.Fprintf(out, "fetch ledger: %s\n\n", ledgerLine(counts))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MATCH\tKIND\tSTATUS\tRETRIES\tLAST ATTEMPT\tREASON")
-	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.MatchID, f.Kind, f.Status, f.RetryCount, fmtTime(f.LastAttemptAt), f.LastError)
-	}
-	return tw.Flush()
-}
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return t.Local().Format(time.DateTime)
-}
-
 // ---- migrate / streams apply / sim ----------------------------------------
 
 func cmdMigrate(ctx context.Context, stderr io.Writer) error {
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	url, err := dbURL(env)
+	env, url, err := loadDB()
 	if err != nil {
 		return err
 	}

@@ -6,36 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 )
-
-// cmdStatusRateLimit is `riftflow status --ratelimit`: the shared rate-limit
-// state read from the KV bucket "ratelimit" (NATS_URL or the local `up`).
-// With RIOT_API_KEY set it shows that key only (by its KeyID hash);
-// otherwise every key found (the simulator's key under `riftflow up`).
-func cmdStatusRateLimit(ctx context.Context, env app.Env, out io.Writer, asJSON bool) error {
-	if err := localNATS(&env, false); err != nil {
-		return err
-	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	keyID := ""
-	if env.Riot.APIKey != "" {
-		keyID = app.KeyID(env.Riot.APIKey.Reveal())
-	}
-	return printRateLimit(ctx, js, keyID, out, asJSON)
-}
 
 // printRateLimit prints the state of keyID ("" for every key) from KV.
 func printRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, out io.Writer, asJSON bool) error {

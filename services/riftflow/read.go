@@ -8,9 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -223,64 +220,4 @@ func decodeCursor(s string) (store.MatchPage, error) {
 		return store.MatchPage{}, errors.New("cursor: not one this API gave")
 	}
 	return store.MatchPage{Before: time.Unix(0, n).UTC(), BeforeID: id}, nil
-}
-
-// cmdShow is `riftflow show`: the read API's answers from the CLI, read
-// from Postgres (DATABASE_URL): --match ID [--timeline] prints the stored
-// MatchDto (or TimelineDto) as Riot sent it; --puuid P prints the player
-// and a page of their matches (--limit, --cursor as the API's).
-func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	match := fs.String("match", "", "a match ID")
-	timeline := fs.Bool("timeline", false, "with --match: the timeline")
-	puuid := fs.String("puuid", "", "a player")
-	limit := fs.Int("limit", 20, "with --puuid: matches per page (1..100)")
-	cursor := fs.String("cursor", "", "with --puuid: the next page's cursor")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if (*match == "") == (*puuid == "") {
-		return errors.New("usage: riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]")
-	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if *match != "" {
-		load := st.MatchRaw
-		if *timeline {
-			load = st.TimelineRaw
-		}
-		body, _, err := load(ctx, *match)
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(append(body, '\n'))
-		return err
-	}
-	page, err := decodeCursor(*cursor)
-	if err != nil {
-		return err
-	}
-	acct, err := st.AccountStatus(ctx, *puuid)
-	if err != nil {
-		return err
-	}
-	ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
-	if err != nil {
-		return err
-	}
-	out := struct {
-		Player store.AccountStatus `json:"player"`
-		matchesPage
-	}{Player: acct, matchesPage: newMatchesPage(ms, *limit)}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -145,63 +141,4 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		return res, err
 	}
 	return res, nil
-}
-
-// cmdRetry is `riftflow retry`: it replays permanently unfetchable matches
-// (by --match-id, --puuid or --all) and, with --dead, dead letters (the
-// DEAD stream: invalid input, or out of deliveries during an outage) to the
-// subject they were first published on; at most --limit of each per run
-// (100, as design 000's retry job).
-func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var req RetryRequest
-	fs.BoolVar(&req.Dead, "dead", false, "also replay dead letters (the DEAD stream)")
-	fs.StringVar(&req.Stream, "stream", "", "dead letters only from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
-	match := fs.String("match", "", "dead letters only whose payload contains this text (a match ID, a PUUID)")
-	ids := fs.String("match-id", "", "comma-separated match IDs to replay")
-	fs.StringVar(&req.PUUID, "puuid", "", "replay this player's unfetchable matches")
-	fs.BoolVar(&req.All, "all", false, "replay every unfetchable match")
-	fs.IntVar(&req.Limit, "limit", store.DefaultReplayLimit, "most matches (and dead letters) replayed in this run")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *ids != "" {
-		req.MatchIDs = strings.Split(*ids, ",")
-	}
-	if req.Limit <= 0 {
-		return fmt.Errorf("--limit must be positive, got %d", req.Limit)
-	}
-	if err := req.validate(); err != nil {
-		return fmt.Errorf("usage: riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit N], or riftflow retry --dead [--stream S] [--match TEXT]: %w", err)
-	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		return err
-	}
-	if err := localNATS(&env, true); err != nil {
-		return err
-	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-retry", newLogger(stderr, env))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
-		// Dead letters only, optionally those whose payload holds --match.
-		res, err := natsx.Replay(ctx, js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: *match, Limit: req.Limit})
-		fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
-		return err
-	}
-	st, err := openStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	res, err := RetryMatches(ctx, st, js, bus.Subjects{Prefix: env.NATS.SubjectPrefix}, req, time.Now())
-	fmt.Fprintf(stdout, "replayed %d unfetchable ledger rows and %d dead letters (job %s)\n", len(res.Reopened), res.DeadReplayed, res.RequestID)
-	for _, r := range res.Reopened {
-		fmt.Fprintln(stdout, "  ", r)
-	}
-	return err
 }

@@ -3,67 +3,16 @@ package riftflow
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"
 )
-
-// cmdRotateKey is `riftflow rotate-key`: after RIOT_API_KEY is changed to a
-// new key (PUUIDs are encrypted per key), it re-resolves every stored
-// account by Riot ID under the new key (account-v1 by-riot-id), then
-// rewrites the PUUIDs in every table in ONE transaction
-// (store.RewritePUUIDs), moves the cursors to the new PUUIDs and refreshes
-// the riot-ids cache. No match is refetched. Syncing must be paused first
-// (`riftflow pause`); any account that cannot be resolved aborts the
-// rotation before anything is written.
-func cmdRotateKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rotate-key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dry := fs.Bool("dry-run", false, "resolve and print the rewrite without writing")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	env, log, nc, js, err := connectCLI(ctx, "riftflow-rotate-key", stderr)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ctl, err := js.KeyValue(ctx, streams.BucketControl)
-	if err != nil {
-		return err
-	}
-	if pause, err := control.Get(ctx, ctl); err != nil || (!pause.Paused && !*dry) {
-		return fmt.Errorf("pause syncing first (`riftflow pause --reason 'key rotation'`): %v", err)
-	}
-	st, err := openStore(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	rc, _, _, err := app.NewRiot(ctx, env.Riot, js, log)
-	if err != nil {
-		return err
-	}
-	res, err := RotateKey(ctx, st, js, rc, *dry)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d accounts resolved under the new key, %d with a new PUUID\n", res.Accounts, res.Changed)
-	if !*dry {
-		fmt.Fprintf(stdout, "rows rewritten (one transaction): %v\n", res.Rows)
-	}
-	return nil
-}
 
 // RotateResult is what RotateKey did.
 type RotateResult struct {

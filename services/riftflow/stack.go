@@ -455,3 +455,5 @@ func randHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+func secret(s string) config.Secret { return config.Secret(s) }

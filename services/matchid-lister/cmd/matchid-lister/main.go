@@ -1,18 +1,12 @@
-// Command matchid-lister runs riftflow's matchid-lister service (see package lister).
+// Command matchid-lister runs riftflow's matchid-lister service (see package
+// lister): NATS, Postgres and the Riot client, the lister stage on the SYNC
+// stream with the sync-lock and cursor buckets, the ops endpoints, until
+// SIGTERM and the stage has drained.
 package main
 
 import (
-	"context"
-
 	"github.com/riftflow/riftflow/pkg/app"
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
 )
 
-func main() { app.Exit(run(app.Start("matchid-lister"))) }
-
-// run is the matchid-lister process: NATS, Postgres and the Riot client,
-// the lister stage on the SYNC stream with the sync-lock and cursor
-// buckets, the ops endpoints, until ctx ends and the stage has drained.
-func run(ctx context.Context, cfg app.Config) error {
-	return app.Run(ctx, cfg, app.Needs{DB: true, Riot: true}, app.Stage(lister.FromInfra))
-}
+func main() { app.Main("matchid-lister", app.Needs{DB: true, Riot: true}, lister.FromInfra) }

@@ -1,0 +1,241 @@
+package persister
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+)
+
+// item is one decoded message's contribution to a batch.
+type item struct {
+	batch store.Batch
+	bad   error // the message can never be stored: terminate it
+	retry error // the message could not be read now (its payload object): retry it
+	// buf holds the decompressed document the batch's Raw points into,
+	// returned to docPool once the batch is written.
+	buf *bytes.Buffer
+}
+
+// docPool recycles the buffers documents are decompressed into, so a
+// steady stream reuses the same few (bounded by the batches in flight).
+var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledDoc is the largest buffer kept for reuse; a rare larger one is
+// left to the garbage collector.
+const maxPooledDoc = 4 << 20
+
+func releaseAll(items []item) {
+	for i := range items {
+		if b := items[i].buf; b != nil && b.Cap() <= maxPooledDoc {
+			b.Reset()
+			docPool.Put(b)
+		}
+		items[i].buf = nil
+	}
+}
+
+// decodeAll decodes msgs on up to Config.DecodeWorkers goroutines (each
+// message independently; the order of items is the order of msgs).
+func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
+	items := make([]item, len(msgs))
+	workers := min(s.cfg.DecodeWorkers, len(msgs))
+	if workers <= 1 {
+		for i, m := range msgs {
+			items[i] = s.decode(ctx, m.Data())
+		}
+		return items
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(msgs) {
+					return
+				}
+				items[i] = s.decode(ctx, msgs[i].Data())
+			}
+		})
+	}
+	wg.Wait()
+	return items
+}
+
+// decode turns one FetchResult message into rows and one ledger update.
+func (s *Service) decode(ctx context.Context, data []byte) item {
+	var r bus.FetchResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
+	}
+	if r.PayloadRef != "" {
+		if s.d.Payloads == nil {
+			return item{retry: fmt.Errorf("payload %s is in the object store, which this persister has not opened", r.PayloadRef)}
+		}
+		gz, err := s.d.Payloads.GetBytes(ctx, r.PayloadRef)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			// Expired (kept 7 days) or never written: the fetch must be
+			// made again. A temporary failure in the ledger has the
+			// retry-sweeper do it.
+			r.Outcome, r.Status, r.Error = bus.TemporaryFailure, 0, "payload object "+r.PayloadRef+" not found; to be fetched again"
+		case err != nil:
+			return item{retry: fmt.Errorf("read payload object %s: %w", r.PayloadRef, err)}
+		default:
+			r.Payload = gz
+		}
+	}
+	it := s.decodeRows(r)
+	if n := it.batch.StripNUL(); n > 0 {
+		s.nulRepaired.Add(ctx, int64(n))
+	}
+	return it
+}
+
+// decodeRows is decode before the NUL repair.
+func (s *Service) decodeRows(r bus.FetchResult) item {
+	if r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
+		return item{bad: fmt.Errorf("fetch result without match_id or kind")}
+	}
+	if _, _, err := riot.ParseMatchID(r.MatchID); err != nil && r.Outcome == bus.Success {
+		return item{bad: err}
+	}
+	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(r.Outcome), Attempt: r.Attempt,
+		HTTPStatus: r.Status, Error: truncate(r.Error, 1000), AttemptedAt: r.AttemptedAt, RequestID: r.RequestID}
+	if r.GameCreationMs > 0 {
+		lu.GameCreation = time.UnixMilli(r.GameCreationMs).UTC()
+	}
+	if lu.AttemptedAt.IsZero() {
+		lu.AttemptedAt = s.d.Now()
+	}
+	b := store.Batch{}
+	if r.Outcome != bus.Success {
+		switch r.Outcome {
+		case bus.TemporaryFailure, bus.PermanentlyUnfetchable, bus.OutsideRetentionWindow:
+		default:
+			return item{bad: fmt.Errorf("unknown outcome %q", r.Outcome)}
+		}
+		b.Ledger = []store.LedgerUpdate{lu}
+		return item{batch: b}
+	}
+	buf := docPool.Get().(*bytes.Buffer)
+	it := s.decodeSuccess(r, lu, buf)
+	it.buf = buf
+	return it
+}
+
+// decodeSuccess decodes a success's payload into buf, once: a MatchDto
+// into the columns of matches and match_participants, a TimelineDto only
+// scanned (riot.DocScan) for its frame interval and count. The document
+// itself is stored as sent (store.MatchRow.Raw).
+func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
+	platform, region, _ := riot.ParseMatchID(r.MatchID)
+	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
+		return s.unstorable(lu, fmt.Errorf("payload: %w", err))
+	}
+	raw := buf.Bytes()
+	doc, docGz := raw, []byte(nil)
+	if !store.JSONStorable(raw) {
+		doc, docGz = nil, r.Payload
+	}
+	fetched := lu.AttemptedAt
+	var b store.Batch
+	switch r.Kind {
+	case bus.KindMatch:
+		m, err := riot.DecodeMatch(raw)
+		if err != nil {
+			return s.unstorable(lu, fmt.Errorf("MatchDto: %w", err))
+		}
+		if m.Metadata.MatchID != "" && m.Metadata.MatchID != r.MatchID {
+			return s.unstorable(lu, fmt.Errorf("payload is match %q, not %q", m.Metadata.MatchID, r.MatchID))
+		}
+		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, doc, fetched)
+		mr.RawGzip = docGz
+		b.Matches, b.Participants = []store.MatchRow{mr}, parts
+		if !mr.GameCreation.IsZero() {
+			lu.GameCreation = mr.GameCreation
+		}
+	case bus.KindTimeline:
+		var sc riot.DocScan
+		if _, err := sc.Write(raw); err != nil {
+			return s.unstorable(lu, fmt.Errorf("TimelineDto: %w", err))
+		}
+		sc.Close()
+		if sc.MatchID() == "" {
+			return s.unstorable(lu, errors.New("TimelineDto: metadata.matchId missing"))
+		}
+		b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(sc.FrameIntervalMs()),
+			FrameCount: sc.FrameCount(), Raw: doc, RawGzip: docGz, FetchedAt: fetched}}
+	}
+	b.Ledger = []store.LedgerUpdate{lu}
+	return item{batch: b}
+}
+
+// unstorable records a success whose payload cannot be stored as
+// permanently_unfetchable with the reason (a poison payload from Riot).
+func (s *Service) unstorable(lu store.LedgerUpdate, err error) item {
+	lu.Status = string(bus.PermanentlyUnfetchable)
+	lu.Error = truncate("invalid payload from Riot: "+err.Error(), 1000)
+	return item{batch: store.Batch{Ledger: []store.LedgerUpdate{lu}}}
+}
+
+// MatchRows maps a MatchDto to its matches row and participant rows; raw
+// is the document as Riot sent it (MatchRow.Raw). Timestamps come from
+// epoch milliseconds; duration follows Riot's 11.20 rule
+// (riot.Match.DurationSeconds).
+func MatchRows(matchID, platform, region string, m *riot.Match, raw []byte, fetched time.Time) (store.MatchRow, []store.ParticipantRow) {
+	in := m.Info
+	mr := store.MatchRow{
+		MatchID: matchID, Platform: platform, Region: region, QueueID: int(in.QueueID), GameMode: in.GameMode,
+		GameType: in.GameType, GameVersion: in.GameVersion, Patch: in.Patch(), MapID: int(in.MapID),
+		GameCreation: msTime(int64(in.GameCreation)), GameStart: msTime(int64(in.GameStartTimestamp)),
+		GameEnd: msTime(int64(in.GameEndTimestamp)), DurationS: int(in.DurationSeconds()),
+		EndOfGameResult: in.EndOfGameResult, ParticipantCount: len(in.Participants), Raw: raw, FetchedAt: fetched,
+	}
+	parts := make([]store.ParticipantRow, 0, len(in.Participants))
+	for i, p := range in.Participants {
+		id := int(p.ParticipantID)
+		if id == 0 {
+			id = i + 1
+		}
+		parts = append(parts, store.ParticipantRow{
+			MatchID: matchID, ParticipantID: id, PUUID: p.PUUID, RiotIDGameName: p.RiotIDGameName,
+			RiotIDTagline: p.RiotIDTagline, TeamID: int(p.TeamID), ChampionID: int(p.ChampionID),
+			ChampionName: p.ChampionName, ChampLevel: int(p.ChampLevel), TeamPosition: p.TeamPosition, Win: p.Win,
+			Kills: int(p.Kills), Deaths: int(p.Deaths), Assists: int(p.Assists), GoldEarned: int(p.GoldEarned),
+			CS: int(p.TotalMinionsKilled + p.NeutralMinionsKilled), VisionScore: int(p.VisionScore),
+			DamageToChampions: int(p.TotalDamageDealtToChampions), TimePlayedS: int(p.TimePlayed), Placement: int(p.Placement),
+			IndividualPosition: p.IndividualPosition, Role: p.Role, Lane: p.Lane,
+			Items:       []int32{int32(p.Item0), int32(p.Item1), int32(p.Item2), int32(p.Item3), int32(p.Item4), int32(p.Item5), int32(p.Item6)},
+			Summoner1ID: int(p.Summoner1ID), Summoner2ID: int(p.Summoner2ID), GoldSpent: int(p.GoldSpent),
+			TotalDamageTaken: int(p.TotalDamageTaken), DamageToObjectives: int(p.DamageDealtToObjectives),
+			WardsPlaced: int(p.WardsPlaced), WardsKilled: int(p.WardsKilled),
+		})
+	}
+	return mr, parts
+}
+
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

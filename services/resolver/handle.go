@@ -1,0 +1,149 @@
+package resolver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
+)
+
+// Handle processes one lol.ingest.request message and says how to settle it.
+func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+	log := s.d.Logger
+	req, err := bus.DecodeIngestRequest(m.Data())
+	if err != nil {
+		return s.reject(ctx, m, "", 400, err)
+	}
+	if req.RequestID == "" {
+		// Deterministic across redeliveries: the stream sequence.
+		if md, err := m.Metadata(); err == nil {
+			req.RequestID = fmt.Sprintf("req-%d-%d", md.Timestamp.UnixMilli(), md.Sequence.Stream)
+		}
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("riftflow.request_id", req.RequestID))
+	if req.Priority == bus.Background {
+		ctx = riot.WithBackground(ctx) // interactive lookups go first
+	}
+
+	platform, _ := riot.ParsePlatform(req.Platform) // validated by Decode
+	cmd := bus.SyncCommand{
+		RequestID: req.RequestID, PUUID: req.PUUID, Platform: string(platform),
+		Region: string(platform.Region()), Mode: req.Mode, Count: req.Count, Lookback: req.LookbackDays,
+		Queue: req.Queue, Type: req.Type, Priority: req.Priority, Trigger: req.Trigger,
+		Requested: req.RequestedAt, Force: req.Force, RequestedBy: req.RequestedBy,
+	}
+	if cmd.Count == 0 {
+		cmd.Count = s.cfg.MaxMatchesPerRun
+	}
+	if cmd.Lookback == 0 {
+		cmd.Lookback = s.cfg.LookbackDays
+	}
+	if cmd.Requested.IsZero() {
+		cmd.Requested = s.d.Now()
+	}
+	if req.RiotID != "" {
+		id, _ := riot.ParseRiotID(req.RiotID)
+		cmd.GameName, cmd.TagLine = id.GameName, id.TagLine
+		puuid, err := s.resolve(ctx, platform, id)
+		if err != nil {
+			return s.lookupFailed(ctx, m, req.RequestID, id, err)
+		}
+		cmd.PUUID = puuid
+	} else {
+		s.refreshRiotID(ctx, platform, &cmd)
+	}
+	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
+		return natsx.Retry(fmt.Errorf("publish sync command: %w", err))
+	}
+	log.InfoContext(ctx, "sync requested", "request_id", cmd.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform, "mode", cmd.Mode, "count", cmd.Count)
+	return natsx.Ack()
+}
+
+// lookupFailed settles a request whose account lookup of id failed with
+// err: an unknown player is rejected (404); a retryable failure or a
+// rejected key is retried, or rejected (503) on the consumer's last
+// delivery; anything else is rejected (502).
+func (s *Service) lookupFailed(ctx context.Context, m jetstream.Msg, requestID string, id riot.RiotID, err error) natsx.Result {
+	log := s.d.Logger
+	var re *riot.Error
+	switch {
+	case errors.As(err, &re) && re.Kind == riot.KindNotFound:
+		return s.reject(ctx, m, requestID, 404, fmt.Errorf("no Riot account %q", id.String()))
+	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Background), m):
+		// A nak now would end in a MAX_DELIVERIES advisory and the
+		// request would vanish: refuse it with the reason instead.
+		return s.reject(ctx, m, requestID, 503,
+			fmt.Errorf("account lookup failed %d times, giving up: %w", natsx.Delivery(m), err))
+	case errors.As(err, &re) && re.Retryable():
+		// The settle policy backs off per delivery from RetryDelay;
+		// never sooner than a Retry-After.
+		log.WarnContext(ctx, "account lookup failed, will retry", "request_id", requestID, "err", err)
+		return natsx.RetryIn(err, re.RetryDelay(s.d.Now(), 0))
+	case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
+		// The key is unusable: keep the request, don't hammer Riot.
+		log.ErrorContext(ctx, "Riot API key rejected; request parked", "request_id", requestID)
+		return natsx.RetryIn(err, time.Minute)
+	case ctx.Err() != nil:
+		return natsx.Retry(err)
+	default:
+		return s.reject(ctx, m, requestID, 502, fmt.Errorf("account lookup: %w", err))
+	}
+}
+
+// resolve returns the PUUID for id, from the riot-ids cache or account-v1.
+func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) (string, error) {
+	key := CacheKey(id)
+	if e, err := s.d.RiotIDs.Get(ctx, key); err == nil && len(e.Value()) > 0 {
+		return string(e.Value()), nil
+	}
+	acc, err := s.d.Riot.AccountByRiotID(ctx, p.AccountRegion(), id)
+	if err != nil {
+		return "", err
+	}
+	if acc.PUUID == "" {
+		return "", &riot.Error{Kind: riot.KindDecode, Op: "account-v1.getByRiotId", Msg: "account without puuid"}
+	}
+	if _, err := s.d.RiotIDs.Put(ctx, key, []byte(acc.PUUID)); err != nil {
+		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
+	}
+	return acc.PUUID, nil
+}
+
+// refreshRiotID looks a request by PUUID up by PUUID (account-v1
+// by-puuid) so the sync stores the player's current Riot ID: players rename
+// themselves, and every sync (the hourly scheduled ones included) brings
+// the stored name up to date. The riot-ids cache learns the new name. A
+// failed lookup is logged and the sync goes on with the stored name.
+func (s *Service) refreshRiotID(ctx context.Context, p riot.Platform, cmd *bus.SyncCommand) {
+	acc, err := s.d.Riot.AccountByPUUID(ctx, p.AccountRegion(), cmd.PUUID)
+	if err != nil || acc.GameName == "" {
+		s.d.Logger.WarnContext(ctx, "Riot ID refresh by PUUID failed; the stored one is kept", "puuid", cmd.PUUID, "err", err)
+		return
+	}
+	cmd.GameName, cmd.TagLine = acc.GameName, acc.TagLine
+	key := CacheKey(riot.RiotID{GameName: acc.GameName, TagLine: acc.TagLine})
+	if _, err := s.d.RiotIDs.Put(ctx, key, []byte(cmd.PUUID)); err != nil {
+		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
+	}
+}
+
+// CacheKey is the riot-ids KV key for a Riot ID: Riot IDs hold spaces and
+// unicode, which KV keys cannot, so the normalised ID is hashed (SHA-256,
+// base64url). Riot IDs are case-insensitive; so is the key.
+func CacheKey(id riot.RiotID) string {
+	sum := sha256.Sum256([]byte(id.Key()))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}

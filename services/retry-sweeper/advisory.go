@@ -1,0 +1,128 @@
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/fault"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/store"
+)
+
+// advisory is the part of JetStream's max_deliver and terminated advisories
+// the sweeper reads (nats-server jetstream_events.go).
+type advisory struct {
+	Type       string `json:"type"`
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+	Reason     string `json:"reason"`
+}
+
+// HandleAdvisory turns a JetStream MAX_DELIVERIES or MSG_TERMINATED
+// advisory about a fetch message into a ledger entry, so nothing ends
+// silently:
+//   - a FetchCommand (FETCH stream) that exhausted its deliveries becomes a
+//     failed attempt: temporary_failure (the sweeper retries it later),
+//     whatever its attempt count (running out of deliveries says nothing
+//     about the match);
+//   - a FetchResult (FETCHED stream) the persister could not write is
+//     recorded with its own outcome, except that a success whose rows were
+//     never stored becomes temporary_failure, so it is fetched again.
+//
+// The ledger rules make the entry idempotent (a replayed advisory, or an
+// outcome the persister already recorded before terminating, changes
+// nothing). An exhausted message is then deleted from its work-queue
+// stream. A terminated message is usually gone already (work-queue
+// streams drop it on the terminating ack): then only the log remains, and
+// riftflow's services record the outcome themselves before terminating.
+func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Result {
+	var a advisory
+	if err := json.Unmarshal(m.Data(), &a); err != nil {
+		return natsx.Rejectf("invalid advisory: %v", err)
+	}
+	log := s.d.Logger.With("stream", a.Stream, "consumer", a.Consumer, "stream_seq", a.StreamSeq, "type", a.Type)
+	exhausted := strings.HasSuffix(a.Type, "max_deliver")
+	if !exhausted {
+		log.InfoContext(ctx, "message terminated", "reason", a.Reason, "deliveries", a.Deliveries)
+	}
+	st, err := s.d.JS.Stream(ctx, a.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return natsx.Ack()
+	}
+	if err != nil {
+		return natsx.Retry(fmt.Errorf("stream %s: %w", a.Stream, err))
+	}
+	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return natsx.Ack()
+	}
+	if err != nil {
+		return natsx.Retry(fmt.Errorf("get %s/%d: %w", a.Stream, a.StreamSeq, err))
+	}
+	how := "exhausted its deliveries"
+	if !exhausted {
+		how = "was terminated (" + a.Reason + ")"
+	}
+	if lu, ok := s.ledgerEntry(raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
+		res, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}})
+		if err != nil {
+			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
+			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("record advisory: %w", err)))
+		}
+		s.afterCommit(ctx, res.Progress)
+		log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
+	} else {
+		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
+	}
+	if exhausted {
+		// Keep the payload in the dead-letter stream before the work queue
+		// forgets it: `riftflow retry --dead` can replay it.
+		if s.d.Dead != nil {
+			err := s.d.Dead.Publish(ctx, natsx.DeadInfo{Subject: raw.Subject, Header: raw.Header, Data: raw.Data,
+				Stream: a.Stream, Consumer: a.Consumer, Sequence: a.StreamSeq, Deliveries: a.Deliveries,
+				Kind: fault.Transient, Reason: "JetStream: message exhausted its deliveries"})
+			if err != nil {
+				return natsx.Retry(err)
+			}
+		}
+		if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			log.WarnContext(ctx, "could not delete the exhausted message", "err", err)
+		}
+	}
+	return natsx.Ack()
+}
+
+// ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult
+// to its ledger update; ok is false for anything else.
+func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, bool) {
+	var r bus.FetchResult // a FetchCommand decodes into it too: match_id, kind, attempt, game_creation_ms
+	if json.Unmarshal(data, &r) != nil || r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
+		return store.LedgerUpdate{}, false
+	}
+	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Attempt: max(r.Attempt, 1), HTTPStatus: r.Status,
+		Error: reason, AttemptedAt: s.d.Now()}
+	if r.GameCreationMs > 0 {
+		lu.GameCreation = time.UnixMilli(r.GameCreationMs).UTC()
+	}
+	switch r.Outcome {
+	case bus.PermanentlyUnfetchable, bus.OutsideRetentionWindow:
+		lu.Status = string(r.Outcome)
+		if r.Error != "" {
+			lu.Error = r.Error + " (" + reason + ")"
+		}
+	case bus.TemporaryFailure, bus.Success, "": // "" is a FetchCommand
+		lu.Status = string(bus.TemporaryFailure)
+	default:
+		return store.LedgerUpdate{}, false
+	}
+	return lu, true
+}
