@@ -28,17 +28,13 @@ func TestFiltersReachRiot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dto struct {
-			Info struct {
-				QueueID int `json:"queueId"`
-			} `json:"info"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&dto)
+		var match riot.Match
+		err = json.NewDecoder(resp.Body).Decode(&match)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		byQueue[dto.Info.QueueID]++
+		byQueue[int(match.Info.QueueID)]++
 	}
 	q := 0
 	for queue, n := range byQueue {

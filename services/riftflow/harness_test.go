@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -285,8 +284,6 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-var _ = fmt.Sprintf
 
 // wantAnswers checks how many answers of each status (want) the simulator
 // gave to method.

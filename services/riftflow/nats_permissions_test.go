@@ -1,15 +1,12 @@
 package riftflow
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,16 +25,6 @@ import (
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/streams"
 )
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestNATSPermissions runs the stack as `riftflow up` does: an embedded
 // NATS server on a TCP port with one user per service (streams.Grants),
@@ -88,14 +75,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	api := NewAPI(st.Infra)
 	api.Mount(st.Infra.Ops)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts)
-	go srv.Serve(ln)
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	base := serveLoopback(t, newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts))
 
 	// Local tools' files hold credentials: owner-only.
 	for _, f := range []string{"nats.url", "nats-admin.url", "api.token"} {
@@ -113,29 +93,12 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	var accepted struct {
 		RequestID string `json:"request_id"`
-		Events    string `json:"events"`
 	}
 	json.Unmarshal(c.body, &accepted)
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer scancel()
-	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", accepted.Events, resp.StatusCode, b)
-	}
 	var last bus.ProgressEvent
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			json.Unmarshal([]byte(d), &last)
-		}
+	if events := sseEvents(t, base+"/v1/sync/"+accepted.RequestID+"/events", token, 2*time.Minute); len(events) > 0 {
+		json.Unmarshal([]byte(events[len(events)-1][1]), &last)
 	}
-	resp.Body.Close()
 	if last.Status != "completed" || last.Total == 0 || last.Progress != last.Total {
 		t.Fatalf("the sync under per-service users ended %+v, want completed", last)
 	}

@@ -175,14 +175,7 @@ func checkProblem(t *testing.T, base, token string, c problemCase) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, c.method, base+c.path, strings.NewReader(c.body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", c.method, c.path, err)
-	}
+	resp := send(t, ctx, c.method, base+c.path, token, strings.NewReader(c.body))
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	what := fmt.Sprintf("%s %s (token %t)", c.method, c.path, token != "")

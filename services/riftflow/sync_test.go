@@ -718,38 +718,6 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	}
 }
 
-// sseEvents reads GET url as Server-Sent Events until the server ends the
-// stream or timeout passes, and returns the (event, data) pairs.
-func sseEvents(t *testing.T, url string, timeout time.Duration) [][2]string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET %s: %d %q", url, resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	var out [][2]string
-	event := ""
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
-			event = e
-		}
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			out = append(out, [2]string{event, d})
-		}
-	}
-	if ctx.Err() != nil {
-		t.Errorf("GET %s: the stream did not end within %v (events %v)", url, timeout, out)
-	}
-	return out
-}
-
 // TestSyncEventsForLateClients: a client that opens the SSE stream after
 // its request ended still gets the outcome. A finished sync answers from
 // the jobs table (EVENTS purged, so nothing else could), and a request the
@@ -775,7 +743,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 	} else if err := events.Purge(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", 10*time.Second)
+	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", "", 10*time.Second)
 	var last bus.ProgressEvent
 	if len(got) != 1 || got[0][0] != "progress" || json.Unmarshal([]byte(got[0][1]), &last) != nil {
 		t.Fatalf("events for a finished sync: %v, want one progress event", got)
@@ -804,7 +772,7 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 		t.Fatalf("POST /v1/sync: %d", resp.StatusCode)
 	}
 	waitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
-	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", 10*time.Second)
+	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", "", 10*time.Second)
 	var rej bus.Rejection
 	if len(got) != 1 || got[0][0] != "rejected" || json.Unmarshal([]byte(got[0][1]), &rej) != nil {
 		t.Fatalf("events for a rejected request: %v, want one rejected event", got)
@@ -812,6 +780,32 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 	if rej.RequestID != "late-rej" || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
+}
+
+// An event stream for a request that was never submitted through this API
+// and has no jobs row, but whose rejection is in the EVENTS stream (a
+// request published on NATS by `riftflow ingest`), is replayed, not 404.
+func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
+	for _, id := range []string{"other-1", "other-2"} {
+		other := rej
+		other.RequestID = id
+		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
+	defer srv.Close()
+	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
+	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
+		t.Fatalf("events %v, want the replayed rejection", got)
+	}
+	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
+	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
 }
 
 // TestSyncLockLivesAsLongAsTheWork: a slow but healthy sync (every match
