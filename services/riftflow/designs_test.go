@@ -3,13 +3,16 @@ package riftflow
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -173,15 +176,7 @@ func TestDesign001Promises(t *testing.T) {
 	})
 
 	// The database down: 503 problem+json from every route but the switch.
-	url := pgtest.NewDatabase(t)
-	down, err := store.Open(h.ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	down.Close()
-	inf := *h.st.Infra
-	inf.Store = down
-	srvDown := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(&inf).Handler(), ScopeAdmin))
+	srvDown := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.dbDown()).Handler(), ScopeAdmin))
 	defer srvDown.Close()
 	for _, path := range []string{"/v1/jobs", "/v1/accounts/" + p.PUUID} {
 		resp, err := srvDown.Client().Get(srvDown.URL + path)
@@ -412,6 +407,47 @@ func TestDesign002Caches(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotModified {
 			t.Errorf("GET %s with If-None-Match: %d, want 304", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestDesignsTableNamesRealTests: every test docs/designs.md names as
+// keeping a promise exists (a func Test… in some _test.go of the repo).
+func TestDesignsTableNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/designs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range decl.FindAllSubmatch(b, -1) {
+				defined[string(m[1])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllSubmatch(doc, -1)
+	if len(named) < 20 {
+		t.Fatalf("docs/designs.md names %d tests; its table is missing", len(named))
+	}
+	for _, m := range named {
+		if !defined[string(m[1])] {
+			t.Errorf("docs/designs.md names %s, which no _test.go defines", m[1])
 		}
 	}
 }

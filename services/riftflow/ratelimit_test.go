@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
@@ -35,7 +32,6 @@ import (
 
 // fetcherProc is one match-fetcher instance.
 type fetcherProc struct {
-	nc    *nats.Conn
 	lim   riot.Limiter
 	stats *app.RiotStats
 }
@@ -86,7 +82,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		}
 		run(fmt.Sprintf("%T", s), s.Run)
 	}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(p.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := testLogger(t, p.logs)
 	env := h.st.Infra.Env
 	if o.concurrency <= 0 {
 		o.concurrency = 16
@@ -102,7 +98,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fp := &fetcherProc{nc: nc}
+		fp := &fetcherProc{}
 		var client *riot.Client
 		switch o.mode {
 		case modeSplit:

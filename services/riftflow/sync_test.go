@@ -18,40 +18,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
-	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
-
-// offsetClock is a clock the test moves: real time plus an offset.
-type offsetClock struct{ off atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time            { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) Set(d time.Duration)       { c.off.Store(int64(d)) }
-func (c *offsetClock) Offset() (d time.Duration) { return time.Duration(c.off.Load()) }
-
-// slowTimelines keeps every sync running for a while (each timeline fetch
-// waits d), so concurrent triggers really overlap the running sync.
-func slowTimelines(d time.Duration) sim.Faults {
-	return sim.Faults{Slow: 1, SlowDelay: d, Methods: []string{sim.MethodTimeline}}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 // events collects progress events and rejections by request id.
 type events struct {
@@ -113,34 +86,6 @@ func (e *events) rejected(id string) (bus.Rejection, bool) {
 		return r[0], true
 	}
 	return bus.Rejection{}, false
-}
-
-func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
-	t.Helper()
-	if err := req.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// synthHarness is a harness with the scheduler off on the simulator's
-// synthetic players (matches each), and synthetic player i of them.
-func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTruth) {
-	t.Helper()
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: matches}}})
-	return h, synthPlayer(t, h, i)
-}
-
-func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
-	t.Helper()
-	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]
-	if !ok {
-		t.Fatalf("no synthetic player %d", i)
-	}
-	return p
 }
 
 // TestSyncConcurrentTriggersOneSync fires six requests for one account at
@@ -416,174 +361,6 @@ SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, sett
 	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
 	if _, err := kv.Get(h.ctx, p1.PUUID); err != nil {
 		t.Errorf("cursor not saved after a listing that reached the cap: %v", err)
-	}
-}
-
-// TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
-// takes a rank snapshot through league-v4 and builds the weekly report of
-// the week of its newest game; the expected numbers are computed from the
-// stored raw MatchDto payloads and the simulator's league answer.
-func TestRanksAndWeeklyReportOnRecordedData(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	p, _ := richestPlayer(t, h, 730)
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 3*time.Minute)
-	if err != nil || ev.Status != "completed" {
-		t.Fatalf("sync: %+v %v", ev, err)
-	}
-	h.waitIdle(20 * time.Second)
-	var newest time.Time
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
-JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&newest); err != nil {
-		t.Fatal(err)
-	}
-	// The weekly run whose week holds the newest game.
-	at := stagetest.NextMonday(newest.AddDate(0, 0, -7)).Add(4 * time.Hour)
-	if !newest.Before(at.Truncate(24 * time.Hour)) {
-		at = at.AddDate(0, 0, 7)
-	}
-	from, to := sweeper.WeekOf(at)
-
-	// Expected, from the raw payloads.
-	var games, wins, kills, deaths, assists int
-	champs := map[string]int{}
-	rows, err := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var body []byte
-		rows.Scan(&body)
-		var m struct {
-			Info struct {
-				GameCreation int64 `json:"gameCreation"`
-				GameStart    int64 `json:"gameStartTimestamp"`
-				Participants []struct {
-					PUUID        string `json:"puuid"`
-					ChampionName string `json:"championName"`
-					Win          bool   `json:"win"`
-					Kills        int    `json:"kills"`
-					Deaths       int    `json:"deaths"`
-					Assists      int    `json:"assists"`
-				} `json:"participants"`
-			} `json:"info"`
-		}
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
-		start := m.Info.GameStart
-		if start == 0 {
-			start = m.Info.GameCreation
-		}
-		if st := time.UnixMilli(start); st.Before(from) || !st.Before(to) {
-			continue
-		}
-		for _, pa := range m.Info.Participants {
-			if pa.PUUID != p.PUUID {
-				continue
-			}
-			games++
-			if pa.Win {
-				wins++
-			}
-			kills, deaths, assists = kills+pa.Kills, deaths+pa.Deaths, assists+pa.Assists
-			champs[pa.ChampionName]++
-		}
-	}
-	if games == 0 {
-		t.Fatal("test premise: no game in the report week")
-	}
-
-	// An older snapshot at the start of the week, so the LP change is known.
-	platform, _ := riot.ParsePlatform(p.Platform)
-	entries, err := h.st.Infra.Riot.LeagueEntriesByPUUID(h.ctx, platform, p.PUUID)
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("test premise: league entries %v %v", entries, err)
-	}
-	e0 := entries[0]
-	for _, e := range entries {
-		if e.QueueType == "RANKED_SOLO_5x5" {
-			e0 = e
-		}
-	}
-	if err := h.st.Infra.Store.UpsertLeagueEntries(h.ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: e0.QueueType,
-		SnapshotDate: from, Platform: string(platform), Tier: "SILVER", Rank: "II", LeaguePoints: 10}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
-		t.Fatal(err)
-	}
-	inf := *h.st.Infra
-	inf.Now = func() time.Time { return at }
-	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
-		t.Fatalf("rank run: %v %v", ran, err)
-	}
-	if n := h.count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
-		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
-		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
-	}
-	// The standalone retry-sweeper's process builds no Riot client (its
-	// Infra has none); the scheduler makes its own from RIOT_API_KEY on the
-	// shared limiter, so the rank job still runs there.
-	standalone := inf
-	standalone.Riot, standalone.Limiter, standalone.RiotStats = nil, nil, nil
-	sc2, err := sweeper.SchedulerFromInfra(h.ctx, &standalone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if standalone.Riot == nil {
-		t.Error("the standalone scheduler built no Riot client")
-	}
-	if ran, err := sc2.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
-		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
-	}
-	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
-	defer stop()
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobWeeklyReport, at); !ran || err != nil {
-		t.Fatalf("weekly run: %v %v", ran, err)
-	}
-	var r struct {
-		Games, Wins, Kills, Deaths, Assists int
-		LP                                  *int
-		Top                                 []store.ChampionStat
-	}
-	var top []byte
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
-FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).Scan(&r.Games, &r.Wins, &r.Kills, &r.Deaths,
-		&r.Assists, &r.LP, &top); err != nil {
-		t.Fatal(err)
-	}
-	json.Unmarshal(top, &r.Top)
-	if r.Games != games || r.Wins != wins || r.Kills != kills || r.Deaths != deaths || r.Assists != assists {
-		t.Errorf("report %+v, want games %d wins %d k/d/a %d/%d/%d", r, games, wins, kills, deaths, assists)
-	}
-	wantLP := store.LadderPoints(e0.Tier, e0.Rank, int(e0.LeaguePoints)) - store.LadderPoints("SILVER", "II", 10)
-	if r.LP == nil || *r.LP != wantLP {
-		t.Errorf("lp_change %v, want %d", r.LP, wantLP)
-	}
-	if len(r.Top) == 0 || champs[r.Top[0].ChampionName] != r.Top[0].Games {
-		t.Errorf("top champions %+v vs %v", r.Top, champs)
-	}
-	for _, c := range r.Top[1:] {
-		if c.Games > r.Top[0].Games {
-			t.Errorf("top champions not ordered: %+v", r.Top)
-		}
-	}
-	h.st.Infra.NC.Flush()
-	var notice sweeper.WeeklyNotice
-	waitFor(t, "the weekly notice", 10*time.Second, func() bool {
-		for _, m := range got() {
-			if json.Unmarshal(m.Data, &notice) == nil && notice.PUUID == p.PUUID {
-				return true
-			}
-		}
-		return false
-	})
-	if notice.Games != games || notice.WeekStart != from.Format(time.DateOnly) || notice.LPChange == nil || *notice.LPChange != wantLP {
-		t.Errorf("notice %+v", notice)
 	}
 }
 
