@@ -23,12 +23,7 @@ import (
 // keeps whole the match another stored account played in, logs the counts
 // in a forget job that names the player by hash only; a second call is 404.
 func TestForgetPlayer(t *testing.T) {
-	h, p := synthHarness(t, 1, 3, 1)
-	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(1).String(), Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
-	if err != nil || ev.Status != "completed" || ev.Total != 3 {
-		t.Fatalf("sync: %+v %v", ev, err)
-	}
-	h.waitIdle(20 * time.Second)
+	h, p := syncedHarness(t, 3)
 	kept := p.Matches[0].ID
 	var other string
 	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,9 @@ func freePort(t testing.TB) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// freeAddr is a free port on 127.0.0.1, as host:port.
+func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 
 // serveLoopback serves srv on a free loopback port until the test ends,
 // and returns its base URL.

@@ -348,6 +348,19 @@ func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTr
 	return h, synthPlayer(t, h, i)
 }
 
+// syncedHarness is synthHarness with one player of matches matches, synced
+// in full by Riot ID (every match stored), the pipeline idle again.
+func syncedHarness(t *testing.T, matches int) (*harness, sim.PlayerTruth) {
+	t.Helper()
+	h, p := synthHarness(t, 1, matches, 1)
+	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(1).String(), Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != matches {
+		t.Fatalf("sync: %+v %v, want completed with %d matches", ev, err, matches)
+	}
+	h.waitIdle(20 * time.Second)
+	return h, p
+}
+
 func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
 	t.Helper()
 	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]

@@ -256,7 +256,7 @@ func TestServiceBinaryReadyAndDrains(t *testing.T) {
 	}
 	dbURL := pgtest.NewDatabase(t)
 
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := freeAddr(t)
 
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL, "HTTP_ADDR="+addr,

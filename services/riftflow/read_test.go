@@ -8,9 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -20,12 +18,7 @@ import (
 // come from the in-process cache once read; a player's matches page
 // newest first through an opaque cursor; errors are problem+json.
 func TestReadAPI(t *testing.T) {
-	h, p := synthHarness(t, 1, 5, 1)
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
-	if err != nil || ev.Status != "completed" {
-		t.Fatalf("sync: %+v %v", ev, err)
-	}
-	h.waitIdle(20 * time.Second)
+	h, p := syncedHarness(t, 5)
 	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
 	defer srv.Close()
 	get := func(path string, hdr ...string) (*http.Response, []byte) {

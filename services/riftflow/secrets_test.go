@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,15 +177,11 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	dbPassword := "pg-s3cret-" + randHex(8)
-	dbURL := strings.Replace(pgtest.NewDatabase(t), "postgres://postgres@", "postgres://postgres:"+dbPassword+"@", 1)
-	if !strings.Contains(dbURL, dbPassword) {
-		t.Fatalf("no password in %s", dbURL)
-	}
+	dbURL, dbPassword := passwordDatabase(t)
 	riotKey := "RGAPI-uptest-" + randHex(8)
 
 	// The Riot API: `riftflow sim` with a key we know.
-	simAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	simAddr := freeAddr(t)
 	sim := exec.Command(bin, "sim", "--addr", simAddr, "--key", riotKey)
 	sim.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	sim.Dir = filepath.Join("..", "..") // the recorded responses
@@ -210,7 +205,7 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 	for k, v := range fastEnv {
 		env = append(env, k+"="+v)
 	}
-	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	httpAddr := freeAddr(t)
 	up := exec.Command(bin, "up", "--http-addr", httpAddr)
 	up.Env = env
 	var upErr stagetest.Logs
@@ -310,6 +305,28 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 	if !strings.Contains(logs, `"msg":"nats connected"`) || !strings.Contains(logs, "http request") {
 		t.Fatalf("the run's logs lack what it must have logged (%d bytes):\n%s", len(logs), logs)
 	}
+	lines := noSecretInLines(t, logs, secrets)
+	t.Logf("%d log lines of `riftflow up` and the CLI scanned for %d secrets", lines, len(secrets))
+}
+
+// passwordDatabase is a fresh database and a URL to it with a password in
+// it (the test server lets anyone in), for tests that look for the
+// password where it must not be.
+func passwordDatabase(t *testing.T) (dbURL, password string) {
+	t.Helper()
+	password = "pg-s3cret-" + randHex(8)
+	dbURL = strings.Replace(pgtest.NewDatabase(t), "postgres://postgres@", "postgres://postgres:"+password+"@", 1)
+	if !strings.Contains(dbURL, password) {
+		t.Fatalf("no password in %s", dbURL)
+	}
+	return dbURL, password
+}
+
+// noSecretInLines fails the test for each line of logs that holds one of
+// secrets (what it is → the secret, each long enough that a match means
+// something), and returns the number of lines.
+func noSecretInLines(t *testing.T, logs string, secrets map[string]string) int {
+	t.Helper()
 	lines := strings.Split(logs, "\n")
 	for what, secret := range secrets {
 		if len(secret) < 8 {
@@ -321,5 +338,5 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d log lines of `riftflow up` and the CLI scanned for %d secrets", len(lines), len(secrets))
+	return len(lines)
 }
