@@ -1,5 +1,8 @@
 package riftflow
 
+// A player's account: erased on request (forget), its Riot ID refreshed by
+// PUUID, its PUUIDs rewritten when the API key changes (rotate-key).
+
 import (
 	"errors"
 	"net/http"

@@ -1,5 +1,8 @@
 package riftflow
 
+// The three designs riftflow grew from (docs/designs.md): each design's
+// promises end to end, and the check that the docs' table names real tests.
+
 import (
 	"encoding/json"
 	"fmt"
