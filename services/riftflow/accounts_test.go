@@ -6,7 +6,6 @@ package riftflow
 import (
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -36,8 +35,7 @@ func TestForgetPlayer(t *testing.T) {
 	if err := h.st.Infra.Store.UpsertAccount(h.ctx, store.Account{PUUID: other, Platform: "na1", Region: "americas", Active: true}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	var res ForgetResult
 	code, _ := jsonCall(t, srv.URL, "DELETE", "/v1/admin/accounts/"+p.PUUID, "", &res)
 	if code != http.StatusOK {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,15 @@ func withToken(t testing.TB, inf *app.Infra, h http.Handler, scope Scope) http.H
 		r.Header.Set("Authorization", "Bearer "+token)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// apiServer serves the HTTP API on inf until the test ends, every request
+// with a token of scope (withToken).
+func apiServer(t *testing.T, inf *app.Infra, scope Scope) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(withToken(t, inf, NewAPI(inf).Handler(), scope))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // send sends method url with body (nil for none) within ctx, with token

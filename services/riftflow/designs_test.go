@@ -35,8 +35,7 @@ func TestDesign000Promises(t *testing.T) {
 SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	post := func(body string) (int, RetryResult, string) {
 		t.Helper()
 		var res RetryResult
@@ -123,8 +122,7 @@ WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 func TestDesign001Promises(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 6}, Faults: slowTimelines(500 * time.Millisecond)}})
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	do := func(method, path, body string) (int, string, map[string]any) {
 		t.Helper()
 		var out map[string]any
@@ -260,8 +258,7 @@ func TestDesign002Promises(t *testing.T) {
 	}
 
 	// 2. Over HTTP, the same payload: 202, and requestedBy on the job.
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	p2 := synthPlayer(t, h, 2)
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json", strings.NewReader(
 		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui","platform":"na1"}`, p2.PUUID)))
@@ -384,8 +381,7 @@ func TestDesign002Caches(t *testing.T) {
 	}
 
 	// The read API's lifetimes and validators.
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeRead)
 	for path, cc := range map[string]string{
 		"/v1/matches/" + p.Matches[0].ID:      "public, max-age=86400",
 		"/v1/players/" + p.PUUID + "/matches": "public, max-age=300",

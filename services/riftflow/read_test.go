@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -19,8 +18,7 @@ import (
 // newest first through an opaque cursor; errors are problem+json.
 func TestReadAPI(t *testing.T) {
 	h, p := syncedHarness(t, 5)
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	get := func(path string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)

@@ -503,8 +503,7 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 func TestSyncEventsForLateClients(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	p := synthPlayer(t, h, 1)
 
 	ev, err := h.ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
@@ -535,8 +534,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 // before the client opens the SSE stream; the rejection is replayed.
 func TestSyncEventsReplayRejection(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
 	defer stop()
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json",
@@ -575,8 +573,7 @@ func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
 	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeRead)
 	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
 	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
 		t.Fatalf("events %v, want the replayed rejection", got)
