@@ -4,11 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,59 +13,8 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/pgtest"
-	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 )
-
-// withToken serves h with an Authorization header carrying a fresh token
-// of scope, for tests about something other than authentication (the
-// token still goes through authorize).
-func withToken(t testing.TB, inf *app.Infra, h http.Handler, scope Scope) http.Handler {
-	t.Helper()
-	token, _, err := NewTokens(inf.Store).Create(context.Background(), "test "+t.Name(), []Scope{scope})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Set("Authorization", "Bearer "+token)
-		h.ServeHTTP(w, r)
-	})
-}
-
-type apiCall struct {
-	code   int
-	header http.Header
-	body   []byte
-}
-
-func call(t *testing.T, method, url, token, body string) apiCall {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return apiCall{resp.StatusCode, resp.Header, b}
-}
-
-// problem checks an RFC 9457 answer with code.
-func (c apiCall) problem(t *testing.T, what string, code int) {
-	t.Helper()
-	var p Problem
-	if c.code != code || c.header.Get("Content-Type") != "application/problem+json" ||
-		json.Unmarshal(c.body, &p) != nil || p.Status != code || p.Title != http.StatusText(code) {
-		t.Errorf("%s: %d %q %s, want %d application/problem+json", what, c.code, c.header.Get("Content-Type"), c.body, code)
-	}
-}
 
 // S1: every route needs a token with its scope; tokens are stored as
 // hashes and can be revoked; unknown ids are 404; event streams are capped.
@@ -162,13 +107,7 @@ func TestAPIAuthentication(t *testing.T) {
 	}
 	open := func(token string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(t.Context())
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/sync/held/events", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, cancel
+		return send(t, ctx, http.MethodGet, srv.URL+"/v1/sync/held/events", token, nil), cancel
 	}
 	first, stop1 := open(read)
 	defer stop1()
@@ -222,13 +161,8 @@ func TestAPIServerLogsNoSecrets(t *testing.T) {
 	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 || srv.MaxHeaderBytes == 0 {
 		t.Fatalf("API server without a timeout or header limit: %+v", srv)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
-	call(t, http.MethodGet, "http://"+ln.Addr().String()+"/v1/jobs?puuid=abc", token, "")
+	base := serveLoopback(t, srv)
+	call(t, http.MethodGet, base+"/v1/jobs?puuid=abc", token, "")
 	if !strings.Contains(logs.String(), "path=/v1/jobs") || !strings.Contains(logs.String(), "status=403") {
 		t.Fatalf("request not logged: %s", logs.String())
 	}
@@ -309,32 +243,6 @@ func TestTokenCommands(t *testing.T) {
 
 }
 
-// An event stream for a request that was never submitted through this API
-// and has no jobs row, but whose rejection is in the EVENTS stream (a
-// request published on NATS by `riftflow ingest`), is replayed, not 404.
-func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
-	for _, id := range []string{"other-1", "other-2"} {
-		other := rej
-		other.RequestID = id
-		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
-	defer srv.Close()
-	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", 15*time.Second)
-	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
-		t.Fatalf("events %v, want the replayed rejection", got)
-	}
-	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
-	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
-}
-
 // An event stream outlives the server's read and write timeouts: it
 // extends its write deadline at each write (without that, this test fails
 // after a few keepalives) and clears its read deadline (defence only: with
@@ -347,26 +255,14 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
-		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second})
-	go srv.Serve(ln)
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	base := serveLoopback(t, newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
+		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second}))
 	if c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`); c.code != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/sync/long/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := send(t, ctx, http.MethodGet, base+"/v1/sync/long/events", token, nil)
 	defer resp.Body.Close()
 	// Ten times the read timeout, counted in keepalives received, not in
 	// wall time: the stream must still deliver the 30th.

@@ -1,14 +1,14 @@
 package riftflow
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +21,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -34,8 +35,8 @@ type harness struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan error
-	logs   *bytes.Buffer
-	plan   []demoPhase // with harnessOptions.demo
+	logs   *stagetest.Logs // what the services logged
+	plan   []demoPhase     // with harnessOptions.demo
 }
 
 type harnessOptions struct {
@@ -74,8 +75,8 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	env.Postgres.URL = config.Secret(pgtest.NewDatabase(t))
-	logs := &bytes.Buffer{}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &stagetest.Logs{}
+	log := testLogger(t, logs)
 	if o.sim.FixturesDir == "" {
 		o.sim.FixturesDir = sim.FindFixtures()
 		if o.sim.FixturesDir == "" && os.Getenv("CI") == "true" {
@@ -124,6 +125,11 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) { return stagetest.TestLog{T: w.t}.Write(p) }
+
+// testLogger logs at info level to logs and, under -v, to the test's log.
+func testLogger(t testing.TB, logs io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
 
 func (h *harness) stop() {
 	if h.st == nil {
@@ -286,8 +292,6 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-var _ = fmt.Sprintf
-
 // wantAnswers checks how many answers of each status (want) the simulator
 // gave to method.
 func (h *harness) wantAnswers(method string, want map[int]int64) {
@@ -298,4 +302,126 @@ func (h *harness) wantAnswers(method string, want map[int]int64) {
 			h.t.Errorf("%s %ds = %d, want %d", method, status, got, n)
 		}
 	}
+}
+
+// offsetClock is a clock the test moves: real time plus an offset.
+type offsetClock struct{ off atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time            { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) Set(d time.Duration)       { c.off.Store(int64(d)) }
+func (c *offsetClock) Offset() (d time.Duration) { return time.Duration(c.off.Load()) }
+
+// slowTimelines keeps every sync running for a while (each timeline fetch
+// waits d), so concurrent triggers really overlap the running sync.
+func slowTimelines(d time.Duration) sim.Faults {
+	return sim.Faults{Slow: 1, SlowDelay: d, Methods: []string{sim.MethodTimeline}}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
+	t.Helper()
+	if err := req.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// synthHarness is a harness with the scheduler off on the simulator's
+// synthetic players (matches each), and synthetic player i of them.
+func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTruth) {
+	t.Helper()
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: matches}}})
+	return h, synthPlayer(t, h, i)
+}
+
+// syncedHarness is synthHarness with one player of matches matches, synced
+// in full by Riot ID (every match stored), the pipeline idle again.
+func syncedHarness(t *testing.T, matches int) (*harness, sim.PlayerTruth) {
+	t.Helper()
+	h, p := synthHarness(t, 1, matches, 1)
+	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(1).String(), Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" || ev.Total != matches {
+		t.Fatalf("sync: %+v %v, want completed with %d matches", ev, err, matches)
+	}
+	h.waitIdle(20 * time.Second)
+	return h, p
+}
+
+func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
+	t.Helper()
+	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]
+	if !ok {
+		t.Fatalf("no synthetic player %d", i)
+	}
+	return p
+}
+
+// richestPlayer is the recorded player with a Riot ID and the most matches
+// inside the listing window of lookbackDays.
+func richestPlayer(t *testing.T, h *harness, lookbackDays int) (sim.PlayerTruth, []sim.MatchTruth) {
+	t.Helper()
+	truth := h.st.Sim.Truth()
+	cutoff := truth.Now - int64(lookbackDays)*24*3600*1000
+	var best sim.PlayerTruth
+	var bestM []sim.MatchTruth
+	ids := make([]string, 0, len(truth.Players))
+	for id := range truth.Players {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // deterministic choice among equals
+	for _, id := range ids {
+		p := truth.Players[id]
+		if p.GameName == "" || p.TagLine == "" || p.Platform == "" || strings.HasPrefix(p.GameName, "Synth") {
+			continue
+		}
+		var in []sim.MatchTruth
+		for _, m := range p.Matches {
+			if m.GameCreation >= cutoff {
+				in = append(in, m)
+			}
+		}
+		if len(in) > len(bestM) {
+			best, bestM = p, in
+		}
+	}
+	if len(bestM) == 0 {
+		t.Fatal("no recorded player has matches in the window")
+	}
+	return best, bestM
+}
+
+func idsOf(ms []sim.MatchTruth) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// dbDown is a copy of h's Infra on a database that is down: a closed
+// store.
+func (h *harness) dbDown() *app.Infra {
+	h.t.Helper()
+	down, err := store.Open(h.ctx, pgtest.NewDatabase(h.t))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	down.Close()
+	inf := *h.st.Infra
+	inf.Store = down
+	return &inf
 }

@@ -404,14 +404,6 @@ func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
 	}
 }
 
-func idsOf(ms []sim.MatchTruth) []string {
-	out := make([]string, len(ms))
-	for i, m := range ms {
-		out[i] = m.ID
-	}
-	return out
-}
-
 // TestLedgerSweeper drives two retry-sweeper replicas with an injected clock
 // on a pipeline whose services are not running (so the re-published
 // commands stay in FETCH to be read back): stale temporary failures and

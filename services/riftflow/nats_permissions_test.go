@@ -1,15 +1,12 @@
 package riftflow
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
@@ -29,14 +24,32 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// connectAs connects to the NATS server at url as user, with user's inbox
+// prefix, until the test ends; the server's asynchronous errors (a
+// permissions violation) arrive on the channel.
+func connectAs(t *testing.T, url, user, password string) (*nats.Conn, <-chan error, error) {
+	errs := make(chan error, 16)
+	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err == nil {
+		t.Cleanup(nc.Close)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return nc, errs, err
+}
+
+// refusedWithin fails the test unless the server answers what nc just
+// sent with a permissions violation on errs within d.
+func refusedWithin(t *testing.T, what string, errs <-chan error, nc *nats.Conn, d time.Duration) {
+	t.Helper()
+	nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Errorf("%s: %v, want a permissions violation", what, err)
+		}
+	case <-time.After(d):
+		t.Errorf("%s: the server did not refuse it", what)
+	}
 }
 
 // TestNATSPermissions runs the stack as `riftflow up` does: an embedded
@@ -58,8 +71,8 @@ func TestNATSPermissions(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("RIOT_API_KEY", "")
 	t.Setenv("SCHEDULE_ENABLE", "false")
-	dbPassword := "pg-s3cret-" + randHex(8)
-	t.Setenv("DATABASE_URL", strings.Replace(pgtest.NewDatabase(t), "postgres://postgres@", "postgres://postgres:"+dbPassword+"@", 1))
+	dbURL, dbPassword := passwordDatabase(t)
+	t.Setenv("DATABASE_URL", dbURL)
 	env, err := app.LoadEnv()
 	if err != nil {
 		t.Fatal(err)
@@ -88,14 +101,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	api := NewAPI(st.Infra)
 	api.Mount(st.Infra.Ops)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts)
-	go srv.Serve(ln)
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	base := serveLoopback(t, newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts))
 
 	// Local tools' files hold credentials: owner-only.
 	for _, f := range []string{"nats.url", "nats-admin.url", "api.token"} {
@@ -113,29 +119,12 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	var accepted struct {
 		RequestID string `json:"request_id"`
-		Events    string `json:"events"`
 	}
 	json.Unmarshal(c.body, &accepted)
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer scancel()
-	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", accepted.Events, resp.StatusCode, b)
-	}
 	var last bus.ProgressEvent
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			json.Unmarshal([]byte(d), &last)
-		}
+	if events := sseEvents(t, base+"/v1/sync/"+accepted.RequestID+"/events", token, 2*time.Minute); len(events) > 0 {
+		json.Unmarshal([]byte(events[len(events)-1][1]), &last)
 	}
-	resp.Body.Close()
 	if last.Status != "completed" || last.Total == 0 || last.Progress != last.Total {
 		t.Fatalf("the sync under per-service users ended %+v, want completed", last)
 	}
@@ -199,29 +188,13 @@ func TestNATSPermissions(t *testing.T) {
 	// Forgeries, each over TCP as a real client would.
 	connect := func(user string) (*nats.Conn, <-chan error) {
 		t.Helper()
-		errs := make(chan error, 16)
-		cfg := st.NATSConfig(user)
-		nc, err := nats.Connect(st.NATSURL, nats.UserInfo(cfg.User, cfg.Password.Reveal()),
-			nats.CustomInboxPrefix(bus.InboxPrefix(user)),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		nc, errs, err := connectAs(t, st.NATSURL, user, st.NATSConfig(user).Password.Reveal())
 		if err != nil {
 			t.Fatalf("connect as %s: %v", user, err)
 		}
-		t.Cleanup(nc.Close)
 		return nc, errs
 	}
-	refused := func(what string, errs <-chan error, nc *nats.Conn) {
-		t.Helper()
-		nc.Flush()
-		select {
-		case err := <-errs:
-			if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
-				t.Errorf("%s: %v, want a permissions violation", what, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: the server did not refuse it", what)
-		}
-	}
+	refused := func(what string, errs <-chan error, nc *nats.Conn) { refusedWithin(t, what, errs, nc, 5*time.Second) }
 	admin, _ := connect(streams.UserAdmin)
 	fetched := func() uint64 {
 		m, err := admin.Request("$JS.API.STREAM.INFO."+streams.StreamFetched, nil, 5*time.Second)
@@ -305,104 +278,6 @@ func TestNATSPermissions(t *testing.T) {
 	for _, g := range streams.Grants {
 		secrets["NATS password of "+g.User] = st.NATSConfig(g.User).Password.Reveal()
 	}
-	lines := bytes.Split(out, []byte("\n"))
-	for what, secret := range secrets {
-		if len(secret) < 8 {
-			continue
-		}
-		for i, l := range lines {
-			if bytes.Contains(l, []byte(secret)) {
-				t.Errorf("%s in log line %d: %s", what, i+1, l)
-			}
-		}
-	}
-	t.Logf("%d log lines, %d bytes scanned for %d secrets", len(lines), len(out), len(secrets))
-}
-
-// deploy/nats/auth.conf, the Kubernetes NATS server's users, loads in
-// nats-server with the passwords from the environment and enforces the
-// same table: the fetcher's results pass, the resolver's forgery is
-// refused, a wrong password is not let in.
-func TestAuthConfEnforced(t *testing.T) {
-	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "auth.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), conf, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	main := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\ninclude ./auth.conf\n", freePort(t), filepath.Join(dir, "js"))
-	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pw := map[string]string{}
-	for _, g := range streams.Grants {
-		pw[g.User] = randHex(16)
-		t.Setenv(streams.PasswordEnv(g.User), pw[g.User])
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(opts.Users) != len(streams.Grants) {
-		t.Fatalf("auth.conf has %d users, the table %d", len(opts.Users), len(streams.Grants))
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server with auth.conf did not start")
-	}
-	connect := func(user, password string) (*nats.Conn, chan error, error) {
-		errs := make(chan error, 4)
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, password), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-		if err == nil {
-			t.Cleanup(nc.Close)
-		}
-		return nc, errs, err
-	}
-	if _, _, err := connect(streams.UserResolver, "wrong"); err == nil {
-		t.Error("a wrong password was let in")
-	}
-	admin, _, err := connect(streams.UserAdmin, pw[streams.UserAdmin])
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := admin.SubscribeSync("lol.match.fetched.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin.Flush()
-	fetcherConn, _, err := connect(streams.UserMatchFetcher, pw[streams.UserMatchFetcher])
-	if err != nil {
-		t.Fatal(err)
-	}
-	fetcherConn.Publish("lol.match.fetched.americas", []byte("from the fetcher"))
-	fetcherConn.Flush()
-	if m, err := got.NextMsg(10 * time.Second); err != nil || string(m.Data) != "from the fetcher" {
-		t.Fatalf("the fetcher's result did not pass: %v", err)
-	}
-	resolverConn, rerrs, err := connect(streams.UserResolver, pw[streams.UserResolver])
-	if err != nil {
-		t.Fatal(err)
-	}
-	resolverConn.Publish("lol.match.fetched.americas", []byte("forged"))
-	resolverConn.Flush()
-	select {
-	case err := <-rerrs:
-		if !errors.Is(err, nats.ErrPermissionViolation) {
-			t.Errorf("resolver forgery: %v, want a permissions violation", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("the resolver's forged result was not refused")
-	}
-	if m, err := got.NextMsg(500 * time.Millisecond); err == nil {
-		t.Errorf("a forged result was delivered: %s", m.Data)
-	}
+	lines := noSecretInLines(t, logs.String(), secrets)
+	t.Logf("%d log lines, %d bytes scanned for %d secrets", lines, len(out), len(secrets))
 }

@@ -144,7 +144,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 		{streams.StreamFetched, streams.ConsumerPersister, results},
 	}
 	for _, s := range stages {
-		if n := remaining(t, h, s.stream, s.consumer); n != s.backlog {
+		if n := remaining(t, h.st.Infra.JS, s.stream, s.consumer); n != s.backlog {
 			t.Fatalf("%s: %d queued before the run, want %d", s.consumer, n, s.backlog)
 		}
 	}
@@ -159,7 +159,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 		t.Fatalf("interactive sync: %+v %v", ev, err)
 	}
 	for _, s := range stages {
-		n := remaining(t, h, s.stream, s.consumer)
+		n := remaining(t, h.st.Infra.JS, s.stream, s.consumer)
 		t.Logf("%s: the interactive sync (%d matches) completed with %d of %d backfill messages still queued", s.consumer, ev.Total, n, s.backlog)
 		want := s.backlog / 2
 		if s.consumer == streams.ConsumerPersister {
@@ -193,13 +193,13 @@ func publishPrio(t *testing.T, js jetstream.JetStream, subject string, v any, ms
 }
 
 // remaining is what a consumer has not settled yet: pending plus in flight.
-func remaining(t *testing.T, h *harness, stream, consumer string) int {
+func remaining(t *testing.T, js jetstream.JetStream, stream, consumer string) int {
 	t.Helper()
-	c, err := h.st.Infra.JS.Consumer(h.ctx, stream, consumer)
+	c, err := js.Consumer(t.Context(), stream, consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Info(h.ctx)
+	info, err := c.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

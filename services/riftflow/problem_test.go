@@ -8,14 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/control"
-	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -120,14 +119,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 
 	// The database down: 503 from every route but the pause switch; the
 	// tokens are checked against the live store, so the guard answers.
-	down, err := store.Open(h.ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	down.Close()
-	infDown := *inf
-	infDown.Store = down
-	apiDown := NewAPI(&infDown)
+	apiDown := NewAPI(h.dbDown())
 	apiDown.tokens = tokens
 	srvDown := httptest.NewServer(apiDown.Handler())
 	defer srvDown.Close()
@@ -175,14 +167,7 @@ func checkProblem(t *testing.T, base, token string, c problemCase) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, c.method, base+c.path, strings.NewReader(c.body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", c.method, c.path, err)
-	}
+	resp := send(t, ctx, c.method, base+c.path, token, strings.NewReader(c.body))
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	what := fmt.Sprintf("%s %s (token %t)", c.method, c.path, token != "")
@@ -200,7 +185,11 @@ func checkProblem(t *testing.T, base, token string, c problemCase) {
 		t.Errorf("%s: body %s is not a problem: %v", what, body, err)
 		return
 	}
-	wantPath := strings.SplitN(req.URL.Path, "?", 2)[0]
+	u, err := url.Parse(base + c.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPath := strings.SplitN(u.Path, "?", 2)[0]
 	if p.Type != "about:blank" || p.Title != http.StatusText(c.want) || p.Status != c.want || p.Detail == "" || p.Instance != wantPath {
 		t.Errorf("%s: problem %+v: want type about:blank, title %q, status %d, a detail, instance %q", what, p, http.StatusText(c.want), c.want, wantPath)
 	}

@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
@@ -35,7 +32,6 @@ import (
 
 // fetcherProc is one match-fetcher instance.
 type fetcherProc struct {
-	nc    *nats.Conn
 	lim   riot.Limiter
 	stats *app.RiotStats
 }
@@ -86,7 +82,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		}
 		run(fmt.Sprintf("%T", s), s.Run)
 	}
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(p.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := testLogger(t, p.logs)
 	env := h.st.Infra.Env
 	if o.concurrency <= 0 {
 		o.concurrency = 16
@@ -102,7 +98,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fp := &fetcherProc{nc: nc}
+		fp := &fetcherProc{}
 		var client *riot.Client
 		switch o.mode {
 		case modeSplit:
@@ -308,10 +304,8 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 	if logs := p.logs.String(); !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "rejected") {
 		t.Errorf("no error-level log line about the rejected key:\n%s", tail(logs, 2000))
 	}
-	rec := httptest.NewRecorder()
-	p.h.st.Infra.Ops.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if !strings.Contains(rec.Body.String(), `riftflow_ratelimit_key_rejected_total{`) || !strings.Contains(rec.Body.String(), `status="403"`) {
-		t.Errorf("/metrics has no riftflow_ratelimit_key_rejected_total{status=\"403\"}:\n%s", grepLines(rec.Body.String(), "ratelimit"))
+	if total, _ := opsSum(scrapeOps(t, p.h.st.Infra.Ops.Handler()), "riftflow_ratelimit_key_rejected_total", map[string]string{"status": "403"}); total < 1 {
+		t.Errorf("/metrics: riftflow_ratelimit_key_rejected_total{status=\"403\"} = %v, want at least 1", total)
 	}
 	var out bytes.Buffer
 	if err := printRateLimit(p.h.ctx, p.h.st.Infra.JS, app.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
@@ -338,7 +332,7 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 	var asiaIDs []string
 	for _, pl := range s.Truth().Players {
 		for _, m := range pl.Matches {
-			if strings.HasPrefix(m.ID, "JP1_") && !contains(asiaIDs, m.ID) {
+			if strings.HasPrefix(m.ID, "JP1_") && !slices.Contains(asiaIDs, m.ID) {
 				asiaIDs = append(asiaIDs, m.ID)
 			}
 		}
@@ -423,28 +417,9 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 		scheduled(), maxAckPending, p.h.count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`), st.RateLimited)
 }
 
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -18,40 +18,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
-	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
-
-// offsetClock is a clock the test moves: real time plus an offset.
-type offsetClock struct{ off atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time            { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) Set(d time.Duration)       { c.off.Store(int64(d)) }
-func (c *offsetClock) Offset() (d time.Duration) { return time.Duration(c.off.Load()) }
-
-// slowTimelines keeps every sync running for a while (each timeline fetch
-// waits d), so concurrent triggers really overlap the running sync.
-func slowTimelines(d time.Duration) sim.Faults {
-	return sim.Faults{Slow: 1, SlowDelay: d, Methods: []string{sim.MethodTimeline}}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 // events collects progress events and rejections by request id.
 type events struct {
@@ -113,34 +86,6 @@ func (e *events) rejected(id string) (bus.Rejection, bool) {
 		return r[0], true
 	}
 	return bus.Rejection{}, false
-}
-
-func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
-	t.Helper()
-	if err := req.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// synthHarness is a harness with the scheduler off on the simulator's
-// synthetic players (matches each), and synthetic player i of them.
-func synthHarness(t *testing.T, players, matches, i int) (*harness, sim.PlayerTruth) {
-	t.Helper()
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: matches}}})
-	return h, synthPlayer(t, h, i)
-}
-
-func synthPlayer(t *testing.T, h *harness, i int) sim.PlayerTruth {
-	t.Helper()
-	p, ok := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", i)]
-	if !ok {
-		t.Fatalf("no synthetic player %d", i)
-	}
-	return p
 }
 
 // TestSyncConcurrentTriggersOneSync fires six requests for one account at
@@ -419,174 +364,6 @@ SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, sett
 	}
 }
 
-// TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
-// takes a rank snapshot through league-v4 and builds the weekly report of
-// the week of its newest game; the expected numbers are computed from the
-// stored raw MatchDto payloads and the simulator's league answer.
-func TestRanksAndWeeklyReportOnRecordedData(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	p, _ := richestPlayer(t, h, 730)
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 3*time.Minute)
-	if err != nil || ev.Status != "completed" {
-		t.Fatalf("sync: %+v %v", ev, err)
-	}
-	h.waitIdle(20 * time.Second)
-	var newest time.Time
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
-JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&newest); err != nil {
-		t.Fatal(err)
-	}
-	// The weekly run whose week holds the newest game.
-	at := stagetest.NextMonday(newest.AddDate(0, 0, -7)).Add(4 * time.Hour)
-	if !newest.Before(at.Truncate(24 * time.Hour)) {
-		at = at.AddDate(0, 0, 7)
-	}
-	from, to := sweeper.WeekOf(at)
-
-	// Expected, from the raw payloads.
-	var games, wins, kills, deaths, assists int
-	champs := map[string]int{}
-	rows, err := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var body []byte
-		rows.Scan(&body)
-		var m struct {
-			Info struct {
-				GameCreation int64 `json:"gameCreation"`
-				GameStart    int64 `json:"gameStartTimestamp"`
-				Participants []struct {
-					PUUID        string `json:"puuid"`
-					ChampionName string `json:"championName"`
-					Win          bool   `json:"win"`
-					Kills        int    `json:"kills"`
-					Deaths       int    `json:"deaths"`
-					Assists      int    `json:"assists"`
-				} `json:"participants"`
-			} `json:"info"`
-		}
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
-		start := m.Info.GameStart
-		if start == 0 {
-			start = m.Info.GameCreation
-		}
-		if st := time.UnixMilli(start); st.Before(from) || !st.Before(to) {
-			continue
-		}
-		for _, pa := range m.Info.Participants {
-			if pa.PUUID != p.PUUID {
-				continue
-			}
-			games++
-			if pa.Win {
-				wins++
-			}
-			kills, deaths, assists = kills+pa.Kills, deaths+pa.Deaths, assists+pa.Assists
-			champs[pa.ChampionName]++
-		}
-	}
-	if games == 0 {
-		t.Fatal("test premise: no game in the report week")
-	}
-
-	// An older snapshot at the start of the week, so the LP change is known.
-	platform, _ := riot.ParsePlatform(p.Platform)
-	entries, err := h.st.Infra.Riot.LeagueEntriesByPUUID(h.ctx, platform, p.PUUID)
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("test premise: league entries %v %v", entries, err)
-	}
-	e0 := entries[0]
-	for _, e := range entries {
-		if e.QueueType == "RANKED_SOLO_5x5" {
-			e0 = e
-		}
-	}
-	if err := h.st.Infra.Store.UpsertLeagueEntries(h.ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: e0.QueueType,
-		SnapshotDate: from, Platform: string(platform), Tier: "SILVER", Rank: "II", LeaguePoints: 10}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
-		t.Fatal(err)
-	}
-	inf := *h.st.Infra
-	inf.Now = func() time.Time { return at }
-	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
-		t.Fatalf("rank run: %v %v", ran, err)
-	}
-	if n := h.count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
-		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
-		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
-	}
-	// The standalone retry-sweeper's process builds no Riot client (its
-	// Infra has none); the scheduler makes its own from RIOT_API_KEY on the
-	// shared limiter, so the rank job still runs there.
-	standalone := inf
-	standalone.Riot, standalone.Limiter, standalone.RiotStats = nil, nil, nil
-	sc2, err := sweeper.SchedulerFromInfra(h.ctx, &standalone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if standalone.Riot == nil {
-		t.Error("the standalone scheduler built no Riot client")
-	}
-	if ran, err := sc2.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
-		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
-	}
-	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
-	defer stop()
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobWeeklyReport, at); !ran || err != nil {
-		t.Fatalf("weekly run: %v %v", ran, err)
-	}
-	var r struct {
-		Games, Wins, Kills, Deaths, Assists int
-		LP                                  *int
-		Top                                 []store.ChampionStat
-	}
-	var top []byte
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
-FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).Scan(&r.Games, &r.Wins, &r.Kills, &r.Deaths,
-		&r.Assists, &r.LP, &top); err != nil {
-		t.Fatal(err)
-	}
-	json.Unmarshal(top, &r.Top)
-	if r.Games != games || r.Wins != wins || r.Kills != kills || r.Deaths != deaths || r.Assists != assists {
-		t.Errorf("report %+v, want games %d wins %d k/d/a %d/%d/%d", r, games, wins, kills, deaths, assists)
-	}
-	wantLP := store.LadderPoints(e0.Tier, e0.Rank, int(e0.LeaguePoints)) - store.LadderPoints("SILVER", "II", 10)
-	if r.LP == nil || *r.LP != wantLP {
-		t.Errorf("lp_change %v, want %d", r.LP, wantLP)
-	}
-	if len(r.Top) == 0 || champs[r.Top[0].ChampionName] != r.Top[0].Games {
-		t.Errorf("top champions %+v vs %v", r.Top, champs)
-	}
-	for _, c := range r.Top[1:] {
-		if c.Games > r.Top[0].Games {
-			t.Errorf("top champions not ordered: %+v", r.Top)
-		}
-	}
-	h.st.Infra.NC.Flush()
-	var notice sweeper.WeeklyNotice
-	waitFor(t, "the weekly notice", 10*time.Second, func() bool {
-		for _, m := range got() {
-			if json.Unmarshal(m.Data, &notice) == nil && notice.PUUID == p.PUUID {
-				return true
-			}
-		}
-		return false
-	})
-	if notice.Games != games || notice.WeekStart != from.Format(time.DateOnly) || notice.LPChange == nil || *notice.LPChange != wantLP {
-		t.Errorf("notice %+v", notice)
-	}
-}
-
 // TestHTTPSyncEndpoints drives the HTTP API: POST /v1/sync (202, then 409
 // while it runs), the SSE stream to completion, GET /v1/accounts, the
 // login trigger (fresh, then stale → sync), the link trigger and GET
@@ -718,38 +495,6 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	}
 }
 
-// sseEvents reads GET url as Server-Sent Events until the server ends the
-// stream or timeout passes, and returns the (event, data) pairs.
-func sseEvents(t *testing.T, url string, timeout time.Duration) [][2]string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET %s: %d %q", url, resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	var out [][2]string
-	event := ""
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
-			event = e
-		}
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			out = append(out, [2]string{event, d})
-		}
-	}
-	if ctx.Err() != nil {
-		t.Errorf("GET %s: the stream did not end within %v (events %v)", url, timeout, out)
-	}
-	return out
-}
-
 // TestSyncEventsForLateClients: a client that opens the SSE stream after
 // its request ended still gets the outcome. A finished sync answers from
 // the jobs table (EVENTS purged, so nothing else could), and a request the
@@ -758,8 +503,7 @@ func sseEvents(t *testing.T, url string, timeout time.Duration) [][2]string {
 func TestSyncEventsForLateClients(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	p := synthPlayer(t, h, 1)
 
 	ev, err := h.ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
@@ -775,7 +519,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 	} else if err := events.Purge(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", 10*time.Second)
+	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", "", 10*time.Second)
 	var last bus.ProgressEvent
 	if len(got) != 1 || got[0][0] != "progress" || json.Unmarshal([]byte(got[0][1]), &last) != nil {
 		t.Fatalf("events for a finished sync: %v, want one progress event", got)
@@ -790,8 +534,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 // before the client opens the SSE stream; the rejection is replayed.
 func TestSyncEventsReplayRejection(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
 	defer stop()
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json",
@@ -804,7 +547,7 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 		t.Fatalf("POST /v1/sync: %d", resp.StatusCode)
 	}
 	waitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
-	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", 10*time.Second)
+	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", "", 10*time.Second)
 	var rej bus.Rejection
 	if len(got) != 1 || got[0][0] != "rejected" || json.Unmarshal([]byte(got[0][1]), &rej) != nil {
 		t.Fatalf("events for a rejected request: %v, want one rejected event", got)
@@ -812,6 +555,31 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 	if rej.RequestID != "late-rej" || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
+}
+
+// An event stream for a request that was never submitted through this API
+// and has no jobs row, but whose rejection is in the EVENTS stream (a
+// request published on NATS by `riftflow ingest`), is replayed, not 404.
+func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
+	for _, id := range []string{"other-1", "other-2"} {
+		other := rej
+		other.RequestID = id
+		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiServer(t, h.st.Infra, ScopeRead)
+	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
+	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
+		t.Fatalf("events %v, want the replayed rejection", got)
+	}
+	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
+	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
 }
 
 // TestSyncLockLivesAsLongAsTheWork: a slow but healthy sync (every match

@@ -1,10 +1,17 @@
 package riftflow
 
+// The three designs riftflow grew from (docs/designs.md): each design's
+// promises end to end, and the check that the docs' table names real tests.
+
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +19,177 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/streams"
 )
+
+// TestDesign000Promises reproduces design 000's retry job end to end:
+// permanently unfetchable matches are replayed (all, by match ID, by
+// player) through POST /v1/admin/retry, at most 100 per run; a replayed
+// match is fetched and stored; each run is logged as a retry job; a request
+// that selects nothing is a 400 problem+json.
+func TestDesign000Promises(t *testing.T) {
+	h, p := synthHarness(t, 1, 120, 1)
+	// 120 matches an outage left permanently unfetchable.
+	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
+SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	post := func(body string) (int, RetryResult, string) {
+		t.Helper()
+		var res RetryResult
+		code, ct := jsonCall(t, srv.URL, "POST", "/v1/admin/retry", body, &res)
+		return code, res, ct
+	}
+	stored := func() int {
+		return h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`)
+	}
+
+	// All: the first run replays 100 (the cap), the second the other 20.
+	code, res, _ := post(`{"all":true}`)
+	if code != http.StatusOK || len(res.Reopened) != 100 {
+		t.Fatalf("first run: %d, %d reopened, want 200 and 100 (design 000's cap)", code, len(res.Reopened))
+	}
+	waitFor(t, "100 replayed matches stored", 2*time.Minute, func() bool { return stored() == 100 })
+	if n := h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'permanently_unfetchable'`); n != 20 {
+		t.Errorf("%d still unfetchable after the first run, want 20", n)
+	}
+	code, res, _ = post(`{"all":true}`)
+	if code != http.StatusOK || len(res.Reopened) != 20 {
+		t.Fatalf("second run: %d, %d reopened, want 20", code, len(res.Reopened))
+	}
+	waitFor(t, "all 120 stored", 2*time.Minute, func() bool { return stored() == 120 })
+	if n := h.count(`SELECT count(*) FROM matches m JOIN match_participants pp USING (match_id) WHERE pp.puuid = $1`, p.PUUID); n != 120 {
+		t.Errorf("%d of the player's matches readable, want 120", n)
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'retry' AND status = 'completed'`); n != 2 {
+		t.Errorf("%d retry jobs logged, want 2", n)
+	}
+	h.waitIdle(30 * time.Second)
+
+	// By match ID and by player: only what is selected is replayed.
+	mark := func(ids ...string) {
+		t.Helper()
+		if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
+WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark(p.Matches[0].ID, p.Matches[1].ID)
+	// A replay takes the match's unfetchable timeline row too (the
+	// simulator lacks some timelines), never another match's rows.
+	reopened := func(res RetryResult) map[string]bool {
+		out := map[string]bool{}
+		for _, r := range res.Reopened {
+			out[r] = true
+		}
+		return out
+	}
+	code, res, _ = post(fmt.Sprintf(`{"match_ids":[%q]}`, p.Matches[0].ID))
+	got := reopened(res)
+	if code != http.StatusOK || !got[p.Matches[0].ID+"/match"] || len(got) > 2 ||
+		(len(got) == 2 && !got[p.Matches[0].ID+"/timeline"]) {
+		t.Fatalf("by match ID: %d %+v", code, res)
+	}
+	code, res, _ = post(fmt.Sprintf(`{"puuid":%q,"limit":1000}`, p.PUUID))
+	got = reopened(res)
+	if code != http.StatusOK || !got[p.Matches[1].ID+"/match"] || got[p.Matches[2].ID+"/match"] {
+		t.Fatalf("by player: %d %+v", code, res)
+	}
+	for r := range got {
+		if !strings.HasSuffix(r, "/timeline") && r != p.Matches[1].ID+"/match" {
+			t.Errorf("by player reopened %s, which was not unfetchable", r)
+		}
+	}
+	waitFor(t, "the two replays stored", time.Minute, func() bool { return stored() == 120 })
+
+	// Bad input: RFC 9457.
+	for _, body := range []string{`{}`, `{"all":true,"puuid":"x"}`, `{"match_ids":["nope"]}`, `{"bogus":1}`} {
+		if code, _, ct := post(body); code != http.StatusBadRequest || ct != "application/problem+json" {
+			t.Errorf("%s: %d %s, want 400 application/problem+json", body, code, ct)
+		}
+	}
+}
+
+// TestDesign001Promises reproduces design 001's per-account sync job end
+// to end: a second request for an account answers 409 while its sync runs;
+// the pause switch stops all syncing (requests published on NATS wait in
+// their stream, the API answers 503 problem+json) and resuming finishes
+// them; the API answers 503 problem+json while the database is down.
+// Stale-sync recovery (an account left syncing by a dead lister is
+// resumed) is TestSyncKilledListerRecovers.
+func TestDesign001Promises(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 6}, Faults: slowTimelines(500 * time.Millisecond)}})
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	do := func(method, path, body string) (int, string, map[string]any) {
+		t.Helper()
+		var out map[string]any
+		code, ct := jsonCall(t, srv.URL, method, path, body, &out)
+		return code, ct, out
+	}
+	p := synthPlayer(t, h, 1)
+
+	// 409 while a sync runs.
+	code, _, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p.PUUID))
+	if code != http.StatusAccepted {
+		t.Fatalf("first sync: %d %v", code, out)
+	}
+	first := out["request_id"].(string)
+	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
+	waitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
+		v, err := synclock.Get(h.ctx, locks, p.PUUID)
+		return err == nil && v.RequestID == first
+	})
+	if code, _, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1"}`, p.PUUID)); code != http.StatusConflict {
+		t.Errorf("second sync while the first runs: %d %v, want 409", code, out)
+	}
+	waitFor(t, "the first sync", 2*time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, first) == 1
+	})
+
+	// The pause switch.
+	if code, _, out := do("PUT", "/v1/admin/pause", `{"paused":true,"reason":"maintenance","by":"test"}`); code != 200 {
+		t.Fatalf("pause: %d %v", code, out)
+	}
+	waitFor(t, "this process to see the switch", 10*time.Second, h.st.Infra.Pause.Paused)
+	code, ct, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1"}`, p.PUUID))
+	if code != http.StatusServiceUnavailable || ct != "application/problem+json" || out["status"] != float64(503) ||
+		!strings.Contains(fmt.Sprint(out["detail"]), "maintenance") {
+		t.Errorf("POST /v1/sync while paused: %d %s %v, want 503 problem+json naming the reason", code, ct, out)
+	}
+	if code, _, _ := do("GET", "/v1/jobs", ""); code != 200 {
+		t.Errorf("GET /v1/jobs while paused: %d, want 200 (reads go on)", code)
+	}
+	p2 := synthPlayer(t, h, 2)
+	publishReq(t, h, bus.IngestRequest{RequestID: "while-paused", PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30})
+	// Give the services several pull rounds: nothing may start.
+	time.Sleep(3 * time.Second)
+	if n := h.count(`SELECT count(*) FROM jobs WHERE id = 'while-paused'`); n != 0 {
+		t.Fatalf("a request published while paused was processed (%d jobs rows)", n)
+	}
+	if code, _, out := do("PUT", "/v1/admin/pause", `{"paused":false}`); code != 200 {
+		t.Fatalf("resume: %d %v", code, out)
+	}
+	waitFor(t, "the request held by the pause to complete", 2*time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id = 'while-paused' AND status = 'completed'`) == 1
+	})
+
+	// The database down: 503 problem+json from every route but the switch.
+	srvDown := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.dbDown()).Handler(), ScopeAdmin))
+	defer srvDown.Close()
+	for _, path := range []string{"/v1/jobs", "/v1/accounts/" + p.PUUID} {
+		resp, err := srvDown.Client().Get(srvDown.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("GET %s with the database down: %d %s, want 503 problem+json", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}
 
 // jobBy waits for the one sync job requested by who to finish, and returns it.
 func (h *harness) jobBy(t *testing.T, who string, timeout time.Duration) store.Job {
@@ -82,8 +258,7 @@ func TestDesign002Promises(t *testing.T) {
 	}
 
 	// 2. Over HTTP, the same payload: 202, and requestedBy on the job.
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	p2 := synthPlayer(t, h, 2)
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json", strings.NewReader(
 		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui","platform":"na1"}`, p2.PUUID)))
@@ -206,8 +381,7 @@ func TestDesign002Caches(t *testing.T) {
 	}
 
 	// The read API's lifetimes and validators.
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeRead))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeRead)
 	for path, cc := range map[string]string{
 		"/v1/matches/" + p.Matches[0].ID:      "public, max-age=86400",
 		"/v1/players/" + p.PUUID + "/matches": "public, max-age=300",
@@ -232,6 +406,47 @@ func TestDesign002Caches(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotModified {
 			t.Errorf("GET %s with If-None-Match: %d, want 304", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestDesignsTableNamesRealTests: every test docs/designs.md names as
+// keeping a promise exists (a func Test… in some _test.go of the repo).
+func TestDesignsTableNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/designs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range decl.FindAllSubmatch(b, -1) {
+				defined[string(m[1])] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`").FindAllSubmatch(doc, -1)
+	if len(named) < 20 {
+		t.Fatalf("docs/designs.md names %d tests; its table is missing", len(named))
+	}
+	for _, m := range named {
+		if !defined[string(m[1])] {
+			t.Errorf("docs/designs.md names %s, which no _test.go defines", m[1])
 		}
 	}
 }

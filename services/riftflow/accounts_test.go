@@ -1,9 +1,11 @@
 package riftflow
 
+// A player's account: erased on request (forget), its Riot ID refreshed by
+// PUUID, its PUUIDs rewritten when the API key changes (rotate-key).
+
 import (
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -23,12 +25,7 @@ import (
 // keeps whole the match another stored account played in, logs the counts
 // in a forget job that names the player by hash only; a second call is 404.
 func TestForgetPlayer(t *testing.T) {
-	h, p := synthHarness(t, 1, 3, 1)
-	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(1).String(), Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, 2*time.Minute)
-	if err != nil || ev.Status != "completed" || ev.Total != 3 {
-		t.Fatalf("sync: %+v %v", ev, err)
-	}
-	h.waitIdle(20 * time.Second)
+	h, p := syncedHarness(t, 3)
 	kept := p.Matches[0].ID
 	var other string
 	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
@@ -38,8 +35,7 @@ func TestForgetPlayer(t *testing.T) {
 	if err := h.st.Infra.Store.UpsertAccount(h.ctx, store.Account{PUUID: other, Platform: "na1", Region: "americas", Active: true}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.st.Infra).Handler(), ScopeAdmin))
-	defer srv.Close()
+	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	var res ForgetResult
 	code, _ := jsonCall(t, srv.URL, "DELETE", "/v1/admin/accounts/"+p.PUUID, "", &res)
 	if code != http.StatusOK {
@@ -103,5 +99,44 @@ func TestRiotIDRefreshedByPUUID(t *testing.T) {
 	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketRiotIDs)
 	if e, err := kv.Get(h.ctx, resolver.CacheKey(riot.RiotID{GameName: "Synth0001", TagLine: "SYN"})); err != nil || string(e.Value()) != p.PUUID {
 		t.Errorf("riot-ids cache not updated: %v", err)
+	}
+}
+
+// TestRotateKey: an account stored under a PUUID of another key is
+// re-resolved by Riot ID and rewritten, with its jobs and cursor, in one
+// go; no match is fetched.
+func TestRotateKey(t *testing.T) {
+	h, p := synthHarness(t, 1, 2, 1)
+	const old = "puuid-under-the-old-key"
+	st := h.st.Infra.Store
+	if err := st.UpsertAccount(h.ctx, store.Account{PUUID: old, GameName: "Synth0001", TagLine: "SYN", Platform: "na1", Region: "americas", Active: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordJob(h.ctx, store.Job{ID: "j-old", Type: "sync", PUUID: old, Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+	cursors, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
+	if _, err := cursors.Put(h.ctx, old, []byte(`{"listed_until_s":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	fetches := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200)
+	res, err := RotateKey(h.ctx, st, h.st.Infra.JS, h.st.Infra.Riot, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accounts != 1 || res.Changed != 1 || res.Rows["accounts"] != 1 || res.Rows["jobs"] != 1 {
+		t.Errorf("rotation %+v", res)
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE id = 'j-old' AND puuid = $1`, p.PUUID); n != 1 {
+		t.Error("the job was not moved to the new PUUID")
+	}
+	if e, err := cursors.Get(h.ctx, p.PUUID); err != nil || string(e.Value()) != `{"listed_until_s":1}` {
+		t.Errorf("cursor not moved: %v", err)
+	}
+	if _, err := cursors.Get(h.ctx, old); err == nil {
+		t.Error("the old cursor is still there")
+	}
+	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != fetches {
+		t.Errorf("rotation fetched %d matches", got-fetches)
 	}
 }
