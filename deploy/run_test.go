@@ -38,6 +38,10 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
+// TestMain gives the process test a Postgres (DATABASE_URL, or a throwaway
+// cluster); under CI=true a missing one fails instead of skipping.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 // TestRenderedWorkloadsRun runs each overlay as an operator would: every
 // Deployment's and Job's container becomes a local process of the binary
 // its image names, started with exactly the rendered arguments and
@@ -731,18 +735,7 @@ func getJSON(t *testing.T, u string, v any) {
 // returns the status code.
 func apiCall(t *testing.T, base, method, path, token, body string, out any) int {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(context.Background(), method, base+path, token, body)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -751,6 +744,26 @@ func apiCall(t *testing.T, base, method, path, token, body string, out any) int 
 		json.NewDecoder(resp.Body).Decode(out)
 	}
 	return resp.StatusCode
+}
+
+// send makes the request the test's API calls make: body as JSON ("" for
+// none), the bearer token (none when "").
+func send(ctx context.Context, method, u, token, body string) (*http.Response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return http.DefaultClient.Do(req)
 }
 
 // progress is the part of a progress event (bus.ProgressEvent) the test reads.
@@ -767,9 +780,7 @@ func lastSSEEvent(t *testing.T, u, token string, timeout time.Duration) progress
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(ctx, http.MethodGet, u, token, "")
 	if err != nil {
 		t.Errorf("GET %s: %v", u, err)
 		return progress{}
