@@ -145,21 +145,23 @@ func render(t *testing.T, dir string) *rendered {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	r := &rendered{
-		deployments:   map[string]*appsv1.Deployment{},
-		statefulSets:  map[string]*appsv1.StatefulSet{},
-		jobs:          map[string]*batchv1.Job{},
-		configMaps:    map[string]*corev1.ConfigMap{},
-		secrets:       map[string]*corev1.Secret{},
-		services:      map[string]*corev1.Service{},
-		namespaces:    map[string]*corev1.Namespace{},
-		pdbs:          map[string]*policyv1.PodDisruptionBudget{},
-		scaledObjects: map[string]*scaledObject{},
-		clusters:      map[string]*cnpgCluster{},
-		backups:       map[string]*cnpgScheduledBackup{},
-		netpols:       map[string]*networkingv1.NetworkPolicy{},
-		podMonitors:   map[string]*monitoringv1.PodMonitor{},
-		rules:         map[string]*monitoringv1.PrometheusRule{},
+	r := &rendered{}
+	// Where a document of each kind goes (a kind not listed fails the test).
+	kinds := map[string]func(name string) any{
+		"apps/v1/Deployment":                      into(&r.deployments),
+		"apps/v1/StatefulSet":                     into(&r.statefulSets),
+		"batch/v1/Job":                            into(&r.jobs),
+		"v1/ConfigMap":                            into(&r.configMaps),
+		"v1/Secret":                               into(&r.secrets),
+		"v1/Service":                              into(&r.services),
+		"v1/Namespace":                            into(&r.namespaces),
+		"policy/v1/PodDisruptionBudget":           into(&r.pdbs),
+		"keda.sh/v1alpha1/ScaledObject":           into(&r.scaledObjects),
+		"postgresql.cnpg.io/v1/Cluster":           into(&r.clusters),
+		"postgresql.cnpg.io/v1/ScheduledBackup":   into(&r.backups),
+		"networking.k8s.io/v1/NetworkPolicy":      into(&r.netpols),
+		"monitoring.coreos.com/v1/PodMonitor":     into(&r.podMonitors),
+		"monitoring.coreos.com/v1/PrometheusRule": into(&r.rules),
 	}
 	for _, res := range m.Resources() {
 		doc, err := res.AsYAML()
@@ -170,41 +172,15 @@ func render(t *testing.T, dir string) *rendered {
 		gvk := res.GetGvk()
 		key := gvk.ApiVersion() + "/" + gvk.Kind
 		name := res.GetName()
-		var dst any
-		switch key {
-		case "apps/v1/Deployment":
-			dst = put(r.deployments, name)
-		case "apps/v1/StatefulSet":
-			dst = put(r.statefulSets, name)
-		case "batch/v1/Job":
-			dst = put(r.jobs, name)
-		case "v1/ConfigMap":
-			// Also kept under its name without the generator's hash.
-			dst = put(r.configMaps, name)
-			r.configMaps[hashSuffix.ReplaceAllString(name, "")] = r.configMaps[name]
-		case "v1/Secret":
-			dst = put(r.secrets, name)
-		case "v1/Service":
-			dst = put(r.services, name)
-		case "v1/Namespace":
-			dst = put(r.namespaces, name)
-		case "policy/v1/PodDisruptionBudget":
-			dst = put(r.pdbs, name)
-		case "keda.sh/v1alpha1/ScaledObject":
-			dst = put(r.scaledObjects, name)
-		case "postgresql.cnpg.io/v1/Cluster":
-			dst = put(r.clusters, name)
-		case "postgresql.cnpg.io/v1/ScheduledBackup":
-			dst = put(r.backups, name)
-		case "networking.k8s.io/v1/NetworkPolicy":
-			dst = put(r.netpols, name)
-		case "monitoring.coreos.com/v1/PodMonitor":
-			dst = put(r.podMonitors, name)
-		case "monitoring.coreos.com/v1/PrometheusRule":
-			dst = put(r.rules, name)
-		default:
+		put, ok := kinds[key]
+		if !ok {
 			t.Errorf("%s: %s %s has no validation; add it to render", dir, key, name)
 			continue
+		}
+		dst := put(name)
+		if key == "v1/ConfigMap" {
+			// Also kept under its name without the generator's hash.
+			r.configMaps[hashSuffix.ReplaceAllString(name, "")] = r.configMaps[name]
 		}
 		if err := yaml.UnmarshalStrict(doc, dst); err != nil {
 			t.Errorf("%s: %s %s: strict decode: %v", dir, key, name, err)
@@ -216,11 +192,15 @@ func render(t *testing.T, dir string) *rendered {
 // hashSuffix is the content hash kustomize appends to a generated name.
 var hashSuffix = regexp.MustCompile(`-[bcdfghkmnt2456789]{10}$`)
 
-// put allocates a value for name in m and returns a pointer to decode into.
-func put[T any](m map[string]*T, name string) *T {
-	v := new(T)
-	m[name] = v
-	return v
+// into makes *m an empty map and returns a function that allocates a value
+// for a name in it and returns a pointer to decode into.
+func into[T any](m *map[string]*T) func(name string) any {
+	*m = map[string]*T{}
+	return func(name string) any {
+		v := new(T)
+		(*m)[name] = v
+		return v
+	}
 }
 
 // podTemplates returns every pod template in r, keyed "Kind/name".

@@ -2,10 +2,7 @@ package deploy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -26,7 +23,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,9 +32,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/streams"
 )
+
+// TestMain gives the process test a Postgres (DATABASE_URL, or a throwaway
+// cluster); under CI=true a missing one fails instead of skipping.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestRenderedWorkloadsRun runs each overlay as an operator would: every
 // Deployment's and Job's container becomes a local process of the binary
@@ -375,7 +377,7 @@ func (m mapping) command(t *testing.T, r *rendered, bins map[string]string, pod 
 		return p, false
 	}
 
-	port := freePort(t)
+	port := stagetest.FreePort(t)
 	env := r.resolvedEnv(t, c)
 	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range env {
@@ -432,7 +434,7 @@ type process struct {
 	base  string // http://127.0.0.1:<HTTP_ADDR port>
 	ready string // readiness probe path
 	cmd   *exec.Cmd
-	out   lockedBuffer
+	out   stagetest.Logs
 	done  chan struct{}
 }
 
@@ -499,23 +501,6 @@ func (p *process) waitReady(t *testing.T, deadline time.Time) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startNATSCluster starts three clustered JetStream servers in this
 // process. With users, each includes the generated deploy/nats/auth.conf
 // (streams.Grants), as the chart's server does (values-prod.yaml), and
@@ -523,7 +508,7 @@ func (l *lockedBuffer) String() string {
 func startNATSCluster(t *testing.T, users natsUsers, tlsDir string) string {
 	t.Helper()
 	const n = 3
-	routePorts := []int{freePort(t), freePort(t), freePort(t)}
+	routePorts := []int{stagetest.FreePort(t), stagetest.FreePort(t), stagetest.FreePort(t)}
 	var routes []*url.URL
 	for _, p := range routePorts {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: "127.0.0.1:" + strconv.Itoa(p)})
@@ -625,12 +610,7 @@ func connect(t *testing.T, natsURL string, users natsUsers, tlsDir string) (*nat
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return nc, natstest.Handle(t, nc)
 }
 
 // checkReplicas: every stream and KV bucket streams/ declares exists with
@@ -672,7 +652,7 @@ const syntheticMatches = 24
 // matches and returns the Riot base URL (with {route}) and the admin URL.
 func startSim(t *testing.T, bin, key string, matches int) (base, admin string) {
 	t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(stagetest.FreePort(t))
 	p := &process{name: "riftflow sim", cmd: exec.Command(bin, "sim", "--addr", addr, "--key", key,
 		"--synthetic-players", "1", "--synthetic-matches", strconv.Itoa(matches), "--derive-timelines")}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
@@ -755,18 +735,7 @@ func getJSON(t *testing.T, u string, v any) {
 // returns the status code.
 func apiCall(t *testing.T, base, method, path, token, body string, out any) int {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(context.Background(), method, base+path, token, body)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -775,6 +744,26 @@ func apiCall(t *testing.T, base, method, path, token, body string, out any) int 
 		json.NewDecoder(resp.Body).Decode(out)
 	}
 	return resp.StatusCode
+}
+
+// send makes the request the test's API calls make: body as JSON ("" for
+// none), the bearer token (none when "").
+func send(ctx context.Context, method, u, token, body string) (*http.Response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return http.DefaultClient.Do(req)
 }
 
 // progress is the part of a progress event (bus.ProgressEvent) the test reads.
@@ -791,9 +780,7 @@ func lastSSEEvent(t *testing.T, u, token string, timeout time.Duration) progress
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(ctx, http.MethodGet, u, token, "")
 	if err != nil {
 		t.Errorf("GET %s: %v", u, err)
 		return progress{}
@@ -941,16 +928,6 @@ func checkAlertMetrics(t *testing.T, r *rendered, procs []*process) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func randHex(t *testing.T, n int) string {
 	t.Helper()
 	b := make([]byte, n)
@@ -965,36 +942,19 @@ func randHex(t *testing.T, n int) string {
 func makeTLS(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "riftflow test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+	from, until := time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	ca, caKey := natstest.Issue(t, &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "riftflow test CA"},
+		NotBefore: from, NotAfter: until, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}, nil, nil)
+	cert, key := natstest.Issue(t, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: from, NotAfter: until,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, caKey)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, block := range map[string]*pem.Block{"ca.crt": {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+	for name, block := range map[string]*pem.Block{"ca.crt": {Type: "CERTIFICATE", Bytes: ca.Raw},
+		"tls.crt": {Type: "CERTIFICATE", Bytes: cert.Raw}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
 		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
 			t.Fatal(err)
 		}

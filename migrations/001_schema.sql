@@ -166,13 +166,7 @@ CREATE TABLE weekly_reports (
 
 -- Seed 000's query filter: ordinary reads hide permanently unfetchable
 -- matches. Admins read matches directly, or match_fetch_failures.
-CREATE VIEW visible_matches AS
-SELECT m.*
-FROM matches m
-WHERE NOT EXISTS (
-    SELECT 1 FROM match_fetches f
-    WHERE f.match_id = m.match_id AND f.kind = 'match'
-      AND f.status = 'permanently_unfetchable');
+{{ template "shared/visible_matches.sql" . }}
 
 CREATE VIEW match_fetch_failures AS
 SELECT match_id, kind, status, attempt, retry_count, not_found, http_status,

@@ -30,13 +30,7 @@ ALTER TABLE match_participants
     ADD COLUMN wards_killed         int  NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS match_participants_champion_idx ON match_participants (champion_id);
 
-CREATE VIEW visible_matches AS
-SELECT m.*
-FROM matches m
-WHERE NOT EXISTS (
-    SELECT 1 FROM match_fetches f
-    WHERE f.match_id = m.match_id AND f.kind = 'match'
-      AND f.status = 'permanently_unfetchable');
+{{ template "shared/visible_matches.sql" . }}
 
 ---- create above / drop below ----
 
@@ -53,10 +47,4 @@ ALTER TABLE match_timelines DROP COLUMN raw;
 ALTER TABLE match_timelines RENAME COLUMN raw_gzip TO raw;
 ALTER TABLE matches DROP COLUMN raw;
 ALTER TABLE matches RENAME COLUMN raw_gzip TO raw;
-CREATE VIEW visible_matches AS
-SELECT m.*
-FROM matches m
-WHERE NOT EXISTS (
-    SELECT 1 FROM match_fetches f
-    WHERE f.match_id = m.match_id AND f.kind = 'match'
-      AND f.status = 'permanently_unfetchable');
+{{ template "shared/visible_matches.sql" . }}

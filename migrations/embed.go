@@ -4,7 +4,8 @@ package migrations
 
 import "embed"
 
-// FS holds the migration files, 001_*.sql, 002_*.sql, ...
+// FS holds the migration files, 001_*.sql, 002_*.sql, ..., and the shared
+// templates they include (shared/*.sql).
 //
-//go:embed *.sql
+//go:embed *.sql shared/*.sql
 var FS embed.FS

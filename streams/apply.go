@@ -38,27 +38,31 @@ func Apply(ctx context.Context, js jetstream.JetStream, set *Set, logger *slog.L
 		}
 	}
 	for _, b := range set.Buckets {
-		if err := applyBucket(ctx, js, b, logger); err != nil {
+		if err := applyStore("bucket", b.Bucket, func() error { _, err := js.CreateOrUpdateKeyValue(ctx, b); return err }); err != nil {
 			return err
 		}
+		logger.Info("bucket applied", "bucket", b.Bucket, "ttl", b.TTL, "history", b.History, "limit_marker_ttl", b.LimitMarkerTTL, "replicas", b.Replicas)
 	}
 	for _, o := range set.Objects {
-		if err := applyObjectStore(ctx, js, o, logger); err != nil {
+		if err := applyStore("object store", o.Bucket, func() error { _, err := js.CreateOrUpdateObjectStore(ctx, o); return err }); err != nil {
 			return err
 		}
+		logger.Info("object store applied", "bucket", o.Bucket, "ttl", o.TTL, "replicas", o.Replicas)
 	}
 	return nil
 }
 
-func applyObjectStore(ctx context.Context, js jetstream.JetStream, o jetstream.ObjectStoreConfig, log *slog.Logger) error {
-	_, err := js.CreateOrUpdateObjectStore(ctx, o)
+// applyStore runs createOrUpdate for a KV bucket or an object store (kind)
+// named name. A create that loses the race with another process fails with
+// "already in use" or "exists"; it is retried once, now as an update.
+func applyStore(kind, name string, createOrUpdate func() error) error {
+	err := createOrUpdate()
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
-		_, err = js.CreateOrUpdateObjectStore(ctx, o)
+		err = createOrUpdate()
 	}
 	if err != nil {
-		return fmt.Errorf("streams: object store %s: %w", o.Bucket, err)
+		return fmt.Errorf("streams: %s %s: %w", kind, name, err)
 	}
-	log.Info("object store applied", "bucket", o.Bucket, "ttl", o.TTL, "replicas", o.Replicas)
 	return nil
 }
 
@@ -120,18 +124,5 @@ func applyConsumer(ctx context.Context, js jetstream.JetStream, c Consumer, log 
 	log.Info("consumer "+action, "stream", c.Stream, "consumer", name,
 		"filter", append([]string{c.Config.FilterSubject}, c.Config.FilterSubjects...),
 		"ack_wait", c.Config.AckWait, "max_deliver", c.Config.MaxDeliver, "max_ack_pending", c.Config.MaxAckPending)
-	return nil
-}
-
-func applyBucket(ctx context.Context, js jetstream.JetStream, b jetstream.KeyValueConfig, log *slog.Logger) error {
-	_, err := js.CreateOrUpdateKeyValue(ctx, b)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
-		// Lost a create race with another process: now it exists, update.
-		_, err = js.CreateOrUpdateKeyValue(ctx, b)
-	}
-	if err != nil {
-		return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
-	}
-	log.Info("bucket applied", "bucket", b.Bucket, "ttl", b.TTL, "history", b.History, "limit_marker_ttl", b.LimitMarkerTTL, "replicas", b.Replicas)
 	return nil
 }

@@ -13,22 +13,7 @@ import (
 // (KV_<bucket>), object store (OS_<bucket>) and stream subject the diagram
 // names is declared, and every declared one is in the diagram.
 func TestArchitectureDiagram(t *testing.T) {
-	raw, err := os.ReadFile("../docs/architecture.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
-	start := strings.Index(doc, "```mermaid")
-	if start < 0 {
-		t.Fatal("docs/architecture.md has no mermaid block")
-	}
-	body := doc[start+len("```mermaid"):]
-	end := strings.Index(body, "```")
-	if end < 0 {
-		t.Fatal("docs/architecture.md: the mermaid block is not closed")
-	}
-	diagram := strings.ReplaceAll(body[:end], "&gt;", ">")
-
+	diagram := mermaidBlock(t, "../docs/architecture.md")
 	set, err := Load(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -79,4 +64,23 @@ func TestArchitectureDiagram(t *testing.T) {
 		}
 	}
 	same("subject", subjects, drawn)
+}
+
+// mermaidBlock is the first Mermaid block of the Markdown file at path,
+// with "&gt;" read as ">".
+func mermaidBlock(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, ok := strings.Cut(string(raw), "```mermaid")
+	if !ok {
+		t.Fatalf("%s has no mermaid block", path)
+	}
+	block, _, ok := strings.Cut(body, "```")
+	if !ok {
+		t.Fatalf("%s: the mermaid block is not closed", path)
+	}
+	return strings.ReplaceAll(block, "&gt;", ">")
 }

@@ -231,28 +231,40 @@ func dedup(xs []string) []string {
 // NATS_PASSWORD_<USER> (upper case, "-" as "_"), which the server
 // resolves at start-up from a Kubernetes Secret: see PasswordEnv.
 func AuthConf(s *Set) (string, error) {
+	head := generatedBy +
+		"# Do not edit: TestAuthConf fails when this file and the table differ.\n" +
+		"# Passwords are environment variables fed from the Secret nats-users\n" +
+		"# (docs/security.md explains how to include this file and rotate them).\n" +
+		"authorization {\n  users = [\n"
+	return render(s, head, "  ]\n}\n", func(b *strings.Builder, p UserPermissions) {
+		fmt.Fprintf(b, "    {\n      user: %q\n      password: $%s\n      permissions: {\n", p.User, PasswordEnv(p.User))
+		if len(p.Publish) == 0 {
+			b.WriteString("        publish: { deny: [\">\"] }\n")
+		} else {
+			fmt.Fprintf(b, "        publish: { allow: %s }\n", confList(p.Publish))
+		}
+		fmt.Fprintf(b, "        subscribe: { allow: %s }\n", confList(p.Subscribe))
+		b.WriteString("      }\n    }\n")
+	})
+}
+
+// generatedBy opens the header of each file rendered from the table.
+const generatedBy = "# Generated from streams/permissions.go (streams.Grants) by\n" +
+	"#   cd streams && go test -run TestAuthConf -update\n"
+
+// render writes head, then user for each user's permissions (Permissions
+// of s), then tail.
+func render(s *Set, head, tail string, user func(*strings.Builder, UserPermissions)) (string, error) {
 	perms, err := Permissions(s)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("# Generated from streams/permissions.go (streams.Grants) by\n")
-	b.WriteString("#   cd streams && go test -run TestAuthConf -update\n")
-	b.WriteString("# Do not edit: TestAuthConf fails when this file and the table differ.\n")
-	b.WriteString("# Passwords are environment variables fed from the Secret nats-users\n")
-	b.WriteString("# (docs/security.md explains how to include this file and rotate them).\n")
-	b.WriteString("authorization {\n  users = [\n")
+	b.WriteString(head)
 	for _, p := range perms {
-		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n      permissions: {\n", p.User, PasswordEnv(p.User))
-		if len(p.Publish) == 0 {
-			b.WriteString("        publish: { deny: [\">\"] }\n")
-		} else {
-			fmt.Fprintf(&b, "        publish: { allow: %s }\n", confList(p.Publish))
-		}
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", confList(p.Subscribe))
-		b.WriteString("      }\n    }\n")
+		user(&b, p)
 	}
-	b.WriteString("  ]\n}\n")
+	b.WriteString(tail)
 	return b.String(), nil
 }
 
@@ -276,23 +288,16 @@ func confList(xs []string) string {
 // values-prod.yaml), where an authorization block does not apply. Each
 // user's credentials file then goes to its service as NATS_CREDS_FILE.
 func NSCScript(s *Set) (string, error) {
-	perms, err := Permissions(s)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\n# Generated from streams/permissions.go (streams.Grants) by\n")
-	b.WriteString("#   cd streams && go test -run TestAuthConf -update\n")
-	b.WriteString("# Do not edit. Operator mode: one JWT user per service in account riftflow,\n")
-	b.WriteString("# with the same allow lists as auth.conf (docs/security.md).\nset -e\n")
-	for _, p := range perms {
-		fmt.Fprintf(&b, "nsc add user --account riftflow --name %s", p.User)
+	head := "#!/bin/sh\n" + generatedBy +
+		"# Do not edit. Operator mode: one JWT user per service in account riftflow,\n" +
+		"# with the same allow lists as auth.conf (docs/security.md).\nset -e\n"
+	return render(s, head, "", func(b *strings.Builder, p UserPermissions) {
+		fmt.Fprintf(b, "nsc add user --account riftflow --name %s", p.User)
 		if len(p.Publish) == 0 {
 			b.WriteString(" \\\n  --deny-pub '>'")
 		} else {
-			fmt.Fprintf(&b, " \\\n  --allow-pub '%s'", strings.Join(p.Publish, ","))
+			fmt.Fprintf(b, " \\\n  --allow-pub '%s'", strings.Join(p.Publish, ","))
 		}
-		fmt.Fprintf(&b, " \\\n  --allow-sub '%s'\n", strings.Join(p.Subscribe, ","))
-	}
-	return b.String(), nil
+		fmt.Fprintf(b, " \\\n  --allow-sub '%s'\n", strings.Join(p.Subscribe, ","))
+	})
 }

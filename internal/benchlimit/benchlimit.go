@@ -8,8 +8,10 @@
 // (BENCH_LIMIT_SKEW_MS, read only by limitfetcher) and kill -9 the NATS
 // node mid-run, restarting it on the same store after an outage.
 //
-// The driver is BenchmarkLimitProcesses in services/riftflow, which
-// creates the KV bucket from streams/ (this module cannot import streams).
+// The ratelimit KV bucket is created as streams/ declares it by
+// `limitfetcher -setup`, so that every NATS client of the benchmark is that
+// one program. The driver is BenchmarkLimitProcesses in services/riftflow;
+// the table and files it writes are in report.go.
 package benchlimit
 
 import (
@@ -30,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/freeport"
 	"github.com/riftflow/riftflow/internal/sim"
 )
 
@@ -77,9 +80,6 @@ type Env struct {
 	BinDir string
 	// OutDir receives <case>-N<n>.csv, .svg and the processes' logs.
 	OutDir string
-	// Setup creates the KV bucket (and anything else) on a fresh
-	// nats-server at url.
-	Setup func(ctx context.Context, url string) error
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 }
@@ -161,15 +161,6 @@ func (p *proc) stop(sig syscall.Signal) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // natsNode is a nats-server process with JetStream on a store directory.
 type natsNode struct {
 	bin, store, logPath string
@@ -199,6 +190,19 @@ func (n *natsNode) start() error {
 		}
 	}
 	return errors.New("nats-server did not listen within 20 s")
+}
+
+// setupBucket runs `limitfetcher -setup`, which creates the ratelimit KV
+// bucket as streams/ declares it on the nats-server at url.
+func setupBucket(ctx context.Context, binDir, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "limitfetcher"), "-setup")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("setup: limitfetcher -setup: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // Run runs one case and returns what it measured. The processes it starts
@@ -231,7 +235,7 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		return res, err
 	}
 	defer os.RemoveAll(store)
-	port, err := freePort()
+	port, err := freeport.Get()
 	if err != nil {
 		return res, err
 	}
@@ -240,11 +244,8 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		return res, err
 	}
 	defer func() { node.p.stop(syscall.SIGTERM) }()
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = env.Setup(setupCtx, node.url())
-	cancel()
-	if err != nil {
-		return res, fmt.Errorf("setup: %w", err)
+	if err := setupBucket(ctx, env.BinDir, node.url()); err != nil {
+		return res, err
 	}
 
 	const apiKey = "RGAPI-bench-limit"
@@ -438,76 +439,4 @@ func since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
 		}
 	}
 	return kept
-}
-
-// WindowUse measures the ended instances h of a window of length win and
-// limit that started at or after t0: used = the requests counted in all
-// but the last ÷ what limit per win allows from the first one's start to
-// the last one's (the idle time between windows counts as unused); fill
-// is their mean count ÷ limit, gap the mean idle time between one
-// window's end and the next one's start, n the number of instances.
-// With fewer than 2 instances everything is 0.
-func WindowUse(h []sim.WindowInstance, t0 time.Time, limit int, win time.Duration) (used, fill float64, gap time.Duration, n int) {
-	kept := since(h, t0)
-	n = len(kept)
-	if n < 2 {
-		return 0, 0, 0, n
-	}
-	var count int
-	for _, w := range kept[:n-1] {
-		count += w.Count
-	}
-	span := kept[n-1].Start.Sub(kept[0].Start)
-	used = float64(count) / (float64(limit) * span.Seconds() / win.Seconds())
-	fill = float64(count) / float64(limit*(n-1))
-	gap = (span - time.Duration(n-1)*win) / time.Duration(n-1)
-	return used, fill, gap, n
-}
-
-// WriteWindowCSV writes one row per window instance: window length (s),
-// start (s since t0, negative before it), count, limit; windows in
-// ascending length, instances in order.
-func WriteWindowCSV(path string, t0 time.Time, hist map[int][]sim.WindowInstance, limits map[int]int) error {
-	secs := make([]int, 0, len(hist))
-	for s := range hist {
-		secs = append(secs, s)
-	}
-	sort.Ints(secs)
-	var sb strings.Builder
-	sb.WriteString("window_s,start_s,count,limit\n")
-	for _, s := range secs {
-		for _, w := range hist[s] {
-			fmt.Fprintf(&sb, "%d,%.3f,%d,%d\n", s, w.Start.Sub(t0).Seconds(), w.Count, limits[s])
-		}
-	}
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
-}
-
-// WriteWindowSVG plots each window instance as a bar (its count) against
-// a red line at the limit, one bar per instance, in order; instances that
-// started before t0 are grey.
-func WriteWindowSVG(path, title string, t0 time.Time, hist []sim.WindowInstance, limit int) error {
-	const w, h, pad = 640, 320, 40
-	top := float64(limit) * 1.2
-	for _, x := range hist {
-		top = max(top, float64(x.Count)*1.1)
-	}
-	y := func(v float64) float64 { return h - pad - v/top*(h-2*pad) }
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w, h)
-	fmt.Fprintf(&sb, `<text x="%d" y="16">%s</text>`+"\n", pad, title)
-	bw := float64(w-2*pad) / float64(max(1, len(hist)))
-	for i, x := range hist {
-		fill := "#4a7"
-		if x.Start.Before(t0) {
-			fill = "#aaa" // warm-up
-		}
-		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>start %+.1f s: %d</title></rect>`+"\n",
-			float64(pad)+float64(i)*bw+1, y(float64(x.Count)), bw-2, y(0)-y(float64(x.Count)), fill, x.Start.Sub(t0).Seconds(), x.Count)
-	}
-	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="red"/><text x="%d" y="%.1f" fill="red">limit %d</text>`+"\n",
-		pad, w-pad, y(float64(limit)), y(float64(limit)), w-pad-60, y(float64(limit))-4, limit)
-	fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black"/>`+"\n", pad, w-pad, y(0), y(0))
-	sb.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
 }

@@ -4,6 +4,10 @@
 package natstest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -65,4 +69,27 @@ func JetStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	s := Server(t)
 	nc, js := Connect(t, s)
 	return s, nc, js
+}
+
+// Issue makes a P-256 key and a certificate of it from tmpl, signed by
+// parentKey as parent, or by the new key itself when parent is nil (a CA,
+// or a self-signed server certificate): for a test server that serves TLS.
+func Issue(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
 }

@@ -145,8 +145,12 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 		}
 		s.mu.Unlock()
 
-		if d.slow > 0 && !sleep(r.Context(), d.slow) {
-			return // client gave up
+		if d.slow > 0 {
+			select {
+			case <-time.After(d.slow):
+			case <-r.Context().Done():
+				return // client gave up
+			}
 		}
 		var resp response
 		switch {

@@ -51,7 +51,6 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -280,18 +279,6 @@ func (s *Sim) Close() error {
 
 // Shift returns the shift applied to recorded timestamps.
 func (s *Sim) Shift() time.Duration { return time.Duration(s.shift) * time.Millisecond }
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // validRegion reports whether route is one of the regional routes allowed by
 // the endpoint family: account-v1 has no sea.

@@ -9,33 +9,24 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 const testKey = "RGAPI-test-key"
 
-// fakeClock is an injectable clock; tests move it explicitly.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is an injectable clock; tests move it explicitly. It holds
+// nanoseconds since the Unix epoch.
+type fakeClock struct{ ns atomic.Int64 }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func newClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	c := &fakeClock{}
+	c.ns.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

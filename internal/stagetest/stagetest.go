@@ -10,14 +10,9 @@
 package stagetest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -154,16 +149,20 @@ func (e *Env) DemoPlayer() sim.Player {
 	return p
 }
 
-// Run runs s until the test ends; a non-nil error from its Run fails the
-// test.
-func (e *Env) Run(s app.Service) {
+// Run runs s until the test ends (RunService).
+func (e *Env) Run(s app.Service) { RunService(e.T, "stage", s) }
+
+// RunService runs s until the test ends: its Run's context is cancelled at
+// cleanup, which waits for Run to return; a non-nil error from it fails the
+// test, named name.
+func RunService(t testing.TB, name string, s app.Service) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	e.T.Cleanup(func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			e.T.Errorf("stage: %v", err)
+			t.Errorf("%s: %v", name, err)
 		}
 	})
 }
@@ -201,18 +200,6 @@ func (e *Env) Wait(what string, cond func() bool) {
 	}
 }
 
-// Next is the next value on ch, or a test failure after a minute.
-func Next[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("gave up waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // Count runs sql (one row, one integer column) on the stage's database.
 func (e *Env) Count(sql string, args ...any) int {
 	e.T.Helper()
@@ -221,61 +208,4 @@ func (e *Env) Count(sql string, args ...any) int {
 		e.T.Fatalf("%s: %v", sql, err)
 	}
 	return n
-}
-
-// Writer is an io.Writer onto t.Log when the test runs with -v, and a
-// sink otherwise.
-func Writer(t testing.TB) io.Writer { return TestLog{t} }
-
-// TestLog writes each line to T.Log when the test runs with -v, and
-// nowhere otherwise.
-type TestLog struct{ T testing.TB }
-
-func (w TestLog) Write(p []byte) (int, error) {
-	if testing.Verbose() {
-		w.T.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-// Decode is raw decoded as JSON into a T, or a test failure.
-func Decode[T any](t testing.TB, raw []byte) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatalf("%s: %v", raw, err)
-	}
-	return v
-}
-
-// Logs is an io.Writer for a test's logger that many goroutines may write
-// to, and the test read.
-type Logs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String is everything written so far.
-func (l *Logs) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-// Count is how many times s was written so far.
-func (l *Logs) Count(s string) int { return strings.Count(l.String(), s) }
-
-// Reset forgets everything written so far.
-func (l *Logs) Reset() { l.mu.Lock(); defer l.mu.Unlock(); l.b.Reset() }
-
-// NextMonday is the first Monday 00:00 UTC at least a week after t: a
-// clock for scheduler tests that no cron time has passed yet.
-func NextMonday(t time.Time) time.Time {
-	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7)
-	for d.Weekday() != time.Monday {
-		d = d.AddDate(0, 0, 1)
-	}
-	return d
 }

@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/riftflow/riftflow/internal/benchlimit"
-	"github.com/riftflow/riftflow/streams"
 )
 
 // BenchmarkLimitProcesses is `make bench-limit`: N separate limitfetcher
@@ -42,8 +36,7 @@ import (
 // writes <case>-N<n>.csv/.svg and the processes' logs to BENCH_LIMIT_OUT
 // (default: a temp dir), plus results.csv.
 func BenchmarkLimitProcesses(b *testing.B) {
-	windows := envInt(b, "BENCH_LIMIT_WINDOWS", 5)
-	ns := envInts(b, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
+	windows, ns := limitWindowsAndN(b)
 	kinds := strings.Split(envStr("BENCH_LIMIT_CASES", "dev,prod,skew,natskill"), ",")
 	skew := envInt(b, "BENCH_LIMIT_SKEW_MS", 500)
 	killFor := time.Duration(envInt(b, "BENCH_LIMIT_KILL_S", 30)) * time.Second
@@ -76,13 +69,10 @@ func BenchmarkLimitProcesses(b *testing.B) {
 	// longest) first.
 	par := envInt(b, "BENCH_LIMIT_PARALLEL", 8)
 	for b.Loop() {
-		out := envStr("BENCH_LIMIT_OUT", "")
-		if out == "" {
-			out = b.TempDir()
-		}
+		out := limitOut(b)
 		results := runLimitCases(b, cases, par, out)
-		printLimitTable(os.Stdout, results)
-		if err := writeLimitResults(filepath.Join(out, "results.csv"), results); err != nil {
+		benchlimit.PrintTable(os.Stdout, results)
+		if err := benchlimit.WriteResults(filepath.Join(out, "results.csv"), results); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("wrote %s\n", out)
@@ -142,7 +132,7 @@ func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) 
 	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "..", "internal"), bin); err != nil {
 		tb.Fatal(err)
 	}
-	env := benchlimit.Env{BinDir: bin, OutDir: out, Setup: setupLimitBucket, Log: os.Stderr}
+	env := benchlimit.Env{BinDir: bin, OutDir: out, Log: os.Stderr}
 	if testing.Short() || !testing.Verbose() {
 		env.Log = io.Discard
 	}
@@ -166,66 +156,20 @@ func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) 
 	return results
 }
 
-// setupLimitBucket creates the ratelimit KV bucket as declared in streams/.
-func setupLimitBucket(ctx context.Context, url string) error {
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		return err
-	}
-	only := &streams.Set{Prefix: set.Prefix}
-	for _, bk := range set.Buckets {
-		if bk.Bucket == streams.BucketRateLimit {
-			only.Buckets = append(only.Buckets, bk)
-		}
-	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	for {
-		err = streams.Apply(ctx, js, only, slog.New(slog.DiscardHandler))
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond) // JetStream may still be starting
-	}
+// limitWindowsAndN are the knobs both bench-limit benchmarks read:
+// BENCH_LIMIT_WINDOWS whole long windows (5) for each of BENCH_LIMIT_N
+// fetcher counts (1,2,4,8).
+func limitWindowsAndN(tb testing.TB) (windows int, ns []int) {
+	return envInt(tb, "BENCH_LIMIT_WINDOWS", 5), envInts(tb, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
 }
 
-func printLimitTable(w io.Writer, rs []benchlimit.Result) {
-	sort.SliceStable(rs, func(i, j int) bool {
-		if rs[i].Case.Name != rs[j].Case.Name {
-			return rs[i].Case.Name < rs[j].Case.Name
-		}
-		return rs[i].Case.N < rs[j].Case.N
-	})
-	fmt.Fprintln(w, "| case | key | N | whole long windows | served | used (tightest window) | mean gap | 429s app/method/service | peak over budget | over during outage | blacklists | 403s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rs {
-		outage := "—"
-		if !r.OutageFrom.IsZero() {
-			outage = strconv.Itoa(r.OverOutage)
-		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d × %d s | %d | %.3f | %d ms | %d/%d/%d | %d | %s | %d | %d |\n",
-			r.Case.Name, r.Case.Key.App, r.Case.N, r.Windows, r.LongSecs, r.Served, r.Used, r.Gap.Milliseconds(),
-			r.TooMany["application"], r.TooMany["method"], r.TooMany["service"], r.Over, outage, r.Blacklisted, r.Forbidden)
+// limitOut is where a bench-limit benchmark writes: BENCH_LIMIT_OUT, or
+// else a temporary directory of tb.
+func limitOut(tb testing.TB) string {
+	if out := os.Getenv("BENCH_LIMIT_OUT"); out != "" {
+		return out
 	}
-}
-
-func writeLimitResults(path string, rs []benchlimit.Result) error {
-	var sb strings.Builder
-	sb.WriteString("case,key,n,skew_ms,kill_s,windows,window_s,limit,served,used,gap_ms,app429,method429,service429,over,over_outage,blacklists,forbidden,elapsed_s\n")
-	for _, r := range rs {
-		fmt.Fprintf(&sb, "%s,%q,%d,%d,%.0f,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d,%d,%d,%.0f\n",
-			r.Case.Name, r.Case.Key.App, r.Case.N, r.Case.SkewMS, r.Case.KillFor.Seconds(), r.Windows, r.LongSecs, r.LongLimit,
-			r.Served, r.Used, r.Gap.Milliseconds(), r.TooMany["application"], r.TooMany["method"], r.TooMany["service"],
-			r.Over, r.OverOutage, r.Blacklisted, r.Forbidden, r.Elapsed.Seconds())
-	}
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
+	return tb.TempDir()
 }
 
 func envStr(name, def string) string {

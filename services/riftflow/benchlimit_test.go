@@ -2,7 +2,6 @@ package riftflow
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,9 +33,7 @@ import (
 // $BENCH_LIMIT_OUT/limit-N<n>.csv and an SVG plot of the 60 s windows
 // against the limit (default directory: the test's temp dir, logged).
 func BenchmarkLimitProductionShape(b *testing.B) {
-	windows := envInt(b, "BENCH_LIMIT_WINDOWS", 5)
-	ns := envInts(b, "BENCH_LIMIT_N", []int{1, 2, 4, 8})
-	out := os.Getenv("BENCH_LIMIT_OUT")
+	windows, ns := limitWindowsAndN(b)
 	const long, longLimit, short, shortLimit = 60, 2500, 1, 50
 	const players, per = 40, 500 // 20,000 matches: more than 6 windows can fetch
 	ids := syntheticIDs(players, per)
@@ -84,11 +81,7 @@ func BenchmarkLimitProductionShape(b *testing.B) {
 				b.ReportMetric(float64(st.RateLimited["method"]), "method429")
 				b.ReportMetric(float64(st.RateLimited["service"]), "service429")
 				b.ReportMetric(float64(over), "over")
-				dir := out
-				if dir == "" {
-					dir = b.TempDir()
-				}
-				name := filepath.Join(dir, fmt.Sprintf("limit-N%d", n))
+				name := filepath.Join(limitOut(b), fmt.Sprintf("limit-N%d", n))
 				if err := benchlimit.WriteWindowCSV(name+".csv", t0, map[int][]sim.WindowInstance{long: hl, short: hs}, map[int]int{long: longLimit, short: shortLimit}); err != nil {
 					b.Fatal(err)
 				}

@@ -29,11 +29,16 @@
 // BENCH_LIMIT_CALLS, BENCH_LIMIT_WORKERS (concurrent calls, default 8),
 // BENCH_LIMIT_SKEW_MS (default 0). It runs until SIGTERM or SIGINT and
 // logs to stderr.
+//
+// With -setup it creates the ratelimit KV bucket on NATS_URL as streams/
+// declares it, then exits: internal/benchlimit runs it once on each fresh
+// nats-server before the fetchers.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -46,25 +51,68 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/streams"
 )
 
 func main() {
+	setup := flag.Bool("setup", false, "create the ratelimit KV bucket as streams/ declares it on NATS_URL, then exit")
+	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := run(log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	run := fetch
+	if *setup {
+		run = setupBucket
+	}
+	err := run(ctx, log)
+	stop()
+	if err != nil {
 		log.Error("limitfetcher", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+// connect opens the client on NATS_URL both modes use, as the match-fetcher
+// connects (app.ConnectNATS), and a JetStream handle on it.
+func connect(ctx context.Context, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	return app.ConnectNATS(ctx, config.NATS{URL: os.Getenv("NATS_URL")}, nil, "limitfetcher", log)
+}
+
+// setupBucket creates the ratelimit KV bucket as streams/ declares it
+// (streams.Apply of that bucket only), retrying while JetStream starts.
+func setupBucket(ctx context.Context, log *slog.Logger) error {
+	set, err := streams.Load(streams.Options{})
+	if err != nil {
+		return err
+	}
+	only := &streams.Set{Prefix: set.Prefix}
+	for _, bk := range set.Buckets {
+		if bk.Bucket == streams.BucketRateLimit {
+			only.Buckets = append(only.Buckets, bk)
+		}
+	}
+	nc, js, err := connect(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for {
+		err = streams.Apply(ctx, js, only, log)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // JetStream may still be starting
+	}
+}
+
+// fetch calls the simulator until ctx ends.
+func fetch(ctx context.Context, log *slog.Logger) error {
 	skew, _ := strconv.Atoi(os.Getenv("BENCH_LIMIT_SKEW_MS"))
 	workers, _ := strconv.Atoi(os.Getenv("BENCH_LIMIT_WORKERS"))
 	if workers <= 0 {
@@ -80,15 +128,11 @@ func run(log *slog.Logger) error {
 		return errors.New("BENCH_LIMIT_IDS is empty")
 	}
 	key := os.Getenv("RIOT_API_KEY")
-	nc, err := natsx.Connect(ctx, natsx.ConnConfig{URL: os.Getenv("NATS_URL"), Name: "limitfetcher", Logger: log})
+	nc, js, err := connect(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	offset := time.Duration(skew) * time.Millisecond
 	// MaxWait as the match-fetcher's default RIOT_RATELIMIT_MAX_WAIT.
 	opts := ratelimit.Options{Logger: log, MaxWait: 10 * time.Second, Now: func() time.Time { return time.Now().Add(offset) }}
