@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/tick"
 )
 
 // DefaultBaseURL is Riot's host template; {route} is a platform or region.
@@ -224,7 +226,7 @@ func New(cfg Config) (*Client, error) {
 		c.now = time.Now
 	}
 	if c.sleep == nil {
-		c.sleep = sleepCtx
+		c.sleep = tick.Sleep
 	}
 	if err := c.initMetrics(); err != nil {
 		return nil, fmt.Errorf("riot: metrics: %w", err)
@@ -254,20 +256,6 @@ func validateBaseURL(base string) error {
 		return fmt.Errorf("riot: BaseURL %q: want scheme://host[/prefix] without query, fragment or credentials", base)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (c *Client) initMetrics() error {
