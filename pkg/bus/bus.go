@@ -70,15 +70,21 @@ func (s Subjects) Sync(platform string) string { return s.p() + ".sync." + platf
 // "<prefix>.sync.<platform>.interactive", background ones to Sync(platform),
 // each read by its own lister consumer.
 func (s Subjects) SyncFor(platform string, p Priority) string {
-	if p == Interactive {
-		return s.Sync(platform) + interactiveToken
-	}
-	return s.Sync(platform)
+	return forPriority(s.Sync(platform), p)
 }
 
 // interactiveToken is the last subject token of every interactive queue
 // past the resolver.
 const interactiveToken = ".interactive"
+
+// forPriority is the queue of a priority past the resolver: subject itself
+// for background work, subject + interactiveToken for interactive work.
+func forPriority(subject string, p Priority) string {
+	if p == Interactive {
+		return subject + interactiveToken
+	}
+	return subject
+}
 
 // SyncAll matches every Sync subject.
 func (s Subjects) SyncAll() string { return s.p() + ".sync.>" }
@@ -91,10 +97,7 @@ func (s Subjects) Fetch(region string) string { return s.p() + ".match.fetch." +
 // user's request never waits behind a background backlog; background
 // fetches to Fetch(region).
 func (s Subjects) FetchFor(region string, p Priority) string {
-	if p == Interactive {
-		return s.Fetch(region) + interactiveToken
-	}
-	return s.Fetch(region)
+	return forPriority(s.Fetch(region), p)
 }
 
 // FetchAll matches every Fetch subject.

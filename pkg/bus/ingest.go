@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -118,10 +119,8 @@ func (r *IngestRequest) Normalize() error {
 	if len(r.RequestID) > MaxRequestIDLen {
 		return bad("request_id longer than %d bytes", MaxRequestIDLen)
 	}
-	for _, c := range r.RequestID {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return bad("request_id may hold only letters, digits, '-' and '_'")
-		}
+	if !idChars(r.RequestID) {
+		return bad("request_id may hold only letters, digits, '-' and '_'")
 	}
 	switch {
 	case r.RiotID == "" && r.PUUID == "":
@@ -140,10 +139,8 @@ func (r *IngestRequest) Normalize() error {
 		if len(r.PUUID) > MaxPUUIDLen {
 			return bad("puuid longer than %d bytes", MaxPUUIDLen)
 		}
-		for _, c := range r.PUUID {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return bad("puuid has a character outside [A-Za-z0-9_-]")
-			}
+		if !idChars(r.PUUID) {
+			return bad("puuid has a character outside [A-Za-z0-9_-]")
 		}
 	}
 	if r.Platform == "" {
@@ -154,11 +151,7 @@ func (r *IngestRequest) Normalize() error {
 		return bad("%v", err)
 	}
 	r.Platform = string(p)
-	switch r.Mode {
-	case "":
-		r.Mode = ModeLatest
-	case ModeLatest, ModeFull:
-	default:
+	if !defaultOrOneOf(&r.Mode, ModeLatest, ModeFull) {
 		return bad("mode %q: want latest or full", truncate(string(r.Mode), 16))
 	}
 	if r.Count < 0 || r.Count > MaxCount {
@@ -175,11 +168,7 @@ func (r *IngestRequest) Normalize() error {
 	default:
 		return bad("type %q: want ranked, normal, tourney or tutorial", truncate(r.Type, 16))
 	}
-	switch r.Priority {
-	case "":
-		r.Priority = Interactive
-	case Interactive, Background:
-	default:
+	if !defaultOrOneOf(&r.Priority, Interactive, Background) {
 		return bad("priority %q: want interactive or background", truncate(string(r.Priority), 16))
 	}
 	for name, v := range map[string]string{"trigger": r.Trigger, "requested_by": r.RequestedBy} {
@@ -197,6 +186,26 @@ func (r *IngestRequest) Normalize() error {
 		return bad("trigger %q is reserved for riftflow's crash recovery", TriggerRecovery)
 	}
 	return nil
+}
+
+// idChars reports whether s holds only ASCII letters, digits, '-' and '_'
+// (request ids and PUUIDs).
+func idChars(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultOrOneOf sets an empty *v to the first of allowed (the default) and
+// reports whether *v is one of allowed.
+func defaultOrOneOf[T ~string](v *T, allowed ...T) bool {
+	if *v == "" {
+		*v = allowed[0]
+	}
+	return slices.Contains(allowed, *v)
 }
 
 // TriggerRecovery is the trigger of the SyncCommands the retry-sweeper

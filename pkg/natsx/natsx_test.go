@@ -212,6 +212,72 @@ func TestPublishInjectsProducerSpan(t *testing.T) {
 	}
 }
 
+func TestScheduleDeliversWithHeadersNotDeduped(t *testing.T) {
+	_, _, js := startJS(t)
+	ctx := t.Context()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FETCH", Subjects: []string{"lol.match.fetch.>", "lol.match.retry.>"},
+		Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, Duplicates: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "FETCH", jetstream.ConsumerConfig{Durable: "f", FilterSubject: "lol.match.fetch.americas"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The original fetch, with the match id as Nats-Msg-Id, handled and acked.
+	if _, err := js.Publish(ctx, "lol.match.fetch.americas", []byte("attempt1"), jetstream.WithMsgID("NA1_1")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Ack(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The retry: fresh trace context, its own msg id, due in one second.
+	sctx, span := otel.Tracer("test").Start(ctx, "fetch NA1_1")
+	span.End()
+	retry := nats.NewMsg("")
+	retry.Data = []byte("attempt2")
+	retry.Header.Set(jetstream.MsgIDHeader, "NA1_1/match/a2")
+	retry.Header.Set("Riftflow-Attempt", "2")
+	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); err != nil {
+		t.Fatal(err)
+	}
+	// Scheduling the same retry again (a handler re-run) is deduplicated.
+	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
+		t.Fatalf("repeated schedule: %v, want ErrScheduleDuplicate", err)
+	}
+	// Reusing the original's id would swallow the retry: Schedule says so.
+	bad := nats.NewMsg("")
+	bad.Header.Set(jetstream.MsgIDHeader, "NA1_1")
+	if err := Schedule(sctx, js, bad, time.Now(), "lol.match.retry.americas.NA1_1-bad", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
+		t.Fatalf("schedule with the original id: %v, want ErrScheduleDuplicate", err)
+	}
+
+	m, err := cons.Next(jetstream.FetchMaxWait(20 * time.Second))
+	if err != nil {
+		t.Fatalf("scheduled retry never arrived: %v", err)
+	}
+	defer m.Ack()
+	h := m.Headers()
+	if string(m.Data()) != "attempt2" || h.Get("Riftflow-Attempt") != "2" {
+		t.Errorf("delivered %q headers %v", m.Data(), h)
+	}
+	if got := trace.SpanContextFromContext(Extract(ctx, h)); got.TraceID() != span.SpanContext().TraceID() {
+		t.Errorf("traceparent %q does not continue trace %s", h.Get("traceparent"), span.SpanContext().TraceID())
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id != "" {
+		t.Errorf("delivered retry carries Nats-Msg-Id %q; the server should strip it", id)
+	}
+	if h.Get("Nats-Scheduler") != "lol.match.retry.americas.NA1_1-a2" {
+		t.Errorf("Nats-Scheduler = %q", h.Get("Nats-Scheduler"))
+	}
+	t.Logf("delivered headers: %v", h)
+}
+
 // A NATS_URL with user:password@ never shows its password in an error.
 func TestConnectErrorRedactsPassword(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -260,50 +259,6 @@ func TestConsumeBatch(t *testing.T) {
 	}
 }
 
-func TestLock(t *testing.T) {
-	_, _, js := startJS(t)
-	ctx := t.Context()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "locks", History: 1, LimitMarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := Lock{KV: kv, JS: js}
-
-	rev, err := l.Claim(ctx, "puuid-1", "lister-a", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = l.Claim(ctx, "puuid-1", "lister-b", time.Minute)
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "lister-a") {
-		t.Fatalf("second claim: %v, want ErrLocked naming lister-a", err)
-	}
-	rev2, err := l.Renew(ctx, "puuid-1", rev, []byte("lister-a"), 2*time.Second)
-	if err != nil || rev2 <= rev {
-		t.Fatalf("renew: rev %d, %v", rev2, err)
-	}
-	if err := l.Release(ctx, "puuid-1", rev); !errors.Is(err, ErrNotHolder) {
-		t.Fatalf("release with stale rev: %v", err)
-	}
-	if _, err := l.Renew(ctx, "puuid-1", rev, nil, time.Second); !errors.Is(err, ErrNotHolder) {
-		t.Fatalf("renew with stale rev: %v", err)
-	}
-	// Not renewed again: the renewed TTL must still expire the key.
-	waitFree(t, l, "puuid-1")
-	rev3, err := l.Claim(ctx, "puuid-1", "lister-b", time.Minute)
-	if err != nil {
-		t.Fatalf("claim after expiry: %v", err)
-	}
-	if err := l.Release(ctx, "puuid-1", rev3); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Get(ctx, "puuid-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("after release: %v", err)
-	}
-	if _, err := l.Claim(ctx, "puuid-1", "lister-c", time.Minute); err != nil {
-		t.Fatalf("claim after release: %v", err)
-	}
-}
-
 // waitEmpty polls until the work-queue stream holds no message: every
 // message was acked or termed (acks are asynchronous; guarded, not timed).
 func waitEmpty(t *testing.T, st jetstream.Stream) {
@@ -320,83 +275,4 @@ func waitEmpty(t *testing.T, st jetstream.Stream) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%d messages never settled", n)
-}
-
-// waitFree polls until key is gone (guarded, not timed).
-func waitFree(t *testing.T, l Lock, key string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := l.Get(t.Context(), key); errors.Is(err, jetstream.ErrKeyNotFound) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s never expired", key)
-}
-
-func TestScheduleDeliversWithHeadersNotDeduped(t *testing.T) {
-	_, _, js := startJS(t)
-	ctx := t.Context()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FETCH", Subjects: []string{"lol.match.fetch.>", "lol.match.retry.>"},
-		Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, Duplicates: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, "FETCH", jetstream.ConsumerConfig{Durable: "f", FilterSubject: "lol.match.fetch.americas"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The original fetch, with the match id as Nats-Msg-Id, handled and acked.
-	if _, err := js.Publish(ctx, "lol.match.fetch.americas", []byte("attempt1"), jetstream.WithMsgID("NA1_1")); err != nil {
-		t.Fatal(err)
-	}
-	first, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Ack(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The retry: fresh trace context, its own msg id, due in one second.
-	sctx, span := otel.Tracer("test").Start(ctx, "fetch NA1_1")
-	span.End()
-	retry := nats.NewMsg("")
-	retry.Data = []byte("attempt2")
-	retry.Header.Set(jetstream.MsgIDHeader, "NA1_1/match/a2")
-	retry.Header.Set("Riftflow-Attempt", "2")
-	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); err != nil {
-		t.Fatal(err)
-	}
-	// Scheduling the same retry again (a handler re-run) is deduplicated.
-	if err := Schedule(sctx, js, retry, time.Now().Add(time.Second), "lol.match.retry.americas.NA1_1-a2", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
-		t.Fatalf("repeated schedule: %v, want ErrScheduleDuplicate", err)
-	}
-	// Reusing the original's id would swallow the retry: Schedule says so.
-	bad := nats.NewMsg("")
-	bad.Header.Set(jetstream.MsgIDHeader, "NA1_1")
-	if err := Schedule(sctx, js, bad, time.Now(), "lol.match.retry.americas.NA1_1-bad", "lol.match.fetch.americas"); !errors.Is(err, ErrScheduleDuplicate) {
-		t.Fatalf("schedule with the original id: %v, want ErrScheduleDuplicate", err)
-	}
-
-	m, err := cons.Next(jetstream.FetchMaxWait(20 * time.Second))
-	if err != nil {
-		t.Fatalf("scheduled retry never arrived: %v", err)
-	}
-	defer m.Ack()
-	h := m.Headers()
-	if string(m.Data()) != "attempt2" || h.Get("Riftflow-Attempt") != "2" {
-		t.Errorf("delivered %q headers %v", m.Data(), h)
-	}
-	if got := trace.SpanContextFromContext(Extract(ctx, h)); got.TraceID() != span.SpanContext().TraceID() {
-		t.Errorf("traceparent %q does not continue trace %s", h.Get("traceparent"), span.SpanContext().TraceID())
-	}
-	if id := h.Get(jetstream.MsgIDHeader); id != "" {
-		t.Errorf("delivered retry carries Nats-Msg-Id %q; the server should strip it", id)
-	}
-	if h.Get("Nats-Scheduler") != "lol.match.retry.americas.NA1_1-a2" {
-		t.Errorf("Nats-Scheduler = %q", h.Get("Nats-Scheduler"))
-	}
-	t.Logf("delivered headers: %v", h)
 }

@@ -1,8 +1,6 @@
 package ratelimit
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -50,15 +48,6 @@ func rollAt(t *testing.T, a *Shared, clk *manualClock, key string, p riot.Permit
 		wv, ok := kvWindow(a, key)
 		return ok && wv.Start != clk.t0().Add(20*time.Second).UnixMilli()
 	})
-}
-
-func kvWindow(s *Shared, key string) (winVal, bool) {
-	ent, err := s.st.kv.Get(context.Background(), key)
-	if err != nil {
-		return winVal{}, false
-	}
-	var wv winVal
-	return wv, json.Unmarshal(ent.Value(), &wv) == nil
 }
 
 // grantsBoth counts the grants a and b still get at the clock's time.

@@ -285,3 +285,14 @@ func newShared(t testing.TB, js jetstream.JetStream, o SharedOptions) *Shared {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// kvWindow reads the KV window key through s; false when it is absent or
+// unreadable.
+func kvWindow(s *Shared, key string) (winVal, bool) {
+	ent, err := s.st.kv.Get(context.Background(), key)
+	if err != nil {
+		return winVal{}, false
+	}
+	var wv winVal
+	return wv, json.Unmarshal(ent.Value(), &wv) == nil
+}

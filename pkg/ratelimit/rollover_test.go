@@ -2,38 +2,27 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
-// manualClock is an injected clock that moves only when the test says so.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// manualClock is an injected clock that moves only when the test says so:
+// it reads its epoch (t0) plus the offset last set with at.
+type manualClock struct{ offset atomic.Int64 }
 
-func newManualClock() *manualClock {
-	return &manualClock{t: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
-}
+func newManualClock() *manualClock { return &manualClock{} }
 
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
+func (c *manualClock) t0() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
+
+func (c *manualClock) Now() time.Time { return c.t0().Add(time.Duration(c.offset.Load())) }
 
 // at sets the clock to the epoch plus d.
-func (c *manualClock) at(d time.Duration) {
-	c.mu.Lock()
-	c.t = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(d)
-	c.mu.Unlock()
-}
+func (c *manualClock) at(d time.Duration) { c.offset.Store(int64(d)) }
 
 // riotHeaders is an answer's rate-limit headers: app limits and count, and
 // a method limit of 100 per the same windows with the given count.
@@ -74,19 +63,8 @@ func TestCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	clk := newManualClock()
 	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond})
 	const app, meth = "3:10", "100:10"
-	p := grants(t, lim, 1)[0]
-	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(5 * time.Second)
-	p = grants(t, lim, 1)[0]
-	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
-	end := 10*time.Second + appMargin(lim.e)
-	clk.at(end - time.Millisecond)
-	ps := grants(t, lim, 2)
-	if len(ps) != 1 {
-		t.Fatalf("granted %d at the window's end, want the 1 left", len(ps))
-	}
-	clk.at(end + 20*time.Millisecond)
-	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	grants(t, lim, 1)[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	lastAfterReset(t, clk, lim, lim, lim.e)
 	if got := grants(t, lim, 5); len(got) != 2 {
 		t.Fatalf("after a count-1 reply: granted %d, want the 2 Riot's new window has left", len(got))
 	}
@@ -131,9 +109,7 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 	if riotEnd := clk.t0().Add(respAt + 10*time.Second); resets.Before(riotEnd) {
 		t.Fatalf("our window resets at %v, before Riot's (begun by the straggler) may end at %v", resets, riotEnd)
 	}
-	clk.mu.Lock()
-	clk.t = resets
-	clk.mu.Unlock()
+	clk.at(resets.Sub(clk.t0()))
 	if got := grants(t, lim, 5); len(got) != 3 {
 		t.Fatalf("granted %d once Riot's window ended, want 3", len(got))
 	}
@@ -153,29 +129,55 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	b := newShared(t, newJS(), o)
 	const app, meth = "3:10", "100:10"
 	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(5 * time.Second)
-	p := grants(t, b, 1)[0]
-	p.Done(200, riotHeaders(app, "2:10", meth, "2:10"))
-	end := 10*time.Second + appMargin(a.e)
-	clk.at(end - time.Millisecond)
-	ps := grants(t, a, 2)
-	if len(ps) != 1 {
-		t.Fatalf("a granted %d at the window's end, want the 1 left", len(ps))
-	}
-	clk.at(end + 20*time.Millisecond)
-	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	key := "roll.asia.win.app.10"
+	lastAfterReset(t, clk, b, a, a.e)
 	waitFor(t, "the KV window to be realigned", func() bool {
-		ent, err := a.st.kv.Get(context.Background(), key)
-		if err != nil {
-			return false
-		}
-		var wv winVal
-		return json.Unmarshal(ent.Value(), &wv) == nil && wv.Start != clk.t0().UnixMilli()
+		wv, ok := kvWindow(a, "roll.asia.win.app.10")
+		return ok && wv.Start != clk.t0().UnixMilli()
 	})
 	got := grants(t, b, 5)
 	if len(got) < 1 || len(got) > 2 {
 		t.Fatalf("b granted %d after a's count-1 reply, want 1 or 2 (Riot's new window has 2 left)", len(got))
+	}
+}
+
+// lastAfterReset plays the end of a 3:10 window begun at 0 s with one
+// request: at 5 s, second is granted one more, answered with count 2; just
+// before the window's end (10 s plus the margin of e), last is granted the
+// one left and no more; its answer comes 20 ms after that end with count 1
+// (it reached Riot after Riot's window reset).
+func lastAfterReset(t *testing.T, clk *manualClock, second, last riot.Limiter, e *engine) {
+	t.Helper()
+	const app, meth = "3:10", "100:10"
+	clk.at(5 * time.Second)
+	grants(t, second, 1)[0].Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	end := 10*time.Second + appMargin(e)
+	clk.at(end - time.Millisecond)
+	ps := grants(t, last, 2)
+	if len(ps) != 1 {
+		t.Fatalf("granted %d at the window's end, want the 1 left", len(ps))
+	}
+	clk.at(end + 20*time.Millisecond)
+	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+}
+
+// holdsUntilRiotsEnd spends the rest of a 3:10 window on lim (answers with
+// counts from 2) and checks that lim grants nothing until riotEnd (the
+// clock's epoch plus riotEnd), the end a count-1 reply proved, and the whole
+// budget of 3 from then.
+func holdsUntilRiotsEnd(t *testing.T, clk *manualClock, lim riot.Limiter, riotEnd time.Duration) {
+	t.Helper()
+	const app, meth = "3:10", "100:10"
+	for i, p := range grants(t, lim, 5) {
+		count := strconv.Itoa(i+2) + ":10"
+		p.Done(200, riotHeaders(app, count, meth, count))
+	}
+	clk.at(riotEnd - time.Millisecond)
+	if got := grants(t, lim, 1); len(got) != 0 {
+		t.Fatal("granted before Riot's window can have ended")
+	}
+	clk.at(riotEnd)
+	if got := grants(t, lim, 5); len(got) != 3 {
+		t.Fatalf("granted %d at the end Riot's count-1 reply proved (not start + 10 s + margin), want 3", len(got))
 	}
 }
 
@@ -187,13 +189,17 @@ func appMargin(e *engine) time.Duration {
 	return e.margin(r.app, r.app.windows[0])
 }
 
-func (c *manualClock) t0() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
-
 // teach sends one request on a, answered with h, and waits until b has
 // learned the limits from KV.
 func teach(t *testing.T, a, b *Shared, h http.Header) {
 	t.Helper()
 	grants(t, a, 1)[0].Done(200, h)
+	learned(t, b)
+}
+
+// learned waits until b has learned the limits from KV.
+func learned(t *testing.T, b *Shared) {
+	t.Helper()
 	waitFor(t, "b learns the limits", func() bool {
 		s := b.Snapshot()
 		return len(s) > 0 && len(s[0].Windows) == 1
@@ -230,18 +236,8 @@ func TestCountOneEndsWindowAtRiotsEnd(t *testing.T) {
 	if m := appMargin(lim.e); m != 600*time.Millisecond {
 		t.Fatalf("margin %v, want 600ms", m)
 	}
-	for i, ps := range grants(t, lim, 5) {
-		ps.Done(200, riotHeaders(app, strconv.Itoa(i+2)+":10", meth, strconv.Itoa(i+2)+":10"))
-	}
-	riotEnd := 30*time.Second + 200*time.Millisecond
-	clk.at(riotEnd - time.Millisecond)
-	if got := grants(t, lim, 1); len(got) != 0 {
-		t.Fatal("granted before Riot's window can have ended")
-	}
-	clk.at(riotEnd)
-	if got := grants(t, lim, 5); len(got) != 3 {
-		t.Fatalf("granted %d at the end Riot's count-1 reply proved (start + 10 s + margin is 400 ms later), want 3", len(got))
-	}
+	// start + 10 s + margin would be 400 ms later.
+	holdsUntilRiotsEnd(t, clk, lim, 30*time.Second+200*time.Millisecond)
 }
 
 // TestSharedCountOneEndThroughKV: process a's count-1 reply, 200 ms after
@@ -261,32 +257,15 @@ func TestSharedCountOneEndThroughKV(t *testing.T) {
 	p := grants(t, a, 1)[0]
 	clk.at(200 * time.Millisecond)
 	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	waitFor(t, "b learns the limits", func() bool {
-		s := b.Snapshot()
-		return len(s) > 0 && len(s[0].Windows) == 1
-	})
+	learned(t, b)
 	clk.at(20 * time.Second)
 	q := grants(t, a, 1)[0] // a new KV window starts here
 	clk.at(20*time.Second + 200*time.Millisecond)
 	q.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
 	riotEnd := clk.t0().Add(30*time.Second + 200*time.Millisecond)
 	waitFor(t, "the KV window to hold Riot's end", func() bool {
-		ent, err := a.st.kv.Get(context.Background(), "end.asia.win.app.10")
-		if err != nil {
-			return false
-		}
-		var wv winVal
-		return json.Unmarshal(ent.Value(), &wv) == nil && wv.End == riotEnd.UnixMilli()
+		wv, ok := kvWindow(a, "end.asia.win.app.10")
+		return ok && wv.End == riotEnd.UnixMilli()
 	})
-	for i, ps := range grants(t, b, 5) {
-		ps.Done(200, riotHeaders(app, strconv.Itoa(i+2)+":10", meth, strconv.Itoa(i+2)+":10"))
-	}
-	clk.at(30*time.Second + 200*time.Millisecond - time.Millisecond)
-	if got := grants(t, b, 1); len(got) != 0 {
-		t.Fatal("b granted before Riot's window can have ended")
-	}
-	clk.at(30*time.Second + 200*time.Millisecond)
-	if got := grants(t, b, 5); len(got) != 3 {
-		t.Fatalf("b granted %d at the end a's count-1 reply proved, want 3", len(got))
-	}
+	holdsUntilRiotsEnd(t, clk, b, 30*time.Second+200*time.Millisecond)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/tick"
 )
 
 // SharedOptions configures a Shared limiter.
@@ -251,18 +252,11 @@ func (s *Shared) syncClock(ctx context.Context) {
 	if s.st.o.ClockSync <= 0 {
 		return
 	}
-	t := time.NewTicker(s.st.o.ClockSync)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.st.syncClock(ctx); err != nil && ctx.Err() == nil {
-				s.e.o.Logger.Debug("ratelimit: measure server clock", "err", err)
-			}
+	tick.Every(ctx, s.st.o.ClockSync, func() {
+		if err := s.st.syncClock(ctx); err != nil && ctx.Err() == nil {
+			s.e.o.Logger.Debug("ratelimit: measure server clock", "err", err)
 		}
-	}
+	})
 }
 
 // procVal is one process's record in KV.
@@ -289,17 +283,8 @@ func (s *Shared) writeStats(ctx context.Context) {
 	if s.st.o.StatsEvery < 0 {
 		return
 	}
-	t := time.NewTicker(s.st.o.StatsEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.putStats()
-			return
-		case <-t.C:
-			s.putStats()
-		}
-	}
+	tick.Every(ctx, s.st.o.StatsEvery, s.putStats)
+	s.putStats() // the last counters, when ctx ends
 }
 
 // Counters returns this process's request counters (granted, 429s by

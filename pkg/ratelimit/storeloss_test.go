@@ -1,16 +1,14 @@
 package ratelimit
 
 import (
-	"context"
-	"encoding/json"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -45,11 +43,7 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := natstest.Handle(t, nc)
 		if id == "a" {
 			createBucket(t, js)
 		}
@@ -70,13 +64,9 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 			ps[0].Done(200, riotHeaders(app, "1:60", meth, "1:60"))
 		}
 	}
-	ent, err := a.st.kv.Get(context.Background(), "loss.asia.win.app.60")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wv winVal
-	if err := json.Unmarshal(ent.Value(), &wv); err != nil {
-		t.Fatal(err)
+	wv, ok := kvWindow(a, "loss.asia.win.app.60")
+	if !ok {
+		t.Fatal("cannot read the KV window loss.asia.win.app.60")
 	}
 	leased := wv.Granted // every token handed out so far, sent or held
 

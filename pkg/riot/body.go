@@ -35,16 +35,16 @@ type Body struct {
 // bound or without a match id is KindDecode; a corrupt or truncated gzip
 // is KindTransport, as a cut connection is.
 func (c *Client) MatchBody(ctx context.Context, region Region, matchID string) (Body, error) {
-	return c.body(ctx, MethodMatch, region, matchID, "", "/lol/match/v5/matches/{matchId}")
+	return c.body(ctx, matchDoc, region, matchID)
 }
 
 // TimelineBody is MatchBody for getTimeline.
 func (c *Client) TimelineBody(ctx context.Context, region Region, matchID string) (Body, error) {
-	return c.body(ctx, MethodTimeline, region, matchID, "/timeline", "/lol/match/v5/matches/{matchId}/timeline")
+	return c.body(ctx, timelineDoc, region, matchID)
 }
 
-func (c *Client) body(ctx context.Context, op string, region Region, matchID, suffix, tmpl string) (Body, error) {
-	req, rerr := matchRequest(op, region, matchID, suffix, tmpl)
+func (c *Client) body(ctx context.Context, ep docEndpoint, region Region, matchID string) (Body, error) {
+	req, rerr := ep.request(region, matchID)
 	if rerr != nil {
 		return Body{}, rerr
 	}
@@ -58,7 +58,7 @@ func (c *Client) body(ctx context.Context, op string, region Region, matchID, su
 	b := Body{Gzip: gz, Size: scan.size, MatchID: scan.MatchID(), GameCreationMs: scan.GameCreationMs()}
 	if b.MatchID == "" {
 		return Body{}, &Error{Kind: KindDecode, Op: req.method, Route: req.route, Status: 200,
-			Err: fmt.Errorf("decode %s: %w", strings.TrimPrefix(op, "match-v5.get"), errNoMatchID)}
+			Err: fmt.Errorf("decode %s: %w", strings.TrimPrefix(ep.op, "match-v5.get"), errNoMatchID)}
 	}
 	return b, nil
 }

@@ -5,21 +5,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // MatchBody returns Riot's gzip bytes unchanged, with the scanned fields.
 func TestMatchBodyPassesGzipThrough(t *testing.T) {
-	raw, err := os.ReadFile("testdata/match_EUW1_6834713231.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := DecodeMatch(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, raw := decodeFile(t, filepath.Join("testdata", "match_EUW1_6834713231.json"), DecodeMatch)
 	z := gzipBytes(t, raw)
 	var gotAE string
 	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +40,7 @@ func TestMatchBodyPassesGzipThrough(t *testing.T) {
 // A server that ignores Accept-Encoding: the plain body is compressed here,
 // and decompresses to the same bytes.
 func TestMatchBodyPlainServer(t *testing.T) {
-	raw, _ := os.ReadFile("testdata/timeline_JP1_456819992.json")
+	raw := testdataFile(t, "timeline_JP1_456819992.json")
 	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) { w.Write(raw) })
 	c, _, _ := newTestClient(t, f, nil)
 	b, err := c.TimelineBody(context.Background(), Asia, "JP1_456819992")
@@ -98,11 +91,8 @@ func TestMatchBodyBounds(t *testing.T) {
 // The scan reads the same fields whatever the chunking, and agrees with
 // the full decoders on the recorded documents.
 func TestDocScanChunked(t *testing.T) {
-	for _, f := range []string{"match_EUW1_6834713231.json", "match_JP1_456819992.json", "timeline_EUW1_6834713231.json", "timeline_JP1_456819992.json"} {
-		raw, err := os.ReadFile("testdata/" + f)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range recordedDocs {
+		raw := testdataFile(t, f)
 		var wantID string
 		var wantCreation, wantInterval int64
 		var wantFrames int
@@ -143,7 +133,7 @@ func TestDocScanChunked(t *testing.T) {
 }
 
 func BenchmarkDocScan(b *testing.B) {
-	raw, _ := os.ReadFile("testdata/timeline_EUW1_6834713231.json")
+	raw := testdataFile(b, "timeline_EUW1_6834713231.json")
 	b.SetBytes(int64(len(raw)))
 	var s DocScan
 	for b.Loop() {

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"errors"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,12 +57,8 @@ func TestDecodeRefusesCraftedDocuments(t *testing.T) {
 
 // The recorded documents are well inside the bounds.
 func TestRecordedDocumentsWithinBounds(t *testing.T) {
-	for _, f := range []string{"match_EUW1_6834713231.json", "match_JP1_456819992.json", "timeline_EUW1_6834713231.json", "timeline_JP1_456819992.json"} {
-		raw, err := os.ReadFile("testdata/" + f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := checkShape(raw); err != nil {
+	for _, f := range recordedDocs {
+		if err := checkShape(testdataFile(t, f)); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
 	}

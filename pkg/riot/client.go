@@ -3,12 +3,10 @@ package riot
 import (
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -22,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/riftflow/riftflow/pkg/tick"
 )
 
 // DefaultBaseURL is Riot's host template; {route} is a platform or region.
@@ -224,7 +224,7 @@ func New(cfg Config) (*Client, error) {
 		c.now = time.Now
 	}
 	if c.sleep == nil {
-		c.sleep = sleepCtx
+		c.sleep = tick.Sleep
 	}
 	if err := c.initMetrics(); err != nil {
 		return nil, fmt.Errorf("riot: metrics: %w", err)
@@ -254,20 +254,6 @@ func validateBaseURL(base string) error {
 		return fmt.Errorf("riot: BaseURL %q: want scheme://host[/prefix] without query, fragment or credentials", base)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (c *Client) initMetrics() error {
@@ -648,136 +634,6 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w (%d bytes)", errBodyTooLarge, limit)
 	}
 	return b, nil
-}
-
-func (c *Client) transportError(ctx context.Context, req request, status int, err error) *Error {
-	msg := "transport"
-	switch {
-	case ctx.Err() == context.DeadlineExceeded:
-		msg = fmt.Sprintf("timeout after %s", c.timeout)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		msg = "truncated body"
-	}
-	return &Error{Kind: KindTransport, Op: req.method, Route: req.route, Status: status,
-		Msg: msg, Err: redact(err, c.apiKey)}
-}
-
-// statusError maps a non-2xx answer to an *Error (https://developer.riotgames.com/docs/portal#web-apis_response-codes).
-func (c *Client) statusError(req request, status int, h http.Header, body []byte, rlBackoff time.Duration) *Error {
-	e := &Error{Op: req.method, Route: req.route, Status: status, Msg: c.errorMessage(body)}
-	now := c.now()
-	ra, hasRA := parseRetryAfter(h.Get("Retry-After"), now)
-	switch {
-	case status == http.StatusTooManyRequests:
-		e.Kind = KindRateLimited
-		e.LimitType = h.Get("X-Rate-Limit-Type")
-		if hasRA {
-			e.RetryAt = now.Add(ra + RetryAfterMargin)
-		} else {
-			e.RetryAt = now.Add(rlBackoff)
-		}
-	case status >= 500:
-		e.Kind = KindServer
-		// A 503 may say when to come back (RFC 9110 §10.2.3); callers wait
-		// at least that long (RetryDelay), never less than their backoff.
-		if hasRA {
-			e.RetryAt = now.Add(ra)
-		}
-	case status == http.StatusNotFound:
-		e.Kind = KindNotFound
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.Kind = KindKeyRejected
-	case status >= 400:
-		e.Kind = KindBadRequest
-	default: // 1xx/3xx: not something Riot sends
-		e.Kind = KindUnknown
-	}
-	return e
-}
-
-// parseRetryAfter parses Retry-After as delay-seconds (integer or decimal)
-// or an HTTP date. It reports false for a missing, negative or unparsable
-// value, which must never be read as "now".
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s < 0 || math.IsNaN(s) || s > 86400 {
-			return 0, false
-		}
-		return time.Duration(s * float64(time.Second)), true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
-}
-
-// errorMessage extracts Riot's {"status":{"message":...}} text, if any,
-// shortened and with the key removed in case an echo ever contains it.
-func (c *Client) errorMessage(body []byte) string {
-	var env struct {
-		Status struct {
-			Message string `json:"message"`
-		} `json:"status"`
-	}
-	if len(body) == 0 || json.Unmarshal(body, &env) != nil {
-		return ""
-	}
-	m := strings.ReplaceAll(env.Status.Message, c.apiKey, "[redacted]")
-	if len(m) > 200 {
-		m = m[:200] + "…"
-	}
-	return m
-}
-
-// redact hides the key should an underlying error ever print it. The
-// result still matches the original's sentinels with errors.Is
-// (ErrCrossHostRedirect, context.DeadlineExceeded), but errors.As cannot
-// reach the original, whose text holds the key.
-func redact(err error, key string) error {
-	if err == nil || key == "" || !strings.Contains(err.Error(), key) {
-		return err
-	}
-	return &redactedError{msg: strings.ReplaceAll(err.Error(), key, "[redacted]"), cause: err}
-}
-
-type redactedError struct {
-	msg   string
-	cause error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-
-// Is reports whether the original error matches target.
-func (e *redactedError) Is(target error) bool { return errors.Is(e.cause, target) }
-
-// GoString keeps %#v from printing the original.
-func (e *redactedError) GoString() string { return fmt.Sprintf("riot.redactedError(%q)", e.msg) }
-
-// String returns the kind's name, e.g. "rate_limited".
-func (k Kind) String() string {
-	switch k {
-	case KindRateLimited:
-		return "rate_limited"
-	case KindServer:
-		return "server"
-	case KindTransport:
-		return "transport"
-	case KindNotFound:
-		return "not_found"
-	case KindBadRequest:
-		return "bad_request"
-	case KindKeyRejected:
-		return "key_rejected"
-	case KindDecode:
-		return "decode"
-	case KindBreakerOpen:
-		return "breaker_open"
-	}
-	return "unknown"
 }
 
 // ErrCrossHostRedirect is returned (wrapped, as a KindTransport Error) when

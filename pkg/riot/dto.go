@@ -336,33 +336,29 @@ var errNoMatchID = errors.New("metadata.matchId missing")
 // (ErrJSONBounds, checked before decoding), on a number that does not fit
 // Int, and on a body without metadata.matchId.
 func DecodeMatch(data []byte) (*Match, error) {
-	if err := checkShape(data); err != nil {
-		return nil, fmt.Errorf("decode match: %w", err)
-	}
-	var m Match
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("decode match: %w", err)
-	}
-	if m.Metadata.MatchID == "" {
-		return nil, fmt.Errorf("decode match: %w", errNoMatchID)
-	}
-	return &m, nil
+	return decodeDoc(data, "match", func(m *Match) string { return m.Metadata.MatchID })
 }
 
 // DecodeTimeline decodes a match-v5 getTimeline body tolerantly (see Int),
 // with the same failure rules as DecodeMatch.
 func DecodeTimeline(data []byte) (*Timeline, error) {
+	return decodeDoc(data, "timeline", func(t *Timeline) string { return t.Metadata.MatchID })
+}
+
+// decodeDoc is DecodeMatch and DecodeTimeline: what names the document in
+// errors ("decode match: ..."), matchID reads its metadata.matchId.
+func decodeDoc[T any](data []byte, what string, matchID func(*T) string) (*T, error) {
 	if err := checkShape(data); err != nil {
-		return nil, fmt.Errorf("decode timeline: %w", err)
+		return nil, fmt.Errorf("decode %s: %w", what, err)
 	}
-	var t Timeline
-	if err := json.Unmarshal(data, &t); err != nil {
-		return nil, fmt.Errorf("decode timeline: %w", err)
+	var doc T
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", what, err)
 	}
-	if t.Metadata.MatchID == "" {
-		return nil, fmt.Errorf("decode timeline: %w", errNoMatchID)
+	if matchID(&doc) == "" {
+		return nil, fmt.Errorf("decode %s: %w", what, errNoMatchID)
 	}
-	return &t, nil
+	return &doc, nil
 }
 
 // Bounds on a Riot JSON document, checked by DecodeMatch and DecodeTimeline

@@ -37,84 +37,99 @@ func fixtureFiles(t *testing.T, sub string) []string {
 	return files
 }
 
-func loadMatch(t *testing.T, id string) *Match {
+// decodeFile reads file and decodes it with decode, failing t on either.
+func decodeFile[T any](t *testing.T, file string, decode func([]byte) (*T, error)) (*T, []byte) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtureDir(t, "match"), id+".json"))
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := DecodeMatch(b)
+	doc, err := decode(b)
 	if err != nil {
-		t.Fatalf("DecodeMatch(%s): %v", id, err)
+		t.Fatalf("%s: %v", filepath.Base(file), err)
 	}
+	return doc, b
+}
+
+// eachFixture decodes every recorded document of sub with decode, in a
+// subtest named after its file, checks that its metadata.matchId (read by
+// matchID) is the file's name, and runs check on it and its bytes.
+func eachFixture[T any](t *testing.T, sub string, decode func([]byte) (*T, error), matchID func(*T) string, check func(t *testing.T, doc *T, b []byte)) {
+	for _, f := range fixtureFiles(t, sub) {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			doc, b := decodeFile(t, f, decode)
+			if id := matchID(doc); id != name {
+				t.Errorf("matchId = %q, want %q", id, name)
+			}
+			check(t, doc, b)
+		})
+	}
+}
+
+func loadMatch(t *testing.T, id string) *Match {
+	t.Helper()
+	m, _ := decodeFile(t, filepath.Join(fixtureDir(t, "match"), id+".json"), DecodeMatch)
 	return m
+}
+
+func loadTimeline(t *testing.T, id string) *Timeline {
+	t.Helper()
+	tl, _ := decodeFile(t, filepath.Join(fixtureDir(t, "timeline"), id+".json"), DecodeTimeline)
+	return tl
 }
 
 // TestDecodeMatchFixtures decodes every recorded match and checks invariants
 // against a generic decoding of the same file.
 func TestDecodeMatchFixtures(t *testing.T) {
-	for _, f := range fixtureFiles(t, "match") {
-		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+	eachFixture(t, "match", DecodeMatch, func(m *Match) string { return m.Metadata.MatchID }, func(t *testing.T, m *Match, b []byte) {
+		var raw struct {
+			Info struct {
+				GameDuration float64          `json:"gameDuration"`
+				Participants []map[string]any `json:"participants"`
+				Teams        []any            `json:"teams"`
+			} `json:"info"`
+		}
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := len(m.Info.Participants), len(raw.Info.Participants); got != want {
+			t.Errorf("participants = %d, want %d", got, want)
+		}
+		if got, want := len(m.Info.Teams), len(raw.Info.Teams); got != want {
+			t.Errorf("teams = %d, want %d", got, want)
+		}
+		if int64(m.Info.GameDuration) != int64(raw.Info.GameDuration) {
+			t.Errorf("gameDuration = %d, want %v", m.Info.GameDuration, raw.Info.GameDuration)
+		}
+		for i, p := range m.Info.Participants {
+			rp := raw.Info.Participants[i]
+			if p.PUUID != rp["puuid"] {
+				t.Errorf("participant %d puuid = %q, want %v", i, p.PUUID, rp["puuid"])
 			}
-			m, err := DecodeMatch(b)
-			if err != nil {
-				t.Fatalf("DecodeMatch: %v", err)
+			if k, _ := rp["kills"].(float64); int64(p.Kills) != int64(k) {
+				t.Errorf("participant %d kills = %d, want %v", i, p.Kills, k)
 			}
-			var raw struct {
-				Info struct {
-					GameDuration float64          `json:"gameDuration"`
-					Participants []map[string]any `json:"participants"`
-					Teams        []any            `json:"teams"`
-				} `json:"info"`
+			if g, _ := rp["goldEarned"].(float64); int64(p.GoldEarned) != int64(g) {
+				t.Errorf("participant %d goldEarned = %d, want %v", i, p.GoldEarned, g)
 			}
-			if err := json.Unmarshal(b, &raw); err != nil {
-				t.Fatal(err)
+			if p.ParticipantID != Int(i+1) {
+				t.Errorf("participant %d participantId = %d", i, p.ParticipantID)
 			}
-			if m.Metadata.MatchID != name {
-				t.Errorf("matchId = %q, want %q", m.Metadata.MatchID, name)
+		}
+		if len(m.Info.Participants) > 0 {
+			if m.Info.Patch() == "" {
+				t.Errorf("Patch() empty for gameVersion %q", m.Info.GameVersion)
 			}
-			if got, want := len(m.Info.Participants), len(raw.Info.Participants); got != want {
-				t.Errorf("participants = %d, want %d", got, want)
+			// No real game lasts under a minute or over three hours.
+			if d := m.Info.DurationSeconds(); d < 60 || d > 3*3600 {
+				t.Errorf("DurationSeconds() = %d (gameDuration %d, end %d)", d, m.Info.GameDuration, m.Info.GameEndTimestamp)
 			}
-			if got, want := len(m.Info.Teams), len(raw.Info.Teams); got != want {
-				t.Errorf("teams = %d, want %d", got, want)
+			if m.Info.GameCreation < 1_000_000_000_000 {
+				t.Errorf("gameCreation %d is not epoch ms", m.Info.GameCreation)
 			}
-			if int64(m.Info.GameDuration) != int64(raw.Info.GameDuration) {
-				t.Errorf("gameDuration = %d, want %v", m.Info.GameDuration, raw.Info.GameDuration)
-			}
-			for i, p := range m.Info.Participants {
-				rp := raw.Info.Participants[i]
-				if p.PUUID != rp["puuid"] {
-					t.Errorf("participant %d puuid = %q, want %v", i, p.PUUID, rp["puuid"])
-				}
-				if k, _ := rp["kills"].(float64); int64(p.Kills) != int64(k) {
-					t.Errorf("participant %d kills = %d, want %v", i, p.Kills, k)
-				}
-				if g, _ := rp["goldEarned"].(float64); int64(p.GoldEarned) != int64(g) {
-					t.Errorf("participant %d goldEarned = %d, want %v", i, p.GoldEarned, g)
-				}
-				if p.ParticipantID != Int(i+1) {
-					t.Errorf("participant %d participantId = %d", i, p.ParticipantID)
-				}
-			}
-			if len(m.Info.Participants) > 0 {
-				if m.Info.Patch() == "" {
-					t.Errorf("Patch() empty for gameVersion %q", m.Info.GameVersion)
-				}
-				// No real game lasts under a minute or over three hours.
-				if d := m.Info.DurationSeconds(); d < 60 || d > 3*3600 {
-					t.Errorf("DurationSeconds() = %d (gameDuration %d, end %d)", d, m.Info.GameDuration, m.Info.GameEndTimestamp)
-				}
-				if m.Info.GameCreation < 1_000_000_000_000 {
-					t.Errorf("gameCreation %d is not epoch ms", m.Info.GameCreation)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestDecodeMatchEdgeCases(t *testing.T) {
@@ -273,79 +288,52 @@ func TestDecodeTolerantShapes(t *testing.T) {
 }
 
 func TestDecodeTimelineFixtures(t *testing.T) {
-	for _, f := range fixtureFiles(t, "timeline") {
-		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+	eachFixture(t, "timeline", DecodeTimeline, func(tl *Timeline) string { return tl.Metadata.MatchID }, func(t *testing.T, tl *Timeline, b []byte) {
+		var raw struct {
+			Info struct {
+				Frames []struct {
+					Events []any `json:"events"`
+				} `json:"frames"`
+				Participants []any `json:"participants"`
+			} `json:"info"`
+		}
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if len(tl.Info.Frames) != len(raw.Info.Frames) || len(tl.Info.Frames) == 0 {
+			t.Fatalf("frames = %d, want %d (>0)", len(tl.Info.Frames), len(raw.Info.Frames))
+		}
+		if len(tl.Info.Participants) != len(raw.Info.Participants) {
+			t.Errorf("participants = %d, want %d", len(tl.Info.Participants), len(raw.Info.Participants))
+		}
+		for i, fr := range tl.Info.Frames {
+			if len(fr.Events) != len(raw.Info.Frames[i].Events) {
+				t.Errorf("frame %d events = %d, want %d", i, len(fr.Events), len(raw.Info.Frames[i].Events))
 			}
-			tl, err := DecodeTimeline(b)
-			if err != nil {
-				t.Fatalf("DecodeTimeline: %v", err)
-			}
-			var raw struct {
-				Info struct {
-					Frames []struct {
-						Events []any `json:"events"`
-					} `json:"frames"`
-					Participants []any `json:"participants"`
-				} `json:"info"`
-			}
-			if err := json.Unmarshal(b, &raw); err != nil {
-				t.Fatal(err)
-			}
-			if tl.Metadata.MatchID != name {
-				t.Errorf("matchId = %q, want %q", tl.Metadata.MatchID, name)
-			}
-			if len(tl.Info.Frames) != len(raw.Info.Frames) || len(tl.Info.Frames) == 0 {
-				t.Fatalf("frames = %d, want %d (>0)", len(tl.Info.Frames), len(raw.Info.Frames))
-			}
-			if len(tl.Info.Participants) != len(raw.Info.Participants) {
-				t.Errorf("participants = %d, want %d", len(tl.Info.Participants), len(raw.Info.Participants))
-			}
-			for i, fr := range tl.Info.Frames {
-				if len(fr.Events) != len(raw.Info.Frames[i].Events) {
-					t.Errorf("frame %d events = %d, want %d", i, len(fr.Events), len(raw.Info.Frames[i].Events))
-				}
-				for _, e := range fr.Events {
-					if e.Type == "" {
-						t.Fatalf("frame %d: event without type", i)
-					}
+			for _, e := range fr.Events {
+				if e.Type == "" {
+					t.Fatalf("frame %d: event without type", i)
 				}
 			}
-			// Participant frames are keyed "1".."N" for N participants.
-			if n := len(tl.Info.Participants); n > 0 && len(tl.Info.Frames) > 1 {
-				last := tl.Info.Frames[len(tl.Info.Frames)-1]
-				for id := 1; id <= n; id++ {
-					if _, ok := last.ParticipantFrames[strconv.Itoa(id)]; !ok {
-						t.Errorf("last frame lacks participant %d", id)
-					}
+		}
+		// Participant frames are keyed "1".."N" for N participants.
+		if n := len(tl.Info.Participants); n > 0 && len(tl.Info.Frames) > 1 {
+			last := tl.Info.Frames[len(tl.Info.Frames)-1]
+			for id := 1; id <= n; id++ {
+				if _, ok := last.ParticipantFrames[strconv.Itoa(id)]; !ok {
+					t.Errorf("last frame lacks participant %d", id)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 func TestDecodeTimelineEdgeCases(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(fixtureDir(t, "timeline"), "EUW1_6834713231.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := DecodeTimeline(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tl := loadTimeline(t, "EUW1_6834713231")
 	if len(tl.Info.Frames) != 1 || len(tl.Info.Participants) != 0 {
 		t.Errorf("aborted timeline: frames=%d participants=%d, want 1 and 0", len(tl.Info.Frames), len(tl.Info.Participants))
 	}
-	b, err = os.ReadFile(filepath.Join(fixtureDir(t, "timeline"), "JP1_456819992.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tl, err = DecodeTimeline(b); err != nil {
-		t.Fatal(err)
-	}
+	tl = loadTimeline(t, "JP1_456819992")
 	if tl.Info.FrameInterval != 60000 || len(tl.Info.Participants) != 1 {
 		t.Errorf("swarm timeline: interval=%d participants=%d", tl.Info.FrameInterval, len(tl.Info.Participants))
 	}

@@ -48,11 +48,19 @@ func checkPUUID(op, route, puuid string) *Error {
 	return nil
 }
 
-func decodeJSON[T any](op, route string, status int, body []byte, v *T) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return &Error{Kind: KindDecode, Op: op, Route: route, Status: status, Err: err}
+// getJSON GETs req and decodes its JSON body into v, the value the caller
+// starts from (an empty slice stays non-nil for "[]"). A body that does not
+// decode is KindDecode. On any error the result is T's zero value.
+func getJSON[T any](ctx context.Context, c *Client, req request, v T) (T, error) {
+	var zero T
+	body, err := c.get(ctx, req)
+	if err != nil {
+		return zero, err
 	}
-	return nil
+	if err := json.Unmarshal(body, &v); err != nil {
+		return zero, &Error{Kind: KindDecode, Op: req.method, Route: req.route, Status: 200, Err: err}
+	}
+	return v, nil
 }
 
 // AccountByRiotID looks up an account by Riot ID: account-v1 getByRiotId,
@@ -96,12 +104,8 @@ func (c *Client) AccountByPUUID(ctx context.Context, region Region, puuid string
 }
 
 func (c *Client) account(ctx context.Context, req request) (Account, error) {
-	body, err := c.get(ctx, req)
+	a, err := getJSON(ctx, c, req, Account{})
 	if err != nil {
-		return Account{}, err
-	}
-	var a Account
-	if err := decodeJSON(req.method, req.route, 200, body, &a); err != nil {
 		return Account{}, err
 	}
 	if a.PUUID == "" {
@@ -196,34 +200,7 @@ func (c *Client) MatchIDsByPUUID(ctx context.Context, region Region, puuid strin
 		path:     "/lol/match/v5/matches/by-puuid/" + url.PathEscape(puuid) + "/ids",
 		query:    vals,
 	}
-	body, err := c.get(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	ids := []string{}
-	if err := decodeJSON(op, req.route, 200, body, &ids); err != nil {
-		return nil, err
-	}
-	return ids, nil
-}
-
-func matchRequest(op string, region Region, matchID, suffix, tmpl string) (request, *Error) {
-	if err := checkRegion(op, region); err != nil {
-		return request{}, err
-	}
-	_, r, err := ParseMatchID(matchID)
-	if err != nil {
-		return request{}, badRequest(op, string(region), "%v", err)
-	}
-	if r != region {
-		return request{}, badRequest(op, string(region), "match %s is served by %s, not %s", matchID, r, region)
-	}
-	return request{
-		route:    string(region),
-		method:   op,
-		template: tmpl,
-		path:     "/lol/match/v5/matches/" + url.PathEscape(matchID) + suffix,
-	}, nil
+	return getJSON(ctx, c, req, []string{})
 }
 
 // Match fetches one match: match-v5 getMatch, GET
@@ -232,26 +209,51 @@ func matchRequest(op string, region Region, matchID, suffix, tmpl string) (reque
 // returns the tolerant decoding and the raw JSON body (decompressed). 404
 // ("match file not found") is KindNotFound.
 func (c *Client) Match(ctx context.Context, region Region, matchID string) (*Match, []byte, error) {
-	req, rerr := matchRequest(MethodMatch, region, matchID, "", "/lol/match/v5/matches/{matchId}")
-	if rerr != nil {
-		return nil, nil, rerr
-	}
-	body, err := c.get(ctx, req)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, derr := DecodeMatch(body)
-	if derr != nil {
-		return nil, body, &Error{Kind: KindDecode, Op: req.method, Route: req.route, Status: 200, Err: derr}
-	}
-	return m, body, nil
+	return fetchDoc(ctx, c, matchDoc, region, matchID, DecodeMatch)
 }
 
 // Timeline fetches one match timeline: match-v5 getTimeline, GET
 // /lol/match/v5/matches/{matchId}/timeline on the match's region. Riot keeps
 // timelines one year (matches two). Returns the decoding and the raw body.
 func (c *Client) Timeline(ctx context.Context, region Region, matchID string) (*Timeline, []byte, error) {
-	req, rerr := matchRequest(MethodTimeline, region, matchID, "/timeline", "/lol/match/v5/matches/{matchId}/timeline")
+	return fetchDoc(ctx, c, timelineDoc, region, matchID, DecodeTimeline)
+}
+
+// docEndpoint is a match-v5 document endpoint of one match: its method,
+// the path suffix after /lol/match/v5/matches/{matchId}, and the path
+// template.
+type docEndpoint struct{ op, suffix, tmpl string }
+
+var (
+	matchDoc    = docEndpoint{MethodMatch, "", "/lol/match/v5/matches/{matchId}"}
+	timelineDoc = docEndpoint{MethodTimeline, "/timeline", "/lol/match/v5/matches/{matchId}/timeline"}
+)
+
+// request is the GET of ep for matchID on region, which must be the match
+// ID's own region (otherwise KindBadRequest).
+func (ep docEndpoint) request(region Region, matchID string) (request, *Error) {
+	if err := checkRegion(ep.op, region); err != nil {
+		return request{}, err
+	}
+	_, r, err := ParseMatchID(matchID)
+	if err != nil {
+		return request{}, badRequest(ep.op, string(region), "%v", err)
+	}
+	if r != region {
+		return request{}, badRequest(ep.op, string(region), "match %s is served by %s, not %s", matchID, r, region)
+	}
+	return request{
+		route:    string(region),
+		method:   ep.op,
+		template: ep.tmpl,
+		path:     "/lol/match/v5/matches/" + url.PathEscape(matchID) + ep.suffix,
+	}, nil
+}
+
+// fetchDoc is Match and Timeline: GET ep, then decode the body. A body
+// that does not decode is KindDecode, returned with the body.
+func fetchDoc[T any](ctx context.Context, c *Client, ep docEndpoint, region Region, matchID string, decode func([]byte) (*T, error)) (*T, []byte, error) {
+	req, rerr := ep.request(region, matchID)
 	if rerr != nil {
 		return nil, nil, rerr
 	}
@@ -259,11 +261,11 @@ func (c *Client) Timeline(ctx context.Context, region Region, matchID string) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	t, derr := DecodeTimeline(body)
+	doc, derr := decode(body)
 	if derr != nil {
 		return nil, body, &Error{Kind: KindDecode, Op: req.method, Route: req.route, Status: 200, Err: derr}
 	}
-	return t, body, nil
+	return doc, body, nil
 }
 
 // LeagueEntriesByPUUID returns a player's ranked entries, one per queue
@@ -284,13 +286,5 @@ func (c *Client) LeagueEntriesByPUUID(ctx context.Context, platform Platform, pu
 		template: "/lol/league/v4/entries/by-puuid/{encryptedPUUID}",
 		path:     "/lol/league/v4/entries/by-puuid/" + url.PathEscape(puuid),
 	}
-	body, err := c.get(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	entries := []LeagueEntry{}
-	if err := decodeJSON(op, req.route, 200, body, &entries); err != nil {
-		return nil, err
-	}
-	return entries, nil
+	return getJSON(ctx, c, req, []LeagueEntry{})
 }

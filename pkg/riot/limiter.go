@@ -3,8 +3,6 @@ package riot
 import (
 	"context"
 	"net/http"
-	"strconv"
-	"time"
 )
 
 // Call names one Riot request for rate limiting.
@@ -42,89 +40,4 @@ type Permit interface {
 	Done(status int, h http.Header)
 	// Cancel returns the reservation unused (the request was never sent).
 	Cancel()
-}
-
-// Kind classifies a Riot call's failure for retry decisions.
-type Kind int
-
-const (
-	// KindUnknown is an error the client could not classify; not retried.
-	KindUnknown Kind = iota
-	// KindRateLimited: a 429, or the limiter would make the call wait past
-	// the caller's deadline. Retry at RetryAt; never counts as a failed attempt.
-	KindRateLimited
-	// KindServer: 5xx. Retryable with backoff.
-	KindServer
-	// KindTransport: timeout, connection refused or reset, truncated body.
-	// Retryable with backoff.
-	KindTransport
-	// KindNotFound: 404. Not retried in a loop (unknown-resource calls count
-	// toward a blacklist); callers may allow a few delayed retries.
-	KindNotFound
-	// KindBadRequest: 400, 405, 415 and other 4xx. Permanent.
-	KindBadRequest
-	// KindKeyRejected: 401 or 403: missing, invalid, expired or blacklisted
-	// key. Permanent, and every further call with the key is refused.
-	KindKeyRejected
-	// KindDecode: a 200 whose body is not the expected JSON. Permanent.
-	KindDecode
-	// KindBreakerOpen: the routing host's circuit breaker is open. Retryable.
-	KindBreakerOpen
-)
-
-// Error is every error returned by the Riot client and the limiter.
-// It never contains the API key.
-type Error struct {
-	Kind   Kind
-	Op     string // method ID, e.g. "match-v5.getMatch"
-	Route  string // routing value, e.g. "asia"
-	Status int    // HTTP status, 0 if no answer
-	// RetryAt is when a retry may be made (KindRateLimited, KindBreakerOpen,
-	// and KindServer when a 5xx carried Retry-After);
-	// zero if unknown.
-	RetryAt time.Time
-	// LimitType is X-Rate-Limit-Type on a 429: application, method, service,
-	// server, or "" when Riot sent none (an underlying-service limit).
-	LimitType string
-	Msg       string
-	Err       error
-}
-
-func (e *Error) Error() string {
-	s := "riot " + e.Op
-	if e.Route != "" {
-		s += " (" + e.Route + ")"
-	}
-	if e.Status != 0 {
-		s += ": " + http.StatusText(e.Status) + " " + strconv.Itoa(e.Status)
-	}
-	if e.Msg != "" {
-		s += ": " + e.Msg
-	}
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-// Retryable reports whether a later attempt may succeed.
-func (e *Error) Retryable() bool {
-	switch e.Kind {
-	case KindRateLimited, KindServer, KindTransport, KindBreakerOpen:
-		return true
-	}
-	return false
-}
-
-// RetryDelay is how long to wait before retrying after e: until RetryAt
-// when Riot or the limiter gave one, and never less than min.
-func (e *Error) RetryDelay(now time.Time, min time.Duration) time.Duration {
-	if !e.RetryAt.IsZero() {
-		if d := e.RetryAt.Sub(now); d > min {
-			return d
-		}
-	}
-	return min
 }

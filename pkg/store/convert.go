@@ -2,9 +2,11 @@ package store
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"unicode/utf8"
 
@@ -16,6 +18,16 @@ import (
 // either). Syntax is checked by Postgres on insert.
 func JSONStorable(doc []byte) bool {
 	return bytes.IndexByte(doc, 0) < 0 && utf8.Valid(doc)
+}
+
+// gunzipAll decompresses a document kept in raw_gzip (one that
+// JSONStorable refuses, or one stored before schema version 004).
+func gunzipAll(gz []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }
 
 // convertRawDocuments moves documents stored by schema versions before 004

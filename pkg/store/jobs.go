@@ -25,15 +25,14 @@ type Job struct {
 }
 
 // jobInsert inserts one jobs row from the 11 parameters RecordJob and
-// RecordJobOnce pass.
+// RecordJobOnce pass (Job.insertArgs).
 const jobInsert = `
 INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at, requested_by)
 VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10, nullif($11, ''))`
 
-// RecordJob creates job j or, when its id exists, overwrites its status,
-// retries, error, detail and timestamps (zero timestamps keep the stored
-// ones).
-func (s *Store) RecordJob(ctx context.Context, j Job) error {
+// insertArgs are jobInsert's 11 parameters for j: a zero RequestedAt is
+// now, an empty Detail NULL.
+func (j Job) insertArgs() []any {
 	requested := j.RequestedAt
 	if requested.IsZero() {
 		requested = time.Now()
@@ -42,13 +41,19 @@ func (s *Store) RecordJob(ctx context.Context, j Job) error {
 	if len(j.Detail) > 0 {
 		detail = j.Detail
 	}
+	return []any{j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt),
+		j.RequestedBy}
+}
+
+// RecordJob creates job j or, when its id exists, overwrites its status,
+// retries, error, detail and timestamps (zero timestamps keep the stored
+// ones).
+func (s *Store) RecordJob(ctx context.Context, j Job) error {
 	_, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retries, error = EXCLUDED.error,
     detail = coalesce(EXCLUDED.detail, jobs.detail),
     started_at = coalesce(EXCLUDED.started_at, jobs.started_at),
-    finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`,
-		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt),
-		j.RequestedBy)
+    finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`, j.insertArgs()...)
 	if err != nil {
 		return fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

@@ -44,16 +44,8 @@ func (s *Store) UnlinkAccount(ctx context.Context, puuid string) error {
 // ActiveAccounts returns every active account with a platform, by PUUID
 // (the accounts scheduled jobs work on).
 func (s *Store) ActiveAccounts(ctx context.Context) ([]Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+accountCols+` FROM accounts
+	return s.queryAccounts(ctx, "active accounts", `SELECT `+accountCols+` FROM accounts
 WHERE active AND platform <> '' ORDER BY puuid`)
-	if err != nil {
-		return nil, fmt.Errorf("store: active accounts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
-	if err != nil {
-		return nil, fmt.Errorf("store: active accounts: %w", err)
-	}
-	return out, nil
 }
 
 // MatchStatuses returns the match ledger status (kind match) of each of ids
@@ -78,21 +70,13 @@ func (s *Store) MatchStatuses(ctx context.Context, ids []string) (map[string]str
 // in Publish, so the new sync publishes them. Rows listed by a live sync are
 // left alone: that sync publishes them. Returns the adopted ids.
 func (s *Store) AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
+	return queryRows(ctx, s, "adopt orphans "+requestID, pgx.RowTo[string], `
 UPDATE match_fetches f SET listed_by_request = $1, updated_at = now()
 WHERE f.kind = 'match' AND f.match_id = ANY($2) AND f.status = 'unfetched'
   AND f.listed_by_request IS DISTINCT FROM $1
   AND NOT EXISTS (SELECT 1 FROM accounts a WHERE a.sync_status = 'syncing'
                   AND a.sync_request_id = f.listed_by_request)
 RETURNING f.match_id`, requestID, ids)
-	if err != nil {
-		return nil, fmt.Errorf("store: adopt orphans %s: %w", requestID, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("store: adopt orphans %s: %w", requestID, err)
-	}
-	return out, nil
 }
 
 // LeagueSnapshot is the first or last league_entries row of a period.
@@ -175,18 +159,8 @@ FROM jobs WHERE id = $1`, id).Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retri
 // exists, which is left unchanged; it reports whether j was created. Used
 // for rejected requests, whose id may belong to a sync that already ran.
 func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
-	requested := j.RequestedAt
-	if requested.IsZero() {
-		requested = time.Now()
-	}
-	var detail any
-	if len(j.Detail) > 0 {
-		detail = j.Detail
-	}
 	tag, err := s.pool.Exec(ctx, jobInsert+`
-ON CONFLICT (id) DO NOTHING`,
-		j.ID, j.Type, j.PUUID, j.Status, j.Retries, j.Error, detail, requested, ts(j.StartedAt), ts(j.FinishedAt),
-		j.RequestedBy)
+ON CONFLICT (id) DO NOTHING`, j.insertArgs()...)
 	if err != nil {
 		return false, fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

@@ -157,72 +157,77 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
 	if err := lockMatches(ctx, tx, b); err != nil {
 		return BatchResult{}, err
 	}
-	if len(b.Matches) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_matches"}, []string{"seq", "match_id", "platform",
-			"region", "queue_id", "game_mode", "game_type", "game_version", "patch", "map_id", "game_creation",
-			"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "raw_gzip", "fetched_at"},
-			pgx.CopyFromSlice(len(b.Matches), func(i int) ([]any, error) {
-				m := &b.Matches[i]
-				return []any{i, m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
-					m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
-					m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}, nil
-			})); err != nil {
-			return BatchResult{}, fmt.Errorf("copy matches: %w", err)
-		}
-		if _, err := tx.Exec(ctx, upsertMatches); err != nil {
-			return BatchResult{}, fmt.Errorf("upsert matches: %w", err)
-		}
+	if err := stageRows(ctx, tx, "matches", []string{"seq", "match_id", "platform",
+		"region", "queue_id", "game_mode", "game_type", "game_version", "patch", "map_id", "game_creation",
+		"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "raw_gzip", "fetched_at"},
+		len(b.Matches), func(i int) []any {
+			m := &b.Matches[i]
+			return []any{i, m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
+				m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
+				m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}
+		}, upsertMatches); err != nil {
+		return BatchResult{}, err
 	}
-	if len(b.Participants) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_participants"}, []string{"seq", "match_id",
-			"participant_id", "puuid", "riot_id_game_name", "riot_id_tagline", "team_id", "champion_id",
-			"champion_name", "champ_level", "team_position", "win", "kills", "deaths", "assists", "gold_earned",
-			"cs", "vision_score", "damage_to_champions", "time_played_s", "placement", "individual_position",
-			"role", "lane", "items", "summoner1_id", "summoner2_id", "gold_spent", "total_damage_taken",
-			"damage_to_objectives", "wards_placed", "wards_killed"},
-			pgx.CopyFromSlice(len(b.Participants), func(i int) ([]any, error) {
-				p := &b.Participants[i]
-				return []any{i, p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
-					p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
-					p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
-					p.Placement, p.IndividualPosition, p.Role, p.Lane, items(p.Items), p.Summoner1ID, p.Summoner2ID,
-					p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}, nil
-			})); err != nil {
-			return BatchResult{}, fmt.Errorf("copy participants: %w", err)
-		}
-		if _, err := tx.Exec(ctx, upsertParticipants); err != nil {
-			return BatchResult{}, fmt.Errorf("upsert participants: %w", err)
-		}
+	if err := stageRows(ctx, tx, "participants", []string{"seq", "match_id",
+		"participant_id", "puuid", "riot_id_game_name", "riot_id_tagline", "team_id", "champion_id",
+		"champion_name", "champ_level", "team_position", "win", "kills", "deaths", "assists", "gold_earned",
+		"cs", "vision_score", "damage_to_champions", "time_played_s", "placement", "individual_position",
+		"role", "lane", "items", "summoner1_id", "summoner2_id", "gold_spent", "total_damage_taken",
+		"damage_to_objectives", "wards_placed", "wards_killed"},
+		len(b.Participants), func(i int) []any {
+			p := &b.Participants[i]
+			return []any{i, p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
+				p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
+				p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
+				p.Placement, p.IndividualPosition, p.Role, p.Lane, items(p.Items), p.Summoner1ID, p.Summoner2ID,
+				p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}
+		}, upsertParticipants); err != nil {
+		return BatchResult{}, err
 	}
-	if len(b.Timelines) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_timelines"}, []string{"seq", "match_id",
-			"frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"},
-			pgx.CopyFromSlice(len(b.Timelines), func(i int) ([]any, error) {
-				t := &b.Timelines[i]
-				return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.Raw, t.RawGzip, ts(t.FetchedAt)}, nil
-			})); err != nil {
-			return BatchResult{}, fmt.Errorf("copy timelines: %w", err)
-		}
-		if _, err := tx.Exec(ctx, upsertTimelines); err != nil {
-			return BatchResult{}, fmt.Errorf("upsert timelines: %w", err)
-		}
+	if err := stageRows(ctx, tx, "timelines", []string{"seq", "match_id",
+		"frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"},
+		len(b.Timelines), func(i int) []any {
+			t := &b.Timelines[i]
+			return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.Raw, t.RawGzip, ts(t.FetchedAt)}
+		}, upsertTimelines); err != nil {
+		return BatchResult{}, err
 	}
 	if len(b.Ledger) == 0 {
 		return BatchResult{}, nil
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_ledger"}, []string{"seq", "match_id", "kind", "status",
+	if err := stageRows(ctx, tx, "ledger", []string{"seq", "match_id", "kind", "status",
 		"attempt", "http_status", "error", "game_creation", "attempted_at", "request_id"},
-		pgx.CopyFromSlice(len(b.Ledger), func(i int) ([]any, error) {
+		len(b.Ledger), func(i int) []any {
 			l := &b.Ledger[i]
 			return []any{i, l.MatchID, l.Kind, l.Status, l.Attempt, l.HTTPStatus, l.Error, ts(l.GameCreation),
-				ts(l.AttemptedAt), l.RequestID}, nil
-		})); err != nil {
-		return BatchResult{}, fmt.Errorf("copy ledger: %w", err)
+				ts(l.AttemptedAt), l.RequestID}
+		}, ""); err != nil {
+		return BatchResult{}, err
 	}
 	if err := applyLedger(ctx, tx); err != nil {
 		return BatchResult{}, err
 	}
 	return syncProgress(ctx, tx, "SELECT DISTINCT match_id FROM stage_ledger")
+}
+
+// stageRows copies n rows (row(i) is row i's values of cols, seq = i first)
+// into the staging table stage_<what>, then runs upsert, the statement that
+// applies them ("" for none). Nothing happens when n is 0.
+func stageRows(ctx context.Context, tx pgx.Tx, what string, cols []string, n int, row func(i int) []any, upsert string) error {
+	if n == 0 {
+		return nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_" + what}, cols,
+		pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil })); err != nil {
+		return fmt.Errorf("copy %s: %w", what, err)
+	}
+	if upsert == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, upsert); err != nil {
+		return fmt.Errorf("upsert %s: %w", what, err)
+	}
+	return nil
 }
 
 // ts maps the zero time to NULL.

@@ -1,12 +1,9 @@
 package store
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,14 +41,6 @@ func (s *Store) raw(ctx context.Context, sql, matchID string) ([]byte, time.Time
 		return nil, time.Time{}, fmt.Errorf("store: %s: stored payload: %w", matchID, err)
 	}
 	return b, at, nil
-}
-
-func gunzipAll(gz []byte) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, err
-	}
-	return io.ReadAll(zr)
 }
 
 // PlayerMatch is one of a player's stored matches, with their line of it.

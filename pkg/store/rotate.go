@@ -57,13 +57,5 @@ SELECT * FROM unnest($1::text[], $2::text[]) AS m(old, new) WHERE old <> new`, o
 
 // Accounts returns every stored account (active or not), by PUUID.
 func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+accountCols+` FROM accounts ORDER BY puuid`)
-	if err != nil {
-		return nil, fmt.Errorf("store: accounts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
-	if err != nil {
-		return nil, fmt.Errorf("store: accounts: %w", err)
-	}
-	return out, nil
+	return s.queryAccounts(ctx, "accounts", `SELECT `+accountCols+` FROM accounts ORDER BY puuid`)
 }

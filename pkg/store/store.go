@@ -146,6 +146,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// queryRows runs sql with args and scans every row with scan. Errors are
+// wrapped "store: <what>: ...".
+func queryRows[T any](ctx context.Context, s *Store, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", what, err)
+	}
+	return out, nil
+}
+
 // Pool returns the underlying pool, for ad-hoc queries (admin commands,
 // tests). Writes to match data should go through the Store's methods.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -150,17 +150,9 @@ func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string,
 // StuckSyncs returns the accounts syncing without progress since
 // noProgressSince (last_progress_at, else sync_started_at).
 func (s *Store) StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+accountCols+` FROM accounts
+	return s.queryAccounts(ctx, "stuck syncs", `SELECT `+accountCols+` FROM accounts
 WHERE sync_status = 'syncing' AND coalesce(last_progress_at, sync_started_at, updated_at) < $1
 ORDER BY last_progress_at`, noProgressSince)
-	if err != nil {
-		return nil, fmt.Errorf("store: stuck syncs: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) })
-	if err != nil {
-		return nil, fmt.Errorf("store: stuck syncs: %w", err)
-	}
-	return out, nil
 }
 
 // ResetSync moves the account from syncing back to pending, only while it is

@@ -28,6 +28,11 @@ type Account struct {
 const accountCols = `puuid, game_name, tag_line, platform, region, sync_status, sync_progress, sync_total,
 coalesce(sync_request_id, ''), coalesce(sync_error, ''), sync_started_at, last_progress_at, last_synced_at, active`
 
+// queryAccounts is queryRows of accounts: sql selects accountCols.
+func (s *Store) queryAccounts(ctx context.Context, what, sql string, args ...any) ([]Account, error) {
+	return queryRows(ctx, s, what, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) }, sql, args...)
+}
+
 func scanAccount(r pgx.Row) (Account, error) {
 	var a Account
 	var started, progress, synced *time.Time

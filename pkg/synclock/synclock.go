@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/tick"
 )
 
 // Value is what the sync-locks bucket holds for a PUUID.
@@ -105,17 +106,8 @@ func Heartbeat(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl t
 }
 
 // Beat calls renew every interval until ctx ends (the first call one
-// interval after the start): the beat of a lock heartbeat, here and in the
-// retry-sweeper's renewal of every running sync's lock.
+// interval after the start, see tick.Every): the beat of a lock heartbeat,
+// here and in the retry-sweeper's renewal of every running sync's lock.
 func Beat(ctx context.Context, interval time.Duration, renew func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			renew()
-		}
-	}
+	tick.Every(ctx, interval, renew)
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/pkg/telemetry/telemetrytest"
 )
 
 // TestBuildInfoAndSecondsBuckets checks what every service's /metrics
@@ -44,18 +45,8 @@ func TestBuildInfoAndSecondsBuckets(t *testing.T) {
 	// 30 ms lands in le=0.05 but not le=0.025: seconds, with fitting buckets.
 	if !strings.Contains(body, `riftflow_message_process_duration_seconds_bucket{otel_scope_name="riftflow/test",otel_scope_schema_url="",otel_scope_version="",le="0.025"} 0`) ||
 		!strings.Contains(body, `riftflow_message_process_duration_seconds_bucket{otel_scope_name="riftflow/test",otel_scope_schema_url="",otel_scope_version="",le="0.05"} 1`) {
-		t.Errorf("process duration buckets do not fit seconds:\n%s", grepLines(body, "riftflow_message_process_duration"))
+		t.Errorf("process duration buckets do not fit seconds:\n%s", telemetrytest.GrepLines(body, "riftflow_message_process_duration"))
 	}
-}
-
-func grepLines(body, prefix string) string {
-	var out []string
-	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestAPIRoutesTracedByPattern checks that a mounted route gets a server

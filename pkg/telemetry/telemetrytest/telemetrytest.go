@@ -1,9 +1,11 @@
 // Package telemetrytest helps tests observe spans: an in-memory recorder
 // that can stand in for the global TracerProvider, and an in-process
-// OTLP/HTTP receiver that collects what the real exporter sends.
+// OTLP/HTTP receiver that collects what the real exporter sends. GrepLines
+// picks the lines of a /metrics page about one metric.
 package telemetrytest
 
 import (
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -53,4 +55,17 @@ func (r *Recorder) Names() []string {
 		names = append(names, s.Name())
 	}
 	return names
+}
+
+// GrepLines returns the lines of text that contain sub, joined by
+// newlines: the part of a /metrics page (Prometheus text format) worth
+// printing when a check of one metric fails.
+func GrepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

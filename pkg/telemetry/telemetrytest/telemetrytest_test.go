@@ -28,3 +28,13 @@ func TestInstallGlobalRecordsAndRestores(t *testing.T) {
 		t.Error("InstallGlobal did not restore the previous TracerProvider")
 	}
 }
+
+func TestGrepLines(t *testing.T) {
+	page := "# TYPE a_total counter\na_total 3\nb_total 1\na_seconds_bucket{le=\"1\"} 2"
+	if got, want := telemetrytest.GrepLines(page, "a_"), "# TYPE a_total counter\na_total 3\na_seconds_bucket{le=\"1\"} 2"; got != want {
+		t.Errorf("GrepLines(a_) = %q, want %q", got, want)
+	}
+	if got := telemetrytest.GrepLines(page, "c_"); got != "" {
+		t.Errorf("GrepLines(c_) = %q, want none", got)
+	}
+}
