@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/riftflow/riftflow/pkg/tick"
 )
 
 // pollClock is the clock the gocron scheduler runs on: Now is the
@@ -37,27 +39,24 @@ func (c *pollClock) AfterFunc(d time.Duration, f func()) clockwork.Timer {
 
 // run fires due timers every poll until ctx ends.
 func (c *pollClock) run(ctx context.Context, poll time.Duration) {
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	tick.Every(ctx, poll, c.fireDue)
+}
+
+// fireDue starts (each in its own goroutine) the timers whose deadline Now
+// has reached, and forgets them.
+func (c *pollClock) fireDue() {
+	now := c.now()
+	var due []func()
+	c.mu.Lock()
+	for t := range c.timers {
+		if !now.Before(t.at) {
+			delete(c.timers, t)
+			due = append(due, t.f)
 		}
-		now := c.now()
-		var due []func()
-		c.mu.Lock()
-		for t := range c.timers {
-			if !now.Before(t.at) {
-				delete(c.timers, t)
-				due = append(due, t.f)
-			}
-		}
-		c.mu.Unlock()
-		for _, f := range due {
-			go f()
-		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		go f()
 	}
 }
 
