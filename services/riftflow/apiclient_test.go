@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 )
 
@@ -124,19 +125,8 @@ func sseEvents(t *testing.T, url, token string, timeout time.Duration) [][2]stri
 	return out
 }
 
-// freePort is a loopback TCP port nothing listens on (at the time).
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // freeAddr is a free port on 127.0.0.1, as host:port.
-func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(stagetest.FreePort(t)) }
 
 // serveLoopback serves srv on a free loopback port until the test ends,
 // and returns its base URL.

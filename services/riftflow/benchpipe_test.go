@@ -52,6 +52,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -526,7 +527,7 @@ func waitHTTP(b *testing.B, url string, within time.Duration) {
 }
 
 func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key, dbURL string, puuids []string, per, matches, pairs int, log *sampleLog) runResult {
-	natsPort := freePort(b)
+	natsPort := stagetest.FreePort(b)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	storeDir := filepath.Join(b.TempDir(), "nats")
 	nproc := startProc(b, out, "nats-server", filepath.Join(bin, "natsnode"), []string{"GOMEMLIMIT=96MiB"},
@@ -551,7 +552,7 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	}
 	procs := []*benchProc{nproc}
 	for _, svc := range benchServices {
-		port := freePort(b)
+		port := stagetest.FreePort(b)
 		p := startProc(b, out, svc, filepath.Join(bin, svc), append(common, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port)))
 		p.ops = fmt.Sprintf("127.0.0.1:%d", port)
 		procs = append(procs, p)

@@ -84,7 +84,7 @@ func TestNATSPermissions(t *testing.T) {
 	log := telemetry.NewLogger(logs, slog.LevelDebug, "json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := StartStack(ctx, StackOptions{DataDir: dir, Env: env, NATSPort: freePort(t), MemoryStreams: true, Log: log,
+	st, err := StartStack(ctx, StackOptions{DataDir: dir, Env: env, NATSPort: stagetest.FreePort(t), MemoryStreams: true, Log: log,
 		Sim: sim.Options{FixturesDir: sim.FindFixtures(), Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 8},
 			// Errors on purpose, so error paths log.
 			Faults: sim.Faults{Seed: 5, Error5xx: 0.1}}})

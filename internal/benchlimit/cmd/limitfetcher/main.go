@@ -58,6 +58,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/tick"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -182,9 +183,9 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 				// max(RetryAt, now + 1 s); other failures are retried.
 				var re *riot.Error
 				if errors.As(err, &re) && re.Kind == riot.KindRateLimited {
-					sleep(ctx, max(time.Until(re.RetryAt), time.Second))
+					_ = tick.Sleep(ctx, max(time.Until(re.RetryAt), time.Second))
 				} else {
-					sleep(ctx, time.Second)
+					_ = tick.Sleep(ctx, time.Second)
 				}
 			}
 		})
@@ -194,11 +195,3 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
