@@ -194,4 +194,3 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 	fmt.Fprintf(os.Stderr, "limitfetcher done: %d pairs of calls answered, %d failed\n", ok.Load(), failed.Load())
 	return nil
 }
-
