@@ -248,6 +248,10 @@ type FetchCommand struct {
 	// NotFound counts 404 answers so far (freshly listed matches get a few
 	// delayed retries before they are permanently_unfetchable).
 	NotFound int `json:"not_found,omitempty"`
+	// NotFoundAt is the attempt Riot last answered 404 (0: none, or not
+	// known, as on a retry-sweeper re-publish). The failures other than
+	// 404 after it are the streak that hands a fetch to the retry-sweeper.
+	NotFoundAt int `json:"not_found_at,omitempty"`
 	// GameCreationMs is the match's gameCreation (epoch ms) when known
 	// (always for timelines, from an earlier fetch or the request); 0 if unknown.
 	GameCreationMs int64 `json:"game_creation_ms,omitempty"`

@@ -81,15 +81,20 @@ type TimelineRow struct {
 //
 // Rules (applied idempotently; replays change nothing):
 //   - success applies unless the row is already success;
-//   - any other status applies only when Attempt > the row's attempt and the
-//     row's status is not final (success, permanently_unfetchable,
-//     outside_retention_window), or when the row is unfetched or absent;
+//   - a final failure (permanently_unfetchable, outside_retention_window)
+//     applies to a row that is not final (success, permanently_unfetchable,
+//     outside_retention_window), whatever its attempt: two commands for one
+//     fetch (a retry-sweeper re-publish beside a retry still waiting) number
+//     their attempts alike, and the final outcome of one must not be lost to
+//     a failure the other recorded under the same or a higher number;
+//   - temporary_failure applies only when Attempt > the row's attempt and
+//     the row's status is not final, or when the row is unfetched or absent;
 //   - unfetched only creates an absent row.
 //
 // retry_count counts applied temporary_failure and permanently_unfetchable
 // attempts, not_found those with HTTPStatus 404. Within one batch, updates of
-// the same (MatchID, Kind) reduce to one: a success if any, else the highest
-// attempt (a final status winning a tie).
+// the same (MatchID, Kind) reduce to one: a success if any, else a final
+// status if any, else the highest attempt.
 type LedgerUpdate struct {
 	MatchID      string
 	Kind         string // "match" | "timeline"
@@ -338,8 +343,8 @@ WITH agg AS (
 ), pick AS (
     SELECT DISTINCT ON (match_id, kind) *
     FROM stage_ledger
-    ORDER BY match_id, kind, (status = 'success') DESC, attempt DESC,
-        (status IN ('permanently_unfetchable', 'outside_retention_window')) DESC, seq DESC
+    ORDER BY match_id, kind, (status = 'success') DESC,
+        (status IN ('permanently_unfetchable', 'outside_retention_window')) DESC, attempt DESC, seq DESC
 ), u AS (
     SELECT p.*, a.fails, a.nf,
         (SELECT count(*) FROM unnest(a.fails) x WHERE x > cur.attempt)::int AS new_fails
@@ -360,6 +365,8 @@ UPDATE match_fetches f SET
 FROM u
 WHERE f.match_id = u.match_id AND f.kind = u.kind
   AND (   (u.status = 'success' AND f.status <> 'success')
+       OR (u.status IN ('permanently_unfetchable', 'outside_retention_window')
+           AND f.status IN ('unfetched', 'temporary_failure'))
        OR (u.status IN ('temporary_failure', 'permanently_unfetchable', 'outside_retention_window')
            AND (f.status = 'unfetched'
                 OR (u.attempt > f.attempt

@@ -186,6 +186,13 @@ func TestLedgerRules(t *testing.T) {
 			ledgerRow{pu, 1, 1, 1, "permanently_unfetchable#1", 404}},
 		{"outside retention is final", [][]store.LedgerUpdate{{lu("", or, 1, 0)}, {lu("", tf, 2, 503)}}, false,
 			ledgerRow{or, 1, 0, 0, "outside_retention_window#1", 0}},
+		// Two commands for one fetch (a sweeper re-publish beside a retry
+		// still waiting) number their attempts alike: the final outcome of
+		// one is not lost to the other's later-numbered failure.
+		{"final after a higher failed attempt", [][]store.LedgerUpdate{{lu("", tf, 9, 503)}, {lu("", pu, 7, 404)}}, false,
+			ledgerRow{pu, 9, 1, 0, "permanently_unfetchable#7", 404}},
+		{"final beside a higher failed attempt in one batch", [][]store.LedgerUpdate{{lu("", tf, 9, 503), lu("", pu, 7, 404)}}, false,
+			ledgerRow{pu, 7, 2, 1, "permanently_unfetchable#7", 404}},
 		{"listed then failed", [][]store.LedgerUpdate{{lu("", tf, 1, 429)}}, true,
 			ledgerRow{tf, 1, 1, 0, "temporary_failure#1", 429}},
 		{"several attempts in one batch", [][]store.LedgerUpdate{{lu("", tf, 2, 500), lu("", tf, 1, 404)}}, false,

@@ -12,11 +12,15 @@
 //     attempt N+1 is scheduled after Backoff[N-1] (30 s, 60 s, 120 s, 300 s)
 //     as a JetStream message schedule, and the message is acked, so waiting
 //     retries hold no MaxAckPending slot;
-//   - after MaxAttempts (5) failed attempts the in-process retries end: a
-//     fetch Riot answered 404 MaxAttempts times is permanently_unfetchable;
-//     any other (a 5xx or timeout streak) stays temporary_failure, "left to
-//     the retry-sweeper", which re-publishes it on a capped backoff for as
-//     long as Riot fails, and the sync completes with it pending;
+//   - a fetch Riot answered 404 MaxAttempts (5) times is
+//     permanently_unfetchable; a 404 never ends the in-process retries
+//     otherwise, whatever 5xx or timeouts came between the 404s;
+//   - MaxAttempts failures other than 404 in a row (a 5xx or timeout
+//     streak; since the fetch's last 404, or in all when that is not
+//     known) end the in-process retries: the fetch stays temporary_failure,
+//     "left to the retry-sweeper", which re-publishes it on a capped
+//     backoff for as long as Riot fails, and the sync completes with it
+//     pending;
 //   - a rate-limit wait (429, or a budget wait longer than the limiter's
 //     MaxWait) is rescheduled at Riot's Retry-After and is NOT an attempt;
 //   - retention is checked before calling: a match known to be older than
@@ -71,9 +75,9 @@ type Config struct {
 	// Backoff is the delay before attempt N+1 after failed attempt N
 	// (the last entry repeats). Default 30s, 60s, 120s, 300s (design 000).
 	Backoff []time.Duration
-	// MaxAttempts failed attempts end the in-process retries (5): that many
-	// 404s make a fetch permanently_unfetchable, any other streak leaves it
-	// temporary_failure for the retry-sweeper.
+	// MaxAttempts (5): that many 404s make a fetch permanently_unfetchable;
+	// that many other failures in a row (streak) end the in-process
+	// retries and leave it temporary_failure for the retry-sweeper.
 	MaxAttempts       int
 	MatchRetention    time.Duration
 	TimelineRetention time.Duration
@@ -244,7 +248,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 // outside retention without a request.
 func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
 	tl := cmd
-	tl.Kind, tl.Attempt, tl.NotFound = bus.KindTimeline, 1, 0
+	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt = bus.KindTimeline, 1, 0, 0
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
 	}
@@ -280,6 +284,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		return s.reschedule(ctx, cmd, now.Add(s.cfg.KeyRejectedDelay), "key rejected", waitID(m, cmd))
 	case riot.KindNotFound:
 		cmd.NotFound++
+		cmd.NotFoundAt = cmd.Attempt
 		if s.cfg.NotFoundExpired(cmd, now) {
 			return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", nil)
 		}
@@ -295,7 +300,12 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 }
 
 // failedAttempt records attempt N as failed and schedules N+1, or ends the
-// fetch permanently_unfetchable after MaxAttempts. The schedule of attempt
+// fetch: permanently_unfetchable on its MaxAttempts-th 404, temporary_failure
+// for the retry-sweeper when a failure other than 404 makes a streak of
+// MaxAttempts. A 404 below MaxAttempts always schedules N+1: Riot has
+// answered about the match, and the sweeper's capped backoff (one attempt
+// per re-publish, StaleAfter doubling up to hours) would make each further
+// 404 wait for a sweep. The schedule of attempt
 // N+1 has the message id "retry/<match>/<kind>/a<N+1>/s<seq>" (seq: the
 // stream sequence of the message being handled), so a redelivery of
 // attempt N (crash after scheduling, before the ack) cannot start a second,
@@ -303,19 +313,21 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 // new command for the same attempt (the retry-sweeper's) starts its own.
 func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, re *riot.Error) natsx.Result {
 	reason := re.Error()
-	if re.Kind == riot.KindNotFound && cmd.NotFound >= s.cfg.MaxAttempts {
+	notFound := re.Kind == riot.KindNotFound
+	if notFound && cmd.NotFound >= s.cfg.MaxAttempts {
 		// MaxAttempts 404s: Riot does not have the match (or not any
 		// more); retrying will not change that.
 		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status,
 			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
 	}
-	if cmd.Attempt-cmd.NotFound >= s.cfg.MaxAttempts {
-		// MaxAttempts 5xx or timeouts say nothing about the match: they are
-		// never final. The in-process retries end here; the fetch stays
-		// temporary_failure, the retry-sweeper tries it again on its
-		// capped backoff, and the sync completes with it pending. Only
-		// failures other than 404 count here, so a 404 streak with a 5xx
-		// or two in it still ends as the 404s say (above).
+	if !notFound && streak(cmd) >= s.cfg.MaxAttempts {
+		// MaxAttempts 5xx or timeouts in a row say nothing about the
+		// match: they are never final. The in-process retries end here;
+		// the fetch stays temporary_failure, the retry-sweeper tries it
+		// again on its capped backoff, and the sync completes with it
+		// pending. A 404 never ends up here: 404s with 5xx or timeouts
+		// between them end as the 404s say (above), within the fetcher's
+		// own retries.
 		return s.finish(ctx, m, cmd, bus.TemporaryFailure, re.Status,
 			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), nil)
 	}
@@ -329,6 +341,14 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag) + next.DedupSuffix()
 	}
 	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry", id)
+}
+
+// streak is the number of failures other than 404 in a row that cmd's
+// failed attempt (not a 404) ends: those since the fetch's last 404
+// (NotFoundAt), or, when that is not known (a retry-sweeper re-publish),
+// every failure other than 404 it has had (Attempt − NotFound).
+func streak(cmd bus.FetchCommand) int {
+	return cmd.Attempt - max(cmd.NotFound, cmd.NotFoundAt)
 }
 
 // NextAttemptAt is when a fetch whose attempt number attempt (1-based)

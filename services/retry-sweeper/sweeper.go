@@ -277,7 +277,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				rep.Permanent++
 				continue
 			}
-			if f.Status == string(bus.TemporaryFailure) && f.Since.After(now.Add(-s.PendingDelay(f.RetryCount))) {
+			// A 404 is Riot's answer, not a failed try to reach it: only
+			// the other failures space the sweep retries out.
+			if f.Status == string(bus.TemporaryFailure) && f.Since.After(now.Add(-s.PendingDelay(f.RetryCount-f.NotFound))) {
 				rep.Waiting++
 				continue
 			}
@@ -351,10 +353,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 }
 
 // PendingDelay is how long after its last attempt a temporary_failure row
-// with retryCount failed attempts is due again: StaleAfter while the
-// fetcher's own retries may still run (retryCount < MaxAttempts), then
-// StaleAfter·2^k for a pending fetch after its k-th sweep retry, capped at
-// RetryMax.
+// with retryCount failed attempts other than 404 is due again: StaleAfter
+// while the fetcher's own retries may still run (retryCount < MaxAttempts),
+// then StaleAfter·2^k for a pending fetch after its k-th sweep retry,
+// capped at RetryMax.
 func (s *Service) PendingDelay(retryCount int) time.Duration {
 	k := retryCount - s.cfg.MaxAttempts
 	if k <= 0 {

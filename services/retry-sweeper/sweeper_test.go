@@ -2,6 +2,7 @@ package sweeper_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,20 +36,8 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 	// queued's retry waits in the americas queue, behind a backlog.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cron, err := inf.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	clk := func() time.Time { return now.Add(2 * time.Hour) } // everything is stale
-	s, err := sweeper.New(sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,25 +45,10 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 	if rep.Republished != 1 || rep.StillQueued != 1 {
 		t.Fatalf("sweep with %s queued: %+v, want 1 republished (%s), 1 still queued", queued, rep, lost)
 	}
-	cons, err := inf.JS.Consumer(ctx, streams.StreamFetch, streams.FetcherConsumer("americas"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	read := func() map[string]int {
 		got := map[string]int{}
-		b, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			var c bus.FetchCommand
-			if err := json.Unmarshal(m.Data(), &c); err != nil {
-				t.Fatal(err)
-			}
+		for _, c := range fetchQueue(e) {
 			got[c.MatchID]++
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
 		}
 		return got
 	}
@@ -93,4 +67,86 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 	if got := read(); got[queued] != 1 {
 		t.Fatalf("FETCH held %v after the second sweep", got)
 	}
+}
+
+// A pending fetch's sweep retries are spaced by its failures other than
+// 404: a timeline Riot answered 404 four times, then 503 five times in a
+// row, is tried again StaleAfter after its last attempt (one more 404
+// makes it final), not StaleAfter·2^4 as if its 404s had been failed
+// sweep retries (160 min; the cap is 6 h). Nine 503s still wait the
+// doubled delay.
+func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	now := time.Now()
+	const notFound, failing = "NA1_9600", "NA1_9601"
+	for a := 1; a <= 9; a++ {
+		status := 503
+		if a <= 4 {
+			status = 404
+		}
+		if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: []store.LedgerUpdate{
+			{MatchID: notFound, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: status,
+				Error: fmt.Sprint(status), AttemptedAt: now},
+			{MatchID: failing, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: 503,
+				Error: "503", AttemptedAt: now},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, RetryMax: 6 * time.Hour},
+		func() time.Time { return now.Add(25 * time.Minute) })
+	rep, err := s.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Republished != 1 || rep.Waiting != 1 {
+		t.Fatalf("sweep 25 min after the last attempt: %+v, want %s re-published, %s waiting", rep, notFound, failing)
+	}
+	if got := fetchQueue(e); len(got) != 1 || got[0].MatchID != notFound || got[0].Attempt != 10 || got[0].NotFound != 4 {
+		t.Fatalf("re-published %+v, want %s attempt 10 with 4 404s", got, notFound)
+	}
+}
+
+// newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
+func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
+	t, inf := e.T, e.Infra
+	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cron, err := inf.KV(t.Context(), streams.BucketCronLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: inf.Store, Locks: locks, CronLocks: cron,
+		Base: app.Base{Subjects: inf.Subjects, Now: now}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fetchQueue takes (acks) the fetch commands waiting in the americas queue.
+func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
+	t := e.T
+	cons, err := e.Infra.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bus.FetchCommand
+	for m := range b.Messages() {
+		var c bus.FetchCommand
+		if err := json.Unmarshal(m.Data(), &c); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, c)
+		if err := m.DoubleAck(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
 }

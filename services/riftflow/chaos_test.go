@@ -120,6 +120,14 @@ func TestChaosRiotFaults(t *testing.T) {
 	if inj := r.Faults["500"] + r.Faults["502"] + r.Faults["503"] + r.Faults["504"] + r.Faults["5xx"]; inj == 0 && len(r.Faults) == 0 {
 		t.Errorf("no fault was injected: %+v", r.Faults)
 	}
+	// The timelines Riot does not have (the clones' 404s) end final for
+	// that reason, not for a fault that came between their 404s.
+	gone := e.query(`SELECT count(*) FROM match_fetches WHERE kind = 'timeline' AND status = 'permanently_unfetchable'`)
+	if wrong := e.query(`SELECT count(*) FROM match_fetches WHERE kind = 'timeline' AND status = 'permanently_unfetchable'
+  AND (last_error NOT LIKE 'gave up after%' OR last_error NOT LIKE '%404%')`); wrong != 0 {
+		t.Errorf("%d of %d timelines Riot does not have ended for another reason than their 404s", wrong, gone)
+	}
+	t.Logf("timelines Riot does not have: %d permanently_unfetchable after their 404s", gone)
 	t.Logf("faults injected by the sim: %v", r.Faults)
 }
 
