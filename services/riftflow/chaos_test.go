@@ -134,17 +134,26 @@ func TestChaosRiotFaults(t *testing.T) {
 // TestChaosNATSRestart stops the (single) NATS server twice mid-run and
 // starts it again on the same port and store: every process reconnects.
 func TestChaosNATSRestart(t *testing.T) {
-	players, per := chaosSize()
-	e := startChaos(t, chaosOptions{players: players, perPlayer: per})
-	total := players * per
-	start := time.Now()
-	e.ingestAll(1, players)
-	e.waitStored(fraction(total, 0.25), settleTimeout())
-	e.restartNATS(3 * time.Second)
-	e.waitStored(fraction(total, 0.60), settleTimeout())
-	e.restartNATS(3 * time.Second)
-	e.waitSettled(settleTimeout())
+	e, start := restartTwice(t, chaosOptions{}, (*chaosEnv).restartNATS)
 	e.check("NATS disconnect and reconnect", start, fmt.Sprintf("%d NATS server restarts (3 s down each)", e.natsRestarts))
+}
+
+// restartTwice starts a chaos environment of o with the default backlog,
+// ingests it and calls restart (3 s down) once a quarter of it is stored
+// and again at 60 %, then waits until the backlog settles. It returns the
+// environment and when the ingest began.
+func restartTwice(t *testing.T, o chaosOptions, restart func(*chaosEnv, time.Duration)) (*chaosEnv, time.Time) {
+	o.players, o.perPlayer = chaosSize()
+	e := startChaos(t, o)
+	total := o.players * o.perPlayer
+	start := time.Now()
+	e.ingestAll(1, o.players)
+	for _, at := range []float64{0.25, 0.60} {
+		e.waitStored(fraction(total, at), settleTimeout())
+		restart(e, 3*time.Second)
+	}
+	e.waitSettled(settleTimeout())
+	return e, start
 }
 
 // TestChaosClusterNodeLoss runs on a 3-node JetStream cluster of separate
@@ -233,16 +242,7 @@ func (e *chaosEnv) tryStreamLeader(stream string) (int, bool) {
 // the persister is writing, and starts it again on the same port.
 func TestChaosPostgresRestart(t *testing.T) {
 	longCase(t)
-	players, per := chaosSize()
-	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true})
-	total := players * per
-	start := time.Now()
-	e.ingestAll(1, players)
-	e.waitStored(fraction(total, 0.25), settleTimeout())
-	e.restartPostgres(3 * time.Second)
-	e.waitStored(fraction(total, 0.60), settleTimeout())
-	e.restartPostgres(3 * time.Second)
-	e.waitSettled(settleTimeout())
+	e, start := restartTwice(t, chaosOptions{ownPostgres: true}, (*chaosEnv).restartPostgres)
 	e.check("Postgres restart during persist", start, fmt.Sprintf("%d Postgres restarts (3 s down each)", e.pgRestarts))
 }
 
