@@ -808,6 +808,29 @@ type ledgerRow struct {
 	status, reason string
 }
 
+// readLedger reads the match_fetches rows that satisfy the SQL condition
+// where, keyed by the SQL expression key.
+func readLedger(t testing.TB, ctx context.Context, pool *pgxpool.Pool, key, where string) map[string]ledgerRow {
+	t.Helper()
+	ledger := map[string]ledgerRow{}
+	rows, err := pool.Query(ctx, `SELECT `+key+`, status, coalesce(last_error, '') FROM match_fetches WHERE `+where)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var l ledgerRow
+		if err := rows.Scan(&k, &l.status, &l.reason); err != nil {
+			t.Fatal(err)
+		}
+		ledger[k] = l
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return ledger
+}
+
 // checkEndState is the Jepsen-style check: it reads the whole end state
 // and compares it with the simulator's truth for the synthetic players.
 func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim, players int) chaosResult {
@@ -825,25 +848,10 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	}
 	r := chaosResult{Listed: len(listed), Reasons: map[string]int{}}
 
-	ledger := map[string]ledgerRow{}
-	rows, err := pool.Query(ctx, `SELECT match_id || '/' || kind, status, coalesce(last_error, '') FROM match_fetches`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var k string
-		var l ledgerRow
-		if err := rows.Scan(&k, &l.status, &l.reason); err != nil {
-			t.Fatal(err)
-		}
-		ledger[k] = l
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
+	ledger := readLedger(t, ctx, pool, `match_id || '/' || kind`, "true")
 	stored := map[string]int{}    // match_id → participant_count column
 	created := map[string]int64{} // match_id → game_creation, epoch ms
-	rows, err = pool.Query(ctx, `SELECT match_id, participant_count,
+	rows, err := pool.Query(ctx, `SELECT match_id, participant_count,
   coalesce((extract(epoch FROM game_creation) * 1000)::bigint, 0) FROM matches`)
 	if err != nil {
 		t.Fatal(err)

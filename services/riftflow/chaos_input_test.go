@@ -196,17 +196,7 @@ func TestHostileRiotPayloads(t *testing.T) {
 	default:
 	}
 
-	type row struct{ status, reason string }
-	ledger := map[string]row{}
-	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT match_id, status, coalesce(last_error,'') FROM match_fetches WHERE kind = 'match'`)
-	for rows.Next() {
-		var id string
-		var r row
-		if err := rows.Scan(&id, &r.status, &r.reason); err != nil {
-			t.Fatal(err)
-		}
-		ledger[id] = r
-	}
+	ledger := readLedger(t, h.ctx, h.st.Infra.Store.Pool(), "match_id", "kind = 'match'")
 	stored, rejected, pending := 0, 0, 0
 	for _, id := range ids {
 		r := ledger[id]
