@@ -21,6 +21,12 @@ type patch struct {
 	gameName   string
 	tagLine    string
 	puuids     []string // with matchID: every participant's PUUID, in participantId order (nil = keep)
+
+	// mark renders holes instead of values (see compileTemplate): every
+	// shifted time becomes "@@shift:<recorded value>@@", every game ID
+	// "@@gameId@@", a synthetic summonerId "@@summonerId@@"; the string
+	// fields above then carry their own @@name@@ sentinels.
+	mark bool
 }
 
 var matchTimeKeys = []string{"gameCreation", "gameStartTimestamp", "gameEndTimestamp"}
@@ -44,17 +50,40 @@ func mustEncode(v any) json.RawMessage {
 	return b
 }
 
-// shiftField adds shift to obj[key] when it is a non-zero integer.
-func shiftField(obj map[string]json.RawMessage, key string, shift int64) {
+// shifts reports whether epoch-ms times are rewritten at all.
+func (p patch) shifts() bool { return p.shift != 0 || p.mark }
+
+// shiftField adds p.shift to obj[key] when it is a non-zero integer.
+func (p patch) shiftField(obj map[string]json.RawMessage, key string) {
 	raw, ok := obj[key]
-	if !ok || shift == 0 {
+	if !ok || !p.shifts() {
 		return
 	}
 	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || v == 0 {
 		return
 	}
-	obj[key] = json.RawMessage(strconv.FormatInt(v+shift, 10))
+	if p.mark {
+		obj[key] = json.RawMessage(`"@@shift:` + strconv.FormatInt(v, 10) + `@@"`)
+		return
+	}
+	obj[key] = json.RawMessage(strconv.FormatInt(v+p.shift, 10))
+}
+
+// gameIDJSON is info.gameId (and an event's gameId) as served.
+func (p patch) gameIDJSON() json.RawMessage {
+	if p.mark {
+		return json.RawMessage(`"@@gameId@@"`)
+	}
+	return mustEncode(p.gameID)
+}
+
+// summonerID is the summonerId served for the synthetic player.
+func (p patch) summonerID() string {
+	if p.mark {
+		return "@@summonerId@@"
+	}
+	return "synthetic-" + p.puuid[:24]
 }
 
 func decodeObj(raw json.RawMessage) (map[string]json.RawMessage, error) {
@@ -82,7 +111,7 @@ func patchPUUIDList(obj map[string]json.RawMessage, slot int, puuid string) erro
 
 // decodeShifted decodes a MatchDto or TimelineDto one level deep (the top
 // object and its info) and shifts info's epoch-ms game times by shift.
-func decodeShifted(raw []byte, shift int64) (top, info map[string]json.RawMessage, err error) {
+func decodeShifted(raw []byte, p patch) (top, info map[string]json.RawMessage, err error) {
 	if top, err = decodeObj(raw); err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +119,7 @@ func decodeShifted(raw []byte, shift int64) (top, info map[string]json.RawMessag
 		return nil, nil, err
 	}
 	for _, k := range matchTimeKeys {
-		shiftField(info, k, shift)
+		p.shiftField(info, k)
 	}
 	return top, info, nil
 }
@@ -103,13 +132,13 @@ func renamed(top, info map[string]json.RawMessage, p patch) (map[string]json.Raw
 		return nil, err
 	}
 	meta["matchId"] = mustEncode(p.matchID)
-	info["gameId"] = mustEncode(p.gameID)
+	info["gameId"] = p.gameIDJSON()
 	return meta, nil
 }
 
 // patchMatch applies p to a MatchDto.
 func patchMatch(raw []byte, p patch) ([]byte, error) {
-	top, info, err := decodeShifted(raw, p.shift)
+	top, info, err := decodeShifted(raw, p)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +164,7 @@ func patchMatch(raw []byte, p patch) ([]byte, error) {
 					parts[p.slot]["summonerName"] = mustEncode("")
 				}
 				if _, ok := parts[p.slot]["summonerId"]; ok {
-					parts[p.slot]["summonerId"] = mustEncode("synthetic-" + p.puuid[:24])
+					parts[p.slot]["summonerId"] = mustEncode(p.summonerID())
 				}
 			}
 			info["participants"] = mustEncode(parts)
@@ -150,11 +179,11 @@ func patchMatch(raw []byte, p patch) ([]byte, error) {
 // epoch-ms game times in info are shifted; frame/event "timestamp" fields
 // are milliseconds since game start and stay as they are.
 func patchTimeline(raw []byte, p patch) ([]byte, error) {
-	top, info, err := decodeShifted(raw, p.shift)
+	top, info, err := decodeShifted(raw, p)
 	if err != nil {
 		return nil, err
 	}
-	if p.shift != 0 {
+	if p.shifts() {
 		var frames []map[string]json.RawMessage
 		if err := json.Unmarshal(info["frames"], &frames); err != nil {
 			return nil, err
@@ -168,10 +197,10 @@ func patchTimeline(raw []byte, p patch) ([]byte, error) {
 				return nil, err
 			}
 			for _, e := range evs {
-				shiftField(e, "realTimestamp", p.shift)
+				p.shiftField(e, "realTimestamp")
 				if p.matchID != "" {
 					if _, ok := e["gameId"]; ok {
-						e["gameId"] = mustEncode(p.gameID)
+						e["gameId"] = p.gameIDJSON()
 					}
 				}
 			}

@@ -515,15 +515,8 @@ type payload struct {
 }
 
 func (s *Sim) body(m *match, timeline bool) ([]byte, []byte, error) {
-	if m.tmpl != nil { // synthetic: patch per request, keep nothing
-		var b []byte
-		var err error
-		if timeline {
-			b, err = synthTimeline(m)
-		} else {
-			b, err = patchMatch(m.tmpl.raw, m.synthPatch())
-		}
-		return b, nil, err
+	if m.tmpl != nil { // synthetic: rendered per request, nothing kept
+		return s.synthBody(m, timeline)
 	}
 	key := "m|" + m.id
 	if timeline {

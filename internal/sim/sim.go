@@ -155,6 +155,7 @@ type Sim struct {
 	data *dataset
 
 	cache sync.Map // cache key → *payload (re-dated real payloads)
+	tmpls sync.Map // tmplKey → *compiledTemplate (synthetic payloads)
 
 	mu      sync.Mutex
 	limits  *limiter

@@ -31,7 +31,7 @@ func newClock() *fakeClock {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newSim(t *testing.T, opts Options) (*Sim, *fakeClock) {
+func newSim(t testing.TB, opts Options) (*Sim, *fakeClock) {
 	t.Helper()
 	clk := newClock()
 	if opts.APIKey == "" {

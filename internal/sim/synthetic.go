@@ -19,8 +19,10 @@ import (
 // metadata.matchId, info.gameId, info.platformId and the timestamps patched
 // consistently, and participant slot 0 replaced by the synthetic player.
 // Its timeline, when the template has one, is patched the same way.
-// Only a small index entry is kept per match; payloads are patched from the
-// template bytes on each request, so 5,000+ matches cost little memory.
+// Only a small index entry is kept per match; payloads are rendered from
+// the template on each request (a template is compiled once into literal
+// runs and holes, its runs pre-compressed, see compiledTemplate), so
+// 20,000+ matches cost little memory and little CPU.
 type Synthetic struct {
 	// Players is the number of synthetic players ("Synth0001#SYN", ...).
 	Players int `json:"players"`
@@ -119,24 +121,39 @@ func (m *match) synthPatch() patch {
 	}
 }
 
-// synthTimeline is synthetic match m's timeline: its template's recorded
-// one, or with Options.DeriveTimelines the one derived for the template
-// (another recorded match's, re-keyed to m, its participants the
-// template's with m's player in its slot).
-func synthTimeline(m *match) ([]byte, error) {
+// synthSource is what synthetic match m's payload is patched from (its
+// template's MatchDto, or with timeline its TimelineDto) and the patch.
+// A template's timeline is its recorded one, or with
+// Options.DeriveTimelines the one derived for the template (another
+// recorded match's, re-keyed to m, its participants the template's with
+// m's player in its slot).
+func synthSource(m *match, timeline bool) ([]byte, patch, error) {
+	p := m.synthPatch()
+	if !timeline {
+		return m.tmpl.raw, p, nil
+	}
 	if m.tmpl.tl != nil || m.tmpl.tlFrom == nil {
-		return patchTimeline(m.tmpl.tl, m.synthPatch())
+		return m.tmpl.tl, p, nil
 	}
 	var h matchHead
 	if err := json.Unmarshal(m.tmpl.raw, &h); err != nil {
-		return nil, err
+		return nil, patch{}, err
 	}
 	puuids := slices.Clone(h.Metadata.Participants)
 	if m.slot < len(puuids) {
 		puuids[m.slot] = m.sp.PUUID
 	}
 	from := m.tmpl.tlFrom
-	p := m.synthPatch()
 	p.shift, p.slot, p.puuids = m.created-from.origCreated, -1, puuids
-	return patchTimeline(from.tl, p)
+	return from.tl, p, nil
+}
+
+// synthTimeline is synthetic match m's timeline, patched the slow way
+// (the reference for the compiled templates of Sim.synthBody).
+func synthTimeline(m *match) ([]byte, error) {
+	src, p, err := synthSource(m, true)
+	if err != nil {
+		return nil, err
+	}
+	return patchTimeline(src, p)
 }
