@@ -280,6 +280,9 @@ func (c FetchCommand) DedupSuffix() string {
 // FetchResult is a fetch's outcome, published by the match-fetcher on
 // Fetched(region) (Outcome success, Payload set) or Failed(region).
 // The persister turns it into rows and one match_fetches ledger update.
+// On the wire it is encoded by EncodeFetchResult and read by
+// DecodeFetchResult: an inline payload travels as the message data, as
+// Riot's gzip bytes, never as base64 inside JSON.
 type FetchResult struct {
 	MatchID string  `json:"match_id"`
 	Kind    Kind    `json:"kind"`
@@ -299,6 +302,17 @@ type FetchResult struct {
 	AttemptedAt    time.Time `json:"attempted_at"`
 	RequestID      string    `json:"request_id,omitempty"`
 	PUUID          string    `json:"puuid,omitempty"`
+	// Timeline is what the fetcher's bounded scan read from a TimelineDto
+	// payload (success of a timeline fetch only; nil from fetchers before
+	// it existed, and the persister then scans the payload itself).
+	Timeline *TimelineMeta `json:"timeline,omitempty"`
+}
+
+// TimelineMeta is the part of a TimelineDto stored as columns of
+// match_timelines.
+type TimelineMeta struct {
+	FrameIntervalMs int64 `json:"frame_interval_ms"` // info.frameInterval, ms (60000 on Riot's servers)
+	FrameCount      int   `json:"frame_count"`       // len(info.frames)
 }
 
 // ProgressEvent reports an account sync's progress on Progress(puuid).

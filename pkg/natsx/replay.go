@@ -16,7 +16,8 @@ type ReplayFilter struct {
 	// Stream is the stream the messages came from (DeadStreamHeader),
 	// e.g. "FETCHED".
 	Stream string
-	// Contains must appear in the payload (a match ID, a PUUID).
+	// Contains must appear in the payload or in one of its headers other
+	// than the dead-letter ones (a match ID, a PUUID).
 	Contains string
 	// Limit is the most messages replayed in one call; default 100.
 	Limit int
@@ -60,7 +61,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, dead string, f ReplayFi
 			return res, fmt.Errorf("natsx: replay: get %s/%d: %w", dead, seq, err)
 		}
 		if (f.Stream != "" && m.Header.Get(DeadStreamHeader) != f.Stream) ||
-			(f.Contains != "" && !strings.Contains(string(m.Data), f.Contains)) {
+			(f.Contains != "" && !contains(m, f.Contains)) {
 			res.Skipped++
 			continue
 		}
@@ -83,4 +84,24 @@ func Replay(ctx context.Context, js jetstream.JetStream, dead string, f ReplayFi
 		res.Replayed++
 	}
 	return res, nil
+}
+
+// contains reports whether text is in m's data or in a header value other
+// than the Riftflow-Dead-* ones (a FetchResult with its payload as data
+// carries its match ID and PUUID in a header).
+func contains(m *jetstream.RawStreamMsg, text string) bool {
+	if strings.Contains(string(m.Data), text) {
+		return true
+	}
+	for k, vs := range m.Header {
+		if strings.HasPrefix(k, "Riftflow-Dead-") {
+			continue
+		}
+		for _, v := range vs {
+			if strings.Contains(v, text) {
+				return true
+			}
+		}
+	}
+	return false
 }

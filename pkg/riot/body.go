@@ -2,7 +2,6 @@ package riot
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // Body is a match-v5 document as Riot served it, kept compressed: riftflow
@@ -26,6 +27,13 @@ type Body struct {
 	// ms, MatchDto only; 0 when absent), as read by the bounded scan.
 	MatchID        string
 	GameCreationMs int64
+	// FrameIntervalMs (info.frameInterval, ms) and FrameCount
+	// (len(info.frames)) are a TimelineDto's, read by the same scan; 0 for
+	// a MatchDto. Scanned is true when the scan read the whole body, so
+	// they are known (a zero FrameCount is then a timeline without frames).
+	FrameIntervalMs int64
+	FrameCount      int
+	Scanned         bool
 }
 
 // MatchBody is Match without the decoding: it checks the body (the size
@@ -55,7 +63,8 @@ func (c *Client) body(ctx context.Context, ep docEndpoint, region Region, matchI
 	if err != nil {
 		return Body{}, err
 	}
-	b := Body{Gzip: gz, Size: scan.size, MatchID: scan.MatchID(), GameCreationMs: scan.GameCreationMs()}
+	b := Body{Gzip: gz, Size: scan.size, MatchID: scan.MatchID(), GameCreationMs: scan.GameCreationMs(),
+		FrameIntervalMs: scan.FrameIntervalMs(), FrameCount: scan.FrameCount(), Scanned: true}
 	if b.MatchID == "" {
 		return Body{}, &Error{Kind: KindDecode, Op: req.method, Route: req.route, Status: 200,
 			Err: fmt.Errorf("decode %s: %w", strings.TrimPrefix(ep.op, "match-v5.get"), errNoMatchID)}

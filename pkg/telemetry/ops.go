@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sort"
 	"sync"
@@ -42,6 +43,9 @@ type CheckFunc func(ctx context.Context) error
 //   - GET /readyz: runs every check added with [Ops.AddCheck]; 503 with the
 //     failing check names when any fails, 200 otherwise (readiness).
 //   - GET /metrics: the Prometheus text exposition of the registry.
+//   - /debug/pprof/: Go's profiles (net/http/pprof), only when the
+//     environment has DEBUG_PPROF=true (off by default: a CPU profile costs
+//     CPU and the endpoint is not authenticated).
 //
 // Further handlers, such as the HTTP API under /v1/, can be mounted with
 // [Ops.Handle]. Its methods are safe for concurrent use.
@@ -64,6 +68,11 @@ func NewOps(g prometheus.Gatherer) *Ops {
 	})
 	o.mux.HandleFunc("GET /readyz", o.readyz)
 	o.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	if os.Getenv("DEBUG_PPROF") == "true" {
+		o.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		o.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		o.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return o
 }
 

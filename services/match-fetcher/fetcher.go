@@ -202,7 +202,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		if err == nil {
 			err = fmt.Errorf("unknown kind %q", cmd.Kind)
 		}
-		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), nil)
+		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), riot.Body{})
 	}
 	cmd.Region = string(region)
 	span.SetAttributes(attribute.String("riot.region", cmd.Region))
@@ -210,7 +210,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 
 	// Retention, before any request.
 	if expired, reason := s.cfg.Expired(cmd.Kind, cmd.GameCreationMs, now); expired {
-		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, nil)
+		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -235,7 +235,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if body.GameCreationMs > 0 {
 		cmd.GameCreationMs = body.GameCreationMs
 	}
-	if err := s.publishHeld(ctx, m, func() error { return s.publishResult(ctx, m, cmd, bus.Success, 200, "", body.Gzip) }); err != nil {
+	if err := s.publishHeld(ctx, m, func() error { return s.publishResult(ctx, m, cmd, bus.Success, 200, "", body) }); err != nil {
 		return natsx.Retry(err)
 	}
 	if cmd.Kind == bus.KindMatch {
@@ -250,7 +250,7 @@ func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.Fet
 	tl := cmd
 	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt = bus.KindTimeline, 1, 0, 0
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
-		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, nil)
+		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 	if err := s.publishHeld(ctx, m, func() error {
 		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix()))
@@ -286,7 +286,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		cmd.NotFound++
 		cmd.NotFoundAt = cmd.Attempt
 		if s.cfg.NotFoundExpired(cmd, now) {
-			return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", nil)
+			return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", riot.Body{})
 		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	case riot.KindServer, riot.KindTransport:
@@ -295,7 +295,7 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	default: // 400, decode (poison payload), unknown: permanent
-		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), nil)
+		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), riot.Body{})
 	}
 }
 
@@ -318,7 +318,7 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		// MaxAttempts 404s: Riot does not have the match (or not any
 		// more); retrying will not change that.
 		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status,
-			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), nil)
+			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), riot.Body{})
 	}
 	if !notFound && streak(cmd) >= s.cfg.MaxAttempts {
 		// MaxAttempts 5xx or timeouts in a row say nothing about the
@@ -329,9 +329,9 @@ func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 		// between them end as the 404s say (above), within the fetcher's
 		// own retries.
 		return s.finish(ctx, m, cmd, bus.TemporaryFailure, re.Status,
-			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), nil)
+			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), riot.Body{})
 	}
-	if err := s.publishResult(ctx, m, cmd, bus.TemporaryFailure, re.Status, reason, nil); err != nil {
+	if err := s.publishResult(ctx, m, cmd, bus.TemporaryFailure, re.Status, reason, riot.Body{}); err != nil {
 		return natsx.Retry(err)
 	}
 	next := cmd
@@ -474,8 +474,8 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 // finish publishes a final FetchResult; Ack on success, a short nak
 // otherwise (the same attempt is made again, and the persister's ledger
 // rules make the repeat harmless).
-func (s *Service) finish(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) natsx.Result {
-	if err := s.publishResult(ctx, m, cmd, o, status, reason, gz); err != nil {
+func (s *Service) finish(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) natsx.Result {
+	if err := s.publishResult(ctx, m, cmd, o, status, reason, body); err != nil {
 		return natsx.Retry(err)
 	}
 	return natsx.Ack()
@@ -488,10 +488,14 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, cmd bus.FetchComm
 // redelivery) or another command for the same attempt (the sweeper's) is
 // not swallowed: the ledger rules then keep the better one (a success
 // always applies), and the persister's upserts store a match once.
-func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, gz []byte) error {
+func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) error {
+	gz := body.Gzip
 	res := bus.FetchResult{MatchID: cmd.MatchID, Kind: cmd.Kind, Region: cmd.Region, Outcome: o, Attempt: cmd.Attempt,
 		Status: status, Error: reason, Payload: gz, GameCreationMs: cmd.GameCreationMs, AttemptedAt: s.d.Now(),
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID}
+	if o == bus.Success && cmd.Kind == bus.KindTimeline && body.Scanned {
+		res.Timeline = &bus.TimelineMeta{FrameIntervalMs: body.FrameIntervalMs, FrameCount: body.FrameCount}
+	}
 	if len(gz) > s.cfg.InlinePayloadMax && s.d.Payloads != nil {
 		name := fmt.Sprintf("%s/%s/a%d", cmd.MatchID, cmd.Kind, cmd.Attempt)
 		if _, err := s.d.Payloads.PutBytes(ctx, name, gz); err != nil {
@@ -513,7 +517,16 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	if tag := deliveryTag(m); tag != "" {
 		id += "/" + tag
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, subj, res, jetstream.WithMsgID(id)); err != nil {
+	data, hdr, err := bus.EncodeFetchResult(res)
+	if err != nil {
+		return fmt.Errorf("encode fetch result: %w", err)
+	}
+	msg := nats.NewMsg(subj)
+	msg.Data = data
+	for k, v := range hdr {
+		msg.Header[k] = []string{v}
+	}
+	if _, err := natsx.PublishMsg(ctx, s.d.JS, msg, jetstream.WithMsgID(id)); err != nil {
 		s.d.Logger.WarnContext(ctx, "publish fetch result failed, will retry", "match_id", cmd.MatchID, "err", err)
 		return err
 	}

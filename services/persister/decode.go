@@ -3,7 +3,6 @@ package persister
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -52,7 +51,7 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 	workers := min(s.cfg.DecodeWorkers, len(msgs))
 	if workers <= 1 {
 		for i, m := range msgs {
-			items[i] = s.decode(ctx, m.Data())
+			items[i] = s.decode(ctx, m)
 		}
 		return items
 	}
@@ -65,7 +64,7 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 				if i >= len(msgs) {
 					return
 				}
-				items[i] = s.decode(ctx, msgs[i].Data())
+				items[i] = s.decode(ctx, msgs[i])
 			}
 		})
 	}
@@ -74,9 +73,9 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 }
 
 // decode turns one FetchResult message into rows and one ledger update.
-func (s *Service) decode(ctx context.Context, data []byte) item {
-	var r bus.FetchResult
-	if err := json.Unmarshal(data, &r); err != nil {
+func (s *Service) decode(ctx context.Context, m jetstream.Msg) item {
+	r, err := bus.DecodeFetchResult(m.Headers(), m.Data())
+	if err != nil {
 		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
 	}
 	if r.PayloadRef != "" {
@@ -136,9 +135,10 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 }
 
 // decodeSuccess decodes a success's payload into buf, once: a MatchDto
-// into the columns of matches and match_participants, a TimelineDto only
-// scanned (riot.DocScan) for its frame interval and count. The document
-// itself is stored as sent (store.MatchRow.Raw).
+// into the columns of matches and match_participants; a TimelineDto is not
+// decoded at all when the fetcher sent its frame interval and count
+// (FetchResult.Timeline), else only scanned (riot.DocScan) for them. The
+// document itself is stored as sent (store.MatchRow.Raw).
 func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
 	platform, region, _ := riot.ParseMatchID(r.MatchID)
 	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
@@ -167,6 +167,13 @@ func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *b
 			lu.GameCreation = mr.GameCreation
 		}
 	case bus.KindTimeline:
+		if tm := r.Timeline; tm != nil {
+			// The fetcher's bounded scan of this very payload (gzip
+			// verified, JSON bounds, metadata.matchId present) read these.
+			b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(tm.FrameIntervalMs),
+				FrameCount: tm.FrameCount, Raw: doc, RawGzip: docGz, FetchedAt: fetched}}
+			break
+		}
 		var sc riot.DocScan
 		if _, err := sc.Write(raw); err != nil {
 			return s.unstorable(lu, fmt.Errorf("TimelineDto: %w", err))

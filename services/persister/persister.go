@@ -13,7 +13,6 @@ package persister
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -235,8 +234,8 @@ func (s *Service) persist(ctx context.Context, b store.Batch, msgs int) (store.B
 // the reason, to the dead-letter stream. When the ledger write itself fails
 // the message is retried instead, so nothing is dropped unrecorded.
 func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) natsx.Result {
-	var r bus.FetchResult
-	if json.Unmarshal(m.Data(), &r) == nil && r.MatchID != "" && (r.Kind == bus.KindMatch || r.Kind == bus.KindTimeline) {
+	r, err := bus.DecodeFetchResult(m.Headers(), m.Data())
+	if err == nil && r.MatchID != "" && (r.Kind == bus.KindMatch || r.Kind == bus.KindTimeline) {
 		lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(bus.PermanentlyUnfetchable),
 			Attempt: max(r.Attempt, 1), HTTPStatus: r.Status, Error: truncate("unstorable payload: "+cause.Error(), 500),
 			AttemptedAt: s.d.Now()}

@@ -72,7 +72,7 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 	if !exhausted {
 		how = "was terminated (" + a.Reason + ")"
 	}
-	if lu, ok := s.ledgerEntry(raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
+	if lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
 		res, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}})
 		if err != nil {
 			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
@@ -103,9 +103,11 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 
 // ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult
 // to its ledger update; ok is false for anything else.
-func (s *Service) ledgerEntry(data []byte, reason string) (store.LedgerUpdate, bool) {
-	var r bus.FetchResult // a FetchCommand decodes into it too: match_id, kind, attempt, game_creation_ms
-	if json.Unmarshal(data, &r) != nil || r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
+func (s *Service) ledgerEntry(header map[string][]string, data []byte, reason string) (store.LedgerUpdate, bool) {
+	// A FetchCommand decodes as a FetchResult too: match_id, kind, attempt,
+	// game_creation_ms.
+	r, err := bus.DecodeFetchResult(header, data)
+	if err != nil || r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
 		return store.LedgerUpdate{}, false
 	}
 	lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Attempt: max(r.Attempt, 1), HTTPStatus: r.Status,

@@ -526,6 +526,26 @@ func waitHTTP(b *testing.B, url string, within time.Duration) {
 	b.Fatalf("%s not ready within %v", url, within)
 }
 
+// saveCPUProfile writes a CPU profile of the first seconds of the run
+// (BENCH_PIPELINE_PROFILE_S) of service p to out/<service>.pprof.
+func saveCPUProfile(b *testing.B, p *benchProc, out string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.ops, seconds))
+	if err != nil {
+		b.Logf("profile %s: %v", p.name, err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(out, p.name+".pprof"))
+	if err != nil {
+		b.Logf("profile %s: %v", p.name, err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		b.Logf("profile %s: %v", p.name, err)
+	}
+}
+
 func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key, dbURL string, puuids []string, per, matches, pairs int, log *sampleLog) runResult {
 	natsPort := stagetest.FreePort(b)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
@@ -549,6 +569,10 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	apply.Env = append(os.Environ(), common...)
 	if outp, err := apply.CombinedOutput(); err != nil {
 		b.Fatalf("streams apply: %v\n%s", err, outp)
+	}
+	profileS := envIntDefault("BENCH_PIPELINE_PROFILE_S", 0)
+	if profileS > 0 {
+		common = append(common, "DEBUG_PPROF=true")
 	}
 	procs := []*benchProc{nproc}
 	for _, svc := range benchServices {
@@ -587,6 +611,11 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 			Count: per, LookbackDays: 730, Priority: bus.Background, Trigger: "bench"}
 		if _, err := natsx.Publish(ctx, js, subj, req); err != nil {
 			b.Fatal(err)
+		}
+	}
+	if profileS > 0 {
+		for _, p := range procs[1:] {
+			go saveCPUProfile(b, p, out, profileS)
 		}
 	}
 	timeout := time.Duration(envIntDefault("BENCH_PIPELINE_TIMEOUT_S", 1800)) * time.Second
