@@ -290,3 +290,28 @@ func TestReplayDeadLetters(t *testing.T) {
 		t.Fatalf("%d messages back in W, want 2", info.State.Msgs)
 	}
 }
+
+// TestReplayFindsTextInHeaders: a dead letter whose data is binary (a fetch
+// result's gzip payload) is found by the match ID its header carries; the
+// dead-letter headers themselves are not searched.
+func TestReplayFindsTextInHeaders(t *testing.T) {
+	_, _, js := startJS(t)
+	st, _ := wqConsumer(t, js, jetstream.ConsumerConfig{})
+	_, dead := deadStream(t, js)
+	ctx := t.Context()
+	h := map[string][]string{"Riftflow-Fetch-Result": {`{"match_id":"NA1_77","kind":"timeline"}`}}
+	if err := dead.Publish(ctx, DeadInfo{Subject: "w.x", Header: h, Data: []byte{0x1f, 0x8b, 8, 0}, Stream: "W",
+		Sequence: 9, Deliveries: 1, Kind: fault.Invalid, Reason: "NA1_99 unstorable"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Replay(ctx, js, "DEAD", ReplayFilter{Contains: "NA1_99"}); err != nil || res.Replayed != 0 || res.Skipped != 1 {
+		t.Fatalf("Replay(text only in the dead-letter reason) = %+v, %v; want it skipped", res, err)
+	}
+	if res, err := Replay(ctx, js, "DEAD", ReplayFilter{Contains: "NA1_77"}); err != nil || res.Replayed != 1 {
+		t.Fatalf("Replay(NA1_77) = %+v, %v; want 1 replayed", res, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "w.x")
+	if err != nil || m.Header.Get("Riftflow-Fetch-Result") == "" || len(m.Data) != 4 {
+		t.Fatalf("replayed %v %v", m, err)
+	}
+}

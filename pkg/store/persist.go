@@ -1,13 +1,80 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/riftflow/riftflow/pkg/fault"
 )
+
+// DefaultMaxDocumentBytes bounds a document PersistBatch decompresses
+// (TimelineRow.Compressed): 32 MiB, the persister's default payload limit
+// (the Riot client refuses bodies over 16 MiB before that).
+const DefaultMaxDocumentBytes = 32 << 20
+
+// SetMaxDocumentBytes sets the most bytes a TimelineRow.Compressed may
+// inflate to (n <= 0: DefaultMaxDocumentBytes). Call it before use.
+func (s *Store) SetMaxDocumentBytes(n int64) { s.maxDoc = n }
+
+func (s *Store) maxDocBytes() int64 {
+	if s.maxDoc <= 0 {
+		return DefaultMaxDocumentBytes
+	}
+	return s.maxDoc
+}
+
+// docPool holds the buffers timelines are decompressed into while copied;
+// one is in use per batch being written.
+var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func putDoc(b *bytes.Buffer) {
+	if b.Cap() <= 4<<20 { // a rare larger one is left to the GC
+		b.Reset()
+		docPool.Put(b)
+	}
+}
+
+var gzPool sync.Pool // *gzip.Reader
+
+// errDocTooLarge: a compressed document inflates past the limit.
+var errDocTooLarge = errors.New("document too large")
+
+// inflateDoc decompresses gz into buf (reset first) to at most limit bytes
+// and returns the values of the raw and raw_gzip columns: the text when a
+// json column can hold it, else the gzip bytes.
+func inflateDoc(buf *bytes.Buffer, gz []byte, limit int64) (raw, rawGz []byte, err error) {
+	buf.Reset()
+	zr, _ := gzPool.Get().(*gzip.Reader)
+	if zr == nil {
+		zr, err = gzip.NewReader(bytes.NewReader(gz))
+	} else {
+		err = zr.Reset(bytes.NewReader(gz))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("gzip: %w", err)
+	}
+	defer gzPool.Put(zr)
+	n, err := buf.ReadFrom(io.LimitReader(zr, limit+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("gzip: %w", err)
+	}
+	if n > limit {
+		return nil, nil, fmt.Errorf("%w: inflates past %d bytes", errDocTooLarge, limit)
+	}
+	if !JSONStorable(buf.Bytes()) {
+		return nil, gz, nil
+	}
+	return buf.Bytes(), nil, nil
+}
 
 // MatchRow is one matches row, mapped by the persister from a Riot MatchDto.
 type MatchRow struct {
@@ -74,7 +141,16 @@ type TimelineRow struct {
 	FrameCount      int
 	// Raw and RawGzip: the TimelineDto, as for MatchRow.
 	Raw, RawGzip []byte
-	FetchedAt    time.Time // zero → now()
+	// Compressed, instead of Raw and RawGzip, is the TimelineDto
+	// gzip-compressed (Riot's bytes). PersistBatch decompresses it while it
+	// copies the row, into one buffer reused row after row, and stores it
+	// as Raw, or as RawGzip when a json column cannot hold it
+	// (JSONStorable): a batch never holds more than one timeline (0.3–1.7
+	// MB of JSON) decompressed. A corrupt gzip, or one that inflates past
+	// the store's document limit (SetMaxDocumentBytes), fails the batch
+	// with an Invalid error.
+	Compressed []byte
+	FetchedAt  time.Time // zero → now()
 }
 
 // LedgerUpdate is the outcome of one fetch attempt for match_fetches.
@@ -137,10 +213,11 @@ type BatchResult struct {
 	Progress []SyncProgress
 }
 
-// PersistBatch writes b in ONE transaction: binary COPY into per-connection
-// staging tables, deduplication (DISTINCT ON), set-based upserts of matches,
-// participants and timelines (rows whose content is unchanged are not
-// rewritten), then the ledger (see LedgerUpdate), then sync progress: a
+// PersistBatch writes b in ONE transaction: deduplication (the last row of
+// a key wins), binary COPY straight into matches, match_participants and
+// match_timelines for matches not stored yet, and for the others binary
+// COPY into per-connection staging tables and set-based upserts (rows whose
+// content is unchanged are not rewritten), then the ledger (see LedgerUpdate), then sync progress: a
 // listed match is done when its match ledger row is final and, when that is
 // success, its timeline row is final too; accounts reaching done == total are
 // completed (last_synced_at set, jobs row completed). Participants must
@@ -149,7 +226,7 @@ func (s *Store) PersistBatch(ctx context.Context, b Batch) (BatchResult, error) 
 	var res BatchResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = persistTx(ctx, tx, b)
+		res, err = persistTx(ctx, tx, b, s.maxDocBytes())
 		return err
 	})
 	if err != nil {
@@ -158,54 +235,218 @@ func (s *Store) PersistBatch(ctx context.Context, b Batch) (BatchResult, error) 
 	return res, nil
 }
 
-func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
+var (
+	matchCols = []string{"match_id", "platform", "region", "queue_id", "game_mode", "game_type", "game_version",
+		"patch", "map_id", "game_creation", "game_start", "game_end", "duration_s", "end_of_game_result",
+		"participant_count", "raw", "raw_gzip", "fetched_at"}
+	participantCols = []string{"match_id", "participant_id", "puuid", "riot_id_game_name", "riot_id_tagline",
+		"team_id", "champion_id", "champion_name", "champ_level", "team_position", "win", "kills", "deaths",
+		"assists", "gold_earned", "cs", "vision_score", "damage_to_champions", "time_played_s", "placement",
+		"individual_position", "role", "lane", "items", "summoner1_id", "summoner2_id", "gold_spent",
+		"total_damage_taken", "damage_to_objectives", "wards_placed", "wards_killed"}
+	timelineCols = []string{"match_id", "frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"}
+)
+
+func matchValues(m *MatchRow) []any {
+	return []any{m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
+		m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
+		m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}
+}
+
+func participantValues(p *ParticipantRow) []any {
+	return []any{p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
+		p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
+		p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
+		p.Placement, p.IndividualPosition, p.Role, p.Lane, items(p.Items), p.Summoner1ID, p.Summoner2ID,
+		p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}
+}
+
+// timelineValues is t's column values; a Compressed document is inflated
+// into doc, which the next call reuses.
+func timelineValues(t *TimelineRow, doc *bytes.Buffer, maxDoc int64) ([]any, error) {
+	raw, rawGz := t.Raw, t.RawGzip
+	if t.Compressed != nil {
+		var err error
+		if raw, rawGz, err = inflateDoc(doc, t.Compressed, maxDoc); err != nil {
+			return nil, fault.Wrap(fault.Invalid, fmt.Errorf("timeline %s: %w", t.MatchID, err))
+		}
+	}
+	return []any{t.MatchID, t.FrameIntervalMs, t.FrameCount, raw, rawGz, ts(t.FetchedAt)}, nil
+}
+
+// lastOf keeps the last row of each key, in the order of their last
+// occurrence (a redelivered message repeats its rows: the last one wins, as
+// DISTINCT ON (key) ... ORDER BY seq DESC does for staged rows).
+func lastOf[T any, K comparable](rows []T, key func(*T) K) []T {
+	last := make(map[K]int, len(rows))
+	for i := range rows {
+		last[key(&rows[i])] = i
+	}
+	if len(last) == len(rows) {
+		return rows
+	}
+	out := make([]T, 0, len(last))
+	for i := range rows {
+		if last[key(&rows[i])] == i {
+			out = append(out, rows[i])
+		}
+	}
+	return out
+}
+
+// split divides rows into those fresh reports true for and the rest.
+func split[T any](rows []T, fresh func(*T) bool) (yes, no []T) {
+	for i := range rows {
+		if fresh(&rows[i]) {
+			yes = append(yes, rows[i])
+		} else {
+			no = append(no, rows[i])
+		}
+	}
+	return yes, no
+}
+
+// storedIDs reads which of the batch's match IDs already have a matches
+// row, participant rows and a match_timelines row, in one round trip.
+func storedIDs(ctx context.Context, tx pgx.Tx, b Batch) (matches, participants, timelines map[string]bool, err error) {
+	ids := func(n int, id func(int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = id(i)
+		}
+		return out
+	}
+	rows, err := tx.Query(ctx, `
+SELECT 'm', match_id FROM matches WHERE match_id = ANY($1)
+UNION ALL SELECT DISTINCT 'p', match_id FROM match_participants WHERE match_id = ANY($2)
+UNION ALL SELECT 't', match_id FROM match_timelines WHERE match_id = ANY($3)`,
+		ids(len(b.Matches), func(i int) string { return b.Matches[i].MatchID }),
+		ids(len(b.Participants), func(i int) string { return b.Participants[i].MatchID }),
+		ids(len(b.Timelines), func(i int) string { return b.Timelines[i].MatchID }))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("stored rows: %w", err)
+	}
+	matches, participants, timelines = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var which, id string
+	_, err = pgx.ForEachRow(rows, []any{&which, &id}, func() error {
+		map[string]map[string]bool{"m": matches, "p": participants, "t": timelines}[which][id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("stored rows: %w", err)
+	}
+	return matches, participants, timelines, nil
+}
+
+// copyRows copies n rows (row(i) gives row i's values of cols) straight
+// into table. Nothing happens when n is 0.
+func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, n int, row func(i int) ([]any, error)) error {
+	if n == 0 {
+		return nil
+	}
+	if err := copyFrom(ctx, tx, table, cols, n, row); err != nil {
+		return fmt.Errorf("copy %s: %w", table, err)
+	}
+	return nil
+}
+
+// copyFrom is tx.CopyFrom from row. An error of row itself (a document
+// that cannot be inflated) is returned as it is: pgx ends the COPY with
+// CopyFail, and the server's answer to that (57014, query_canceled) would
+// otherwise read as a transient failure.
+func copyFrom(ctx context.Context, tx pgx.Tx, table string, cols []string, n int, row func(i int) ([]any, error)) error {
+	var rowErr error
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+		v, err := row(i)
+		if err != nil {
+			rowErr = err
+		}
+		return v, err
+	}))
+	if rowErr != nil {
+		return rowErr
+	}
+	return err
+}
+
+// withSeq prefixes "seq" (the row's index) to cols and row, for staging.
+func withSeq(cols []string, row func(i int) ([]any, error)) ([]string, func(i int) ([]any, error)) {
+	return append([]string{"seq"}, cols...), func(i int) ([]any, error) {
+		v, err := row(i)
+		if err != nil {
+			return nil, err
+		}
+		return append([]any{i}, v...), nil
+	}
+}
+
+// persistTx writes b's rows. Rows of a match not stored yet (the common
+// case: a backfill writes every match once) are copied straight into
+// their tables, as a bulk load would; the advisory locks of lockMatches
+// keep any other writer of the same match out until commit, so "not
+// stored" cannot change under the copy. Rows that replace stored ones go
+// through the staging tables and the upserts.
+func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResult, error) {
 	if err := lockMatches(ctx, tx, b); err != nil {
 		return BatchResult{}, err
 	}
-	if err := stageRows(ctx, tx, "matches", []string{"seq", "match_id", "platform",
-		"region", "queue_id", "game_mode", "game_type", "game_version", "patch", "map_id", "game_creation",
-		"game_start", "game_end", "duration_s", "end_of_game_result", "participant_count", "raw", "raw_gzip", "fetched_at"},
-		len(b.Matches), func(i int) []any {
-			m := &b.Matches[i]
-			return []any{i, m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
-				m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
-				m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}
-		}, upsertMatches); err != nil {
-		return BatchResult{}, err
+	b.Matches = lastOf(b.Matches, func(m *MatchRow) string { return m.MatchID })
+	b.Participants = lastOf(b.Participants, func(p *ParticipantRow) [2]any { return [2]any{p.MatchID, p.ParticipantID} })
+	b.Timelines = lastOf(b.Timelines, func(t *TimelineRow) string { return t.MatchID })
+	var storedM, storedP, storedT map[string]bool
+	if len(b.Matches)+len(b.Participants)+len(b.Timelines) > 0 {
+		var err error
+		if storedM, storedP, storedT, err = storedIDs(ctx, tx, b); err != nil {
+			return BatchResult{}, err
+		}
 	}
-	if err := stageRows(ctx, tx, "participants", []string{"seq", "match_id",
-		"participant_id", "puuid", "riot_id_game_name", "riot_id_tagline", "team_id", "champion_id",
-		"champion_name", "champ_level", "team_position", "win", "kills", "deaths", "assists", "gold_earned",
-		"cs", "vision_score", "damage_to_champions", "time_played_s", "placement", "individual_position",
-		"role", "lane", "items", "summoner1_id", "summoner2_id", "gold_spent", "total_damage_taken",
-		"damage_to_objectives", "wards_placed", "wards_killed"},
-		len(b.Participants), func(i int) []any {
-			p := &b.Participants[i]
-			return []any{i, p.MatchID, p.ParticipantID, p.PUUID, p.RiotIDGameName, p.RiotIDTagline, p.TeamID,
-				p.ChampionID, p.ChampionName, p.ChampLevel, p.TeamPosition, p.Win, p.Kills, p.Deaths,
-				p.Assists, p.GoldEarned, p.CS, p.VisionScore, p.DamageToChampions, p.TimePlayedS,
-				p.Placement, p.IndividualPosition, p.Role, p.Lane, items(p.Items), p.Summoner1ID, p.Summoner2ID,
-				p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}
-		}, upsertParticipants); err != nil {
-		return BatchResult{}, err
+	// A zero FetchedAt means the database's now(), which only the upsert
+	// statements apply.
+	newM, oldM := split(b.Matches, func(m *MatchRow) bool { return !storedM[m.MatchID] && !m.FetchedAt.IsZero() })
+	newP, oldP := split(b.Participants, func(p *ParticipantRow) bool { return !storedP[p.MatchID] })
+	newT, oldT := split(b.Timelines, func(t *TimelineRow) bool { return !storedT[t.MatchID] && !t.FetchedAt.IsZero() })
+	doc := docPool.Get().(*bytes.Buffer)
+	defer putDoc(doc)
+	mRow := func(rows []MatchRow) func(int) ([]any, error) {
+		return func(i int) ([]any, error) { return matchValues(&rows[i]), nil }
 	}
-	if err := stageRows(ctx, tx, "timelines", []string{"seq", "match_id",
-		"frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"},
-		len(b.Timelines), func(i int) []any {
-			t := &b.Timelines[i]
-			return []any{i, t.MatchID, t.FrameIntervalMs, t.FrameCount, t.Raw, t.RawGzip, ts(t.FetchedAt)}
-		}, upsertTimelines); err != nil {
-		return BatchResult{}, err
+	pRow := func(rows []ParticipantRow) func(int) ([]any, error) {
+		return func(i int) ([]any, error) { return participantValues(&rows[i]), nil }
+	}
+	tRow := func(rows []TimelineRow) func(int) ([]any, error) {
+		return func(i int) ([]any, error) { return timelineValues(&rows[i], doc, maxDoc) }
+	}
+	steps := []func() error{
+		func() error { return copyRows(ctx, tx, "matches", matchCols, len(newM), mRow(newM)) },
+		func() error {
+			cols, row := withSeq(matchCols, mRow(oldM))
+			return stageRows(ctx, tx, "matches", cols, len(oldM), row, upsertMatches)
+		},
+		func() error { return copyRows(ctx, tx, "match_participants", participantCols, len(newP), pRow(newP)) },
+		func() error {
+			cols, row := withSeq(participantCols, pRow(oldP))
+			return stageRows(ctx, tx, "participants", cols, len(oldP), row, upsertParticipants)
+		},
+		func() error { return copyRows(ctx, tx, "match_timelines", timelineCols, len(newT), tRow(newT)) },
+		func() error {
+			cols, row := withSeq(timelineCols, tRow(oldT))
+			return stageRows(ctx, tx, "timelines", cols, len(oldT), row, upsertTimelines)
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return BatchResult{}, err
+		}
 	}
 	if len(b.Ledger) == 0 {
 		return BatchResult{}, nil
 	}
 	if err := stageRows(ctx, tx, "ledger", []string{"seq", "match_id", "kind", "status",
 		"attempt", "http_status", "error", "game_creation", "attempted_at", "request_id"},
-		len(b.Ledger), func(i int) []any {
+		len(b.Ledger), func(i int) ([]any, error) {
 			l := &b.Ledger[i]
 			return []any{i, l.MatchID, l.Kind, l.Status, l.Attempt, l.HTTPStatus, l.Error, ts(l.GameCreation),
-				ts(l.AttemptedAt), l.RequestID}
+				ts(l.AttemptedAt), l.RequestID}, nil
 		}, ""); err != nil {
 		return BatchResult{}, err
 	}
@@ -218,12 +459,13 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch) (BatchResult, error) {
 // stageRows copies n rows (row(i) is row i's values of cols, seq = i first)
 // into the staging table stage_<what>, then runs upsert, the statement that
 // applies them ("" for none). Nothing happens when n is 0.
-func stageRows(ctx context.Context, tx pgx.Tx, what string, cols []string, n int, row func(i int) []any, upsert string) error {
+func stageRows(ctx context.Context, tx pgx.Tx, what string, cols []string, n int, row func(i int) ([]any, error), upsert string) error {
 	if n == 0 {
 		return nil
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"stage_" + what}, cols,
-		pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil })); err != nil {
+	// pgx encodes each row's values as soon as it has them, so a row may
+	// reuse the buffer the previous row's values were in.
+	if err := copyFrom(ctx, tx, "stage_"+what, cols, n, row); err != nil {
 		return fmt.Errorf("copy %s: %w", what, err)
 	}
 	if upsert == "" {

@@ -44,7 +44,8 @@ const (
 
 // Store is the Postgres store. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	maxDoc int64 // SetMaxDocumentBytes
 }
 
 // stagingDDL creates the per-connection staging tables PersistBatch copies

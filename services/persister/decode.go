@@ -128,6 +128,17 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 		b.Ledger = []store.LedgerUpdate{lu}
 		return item{batch: b}
 	}
+	if r.Kind == bus.KindTimeline && r.Timeline != nil {
+		// The fetcher's bounded scan of this very payload (gzip verified,
+		// JSON bounds, metadata.matchId present) read the columns; the
+		// document is decompressed only while it is copied to Postgres
+		// (store.TimelineRow.Compressed), so a batch never holds its
+		// timelines decompressed.
+		return item{batch: store.Batch{
+			Timelines: []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(r.Timeline.FrameIntervalMs),
+				FrameCount: r.Timeline.FrameCount, Compressed: r.Payload, FetchedAt: lu.AttemptedAt}},
+			Ledger: []store.LedgerUpdate{lu}}}
+	}
 	buf := docPool.Get().(*bytes.Buffer)
 	it := s.decodeSuccess(r, lu, buf)
 	it.buf = buf
@@ -135,10 +146,10 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 }
 
 // decodeSuccess decodes a success's payload into buf, once: a MatchDto
-// into the columns of matches and match_participants; a TimelineDto is not
-// decoded at all when the fetcher sent its frame interval and count
-// (FetchResult.Timeline), else only scanned (riot.DocScan) for them. The
-// document itself is stored as sent (store.MatchRow.Raw).
+// into the columns of matches and match_participants, a TimelineDto
+// without FetchResult.Timeline only scanned (riot.DocScan) for its frame
+// interval and count. The document itself is stored as sent
+// (store.MatchRow.Raw).
 func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
 	platform, region, _ := riot.ParseMatchID(r.MatchID)
 	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
@@ -166,14 +177,7 @@ func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *b
 		if !mr.GameCreation.IsZero() {
 			lu.GameCreation = mr.GameCreation
 		}
-	case bus.KindTimeline:
-		if tm := r.Timeline; tm != nil {
-			// The fetcher's bounded scan of this very payload (gzip
-			// verified, JSON bounds, metadata.matchId present) read these.
-			b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(tm.FrameIntervalMs),
-				FrameCount: tm.FrameCount, Raw: doc, RawGzip: docGz, FetchedAt: fetched}}
-			break
-		}
+	case bus.KindTimeline: // from a fetcher that did not send FetchResult.Timeline
 		var sc riot.DocScan
 		if _, err := sc.Write(raw); err != nil {
 			return s.unstorable(lu, fmt.Errorf("TimelineDto: %w", err))

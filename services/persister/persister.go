@@ -106,6 +106,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	config.Fill(&cfg, Config{MaxBatch: 200, MaxWait: 200 * time.Millisecond, LockTTL: 5 * time.Minute, MaxPayloadBytes: 32 << 20,
 		MaxBatchBytes: 1280 << 10, DecodeWorkers: runtime.GOMAXPROCS(0), Writers: 2})
 	cfg.MaxBatchBytes = max(cfg.MaxBatchBytes, MinBatchBytes)
+	if ds, ok := d.Store.(interface{ SetMaxDocumentBytes(int64) }); ok {
+		ds.SetMaxDocumentBytes(cfg.MaxPayloadBytes) // timelines it decompresses while copying
+	}
 	d.Base.Fill("persister")
 	s := &Service{cfg: cfg, d: d}
 	m := otel.Meter("riftflow/persister")

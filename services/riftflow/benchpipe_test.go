@@ -58,9 +58,17 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	persister "github.com/riftflow/riftflow/services/persister"
+	"github.com/riftflow/riftflow/streams"
 )
 
 var benchServices = []string{"resolver", "matchid-lister", "match-fetcher", "persister", "retry-sweeper"}
+
+func envDefault(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
 
 func envIntDefault(k string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
@@ -169,7 +177,10 @@ type sampleRow struct {
 	run   string
 	t     float64 // seconds since the run's start
 	pairs int     // stored match+timeline pairs
-	procs map[string]procSample
+	// matches stored, and (pipeline only) the messages waiting in the
+	// FETCH and FETCHED streams: where the pipeline waits.
+	matches, fetchQ, fetchedQ int
+	procs                     map[string]procSample
 }
 
 type procSample struct {
@@ -526,24 +537,42 @@ func waitHTTP(b *testing.B, url string, within time.Duration) {
 	b.Fatalf("%s not ready within %v", url, within)
 }
 
-// saveCPUProfile writes a CPU profile of the first seconds of the run
-// (BENCH_PIPELINE_PROFILE_S) of service p to out/<service>.pprof.
-func saveCPUProfile(b *testing.B, p *benchProc, out string, seconds int) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.ops, seconds))
+// streamMsgs is the number of messages in stream name (-1 when unknown).
+func streamMsgs(ctx context.Context, js jetstream.JetStream, name string) int {
+	st, err := js.Stream(ctx, name)
 	if err != nil {
-		b.Logf("profile %s: %v", p.name, err)
-		return
+		return -1
 	}
-	defer resp.Body.Close()
-	f, err := os.Create(filepath.Join(out, p.name+".pprof"))
+	info, err := st.Info(ctx)
 	if err != nil {
-		b.Logf("profile %s: %v", p.name, err)
-		return
+		return -1
 	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		b.Logf("profile %s: %v", p.name, err)
+	return int(info.State.Msgs)
+}
+
+// saveProfiles writes a CPU profile of the first seconds of the run
+// (BENCH_PIPELINE_PROFILE_S) of service p to out/<service>.pprof, then its
+// heap profile (in-use at that moment) to out/<service>.heap.pprof.
+func saveProfiles(b *testing.B, p *benchProc, out string, seconds int) {
+	save := func(path, file string) {
+		resp, err := http.Get(fmt.Sprintf("http://%s%s", p.ops, path))
+		if err != nil {
+			b.Logf("profile %s: %v", p.name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(out, p.name+file))
+		if err != nil {
+			b.Logf("profile %s: %v", p.name, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Logf("profile %s: %v", p.name, err)
+		}
 	}
+	save(fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), ".pprof")
+	save("/debug/pprof/heap", ".heap.pprof")
 }
 
 func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key, dbURL string, puuids []string, per, matches, pairs int, log *sampleLog) runResult {
@@ -564,7 +593,8 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	}
 	common := []string{"NATS_URL=" + natsURL, "DATABASE_URL=" + dbURL, "RIOT_API_KEY=" + key,
 		"RIOT_API_BASE_URL=" + base, "RIOT_SHARED_RATELIMIT=false", "SCHEDULE_ENABLE=false", "LOG_LEVEL=warn",
-		"OTEL_TRACES_EXPORTER=none", "FETCHER_REGIONS=americas", "GOMEMLIMIT=48MiB", "FETCH_BACKOFF=1s,1s,1s,1s"}
+		"OTEL_TRACES_EXPORTER=none", "FETCHER_REGIONS=americas", "GOMEMLIMIT=" + envDefault("BENCH_PIPELINE_GOMEMLIMIT", "48MiB"),
+		"FETCH_BACKOFF=1s,1s,1s,1s"}
 	apply := exec.Command(filepath.Join(bin, "riftflow"), "streams", "apply")
 	apply.Env = append(os.Environ(), common...)
 	if outp, err := apply.CombinedOutput(); err != nil {
@@ -615,7 +645,7 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	}
 	if profileS > 0 {
 		for _, p := range procs[1:] {
-			go saveCPUProfile(b, p, out, profileS)
+			go saveProfiles(b, p, out, profileS)
 		}
 	}
 	timeout := time.Duration(envIntDefault("BENCH_PIPELINE_TIMEOUT_S", 1800)) * time.Second
@@ -625,7 +655,9 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	for range tick.C {
 		got = countPairs(ctx, pool)
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM matches`).Scan(&gotMatches)
-		row := sampleRow{run: "pipeline", t: time.Since(start).Seconds(), pairs: got, procs: map[string]procSample{}}
+		row := sampleRow{run: "pipeline", t: time.Since(start).Seconds(), pairs: got, matches: gotMatches,
+			fetchQ: streamMsgs(ctx, js, streams.StreamFetch), fetchedQ: streamMsgs(ctx, js, streams.StreamFetched),
+			procs: map[string]procSample{}}
 		for _, p := range procs {
 			if s, ok := readProc(p.cmd.Process.Pid); ok {
 				if p.ops != "" {
@@ -698,7 +730,7 @@ func report(b *testing.B, out string, ref, pipe runResult, log *sampleLog) {
 	b.ReportMetric(ratio, "ratio")
 
 	var csv strings.Builder
-	csv.WriteString("run,t_s,pairs,pairs_per_s\n")
+	csv.WriteString("run,t_s,pairs,pairs_per_s,matches,fetch_queue,fetched_queue\n")
 	series := map[string][][2]float64{}
 	prev := map[string]sampleRow{}
 	for _, r := range log.rows {
@@ -707,7 +739,7 @@ func report(b *testing.B, out string, ref, pipe runResult, log *sampleLog) {
 			rate = float64(r.pairs-p.pairs) / (r.t - p.t)
 		}
 		prev[r.run] = r
-		fmt.Fprintf(&csv, "%s,%.2f,%d,%.1f\n", r.run, r.t, r.pairs, rate)
+		fmt.Fprintf(&csv, "%s,%.2f,%d,%.1f,%d,%d,%d\n", r.run, r.t, r.pairs, rate, r.matches, r.fetchQ, r.fetchedQ)
 		series[r.run] = append(series[r.run], [2]float64{r.t, rate})
 	}
 	_ = os.WriteFile(filepath.Join(out, "throughput.csv"), []byte(csv.String()), 0o644)

@@ -1,0 +1,99 @@
+package persister_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
+)
+
+func gzipped(s string) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.Bytes()
+}
+
+// publishResult publishes r as the match-fetcher does (bus.EncodeFetchResult).
+func (e *env) publishResult(r bus.FetchResult) {
+	e.t.Helper()
+	data, hdr, err := bus.EncodeFetchResult(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := nats.NewMsg(e.subj.Fetched("asia"))
+	m.Data = data
+	for k, v := range hdr {
+		m.Header[k] = []string{v}
+	}
+	if _, err := e.js.PublishMsg(e.t.Context(), m, jetstream.WithMsgID(r.MatchID+"/"+string(r.Kind))); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestTimelinesInBothWireForms: a timeline result with its payload as the
+// message data and the fetcher's scan (FetchResult.Timeline) is stored
+// byte-equal with the frame columns the fetcher read, never scanned again;
+// one in the old JSON form (payload base64, no scan) is scanned here; one
+// whose gzip is corrupt is recorded permanently_unfetchable and
+// dead-lettered with its headers, while the others land.
+func TestTimelinesInBothWireForms(t *testing.T) {
+	e := newEnv(t, "")
+	e.run()
+	doc := func(id string) string {
+		return `{"metadata":{"matchId":"` + id + `"},"info":{"frameInterval":60000,"frames":[{},{},{}]}}`
+	}
+	// The fetcher's count (9) differs from the document's (3): stored as sent.
+	e.publishResult(bus.FetchResult{MatchID: "JP1_1", Kind: bus.KindTimeline, Region: "asia", Outcome: bus.Success,
+		Attempt: 1, Status: 200, Payload: gzipped(doc("JP1_1")), AttemptedAt: time.Now(),
+		Timeline: &bus.TimelineMeta{FrameIntervalMs: 30000, FrameCount: 9}})
+	legacy := bus.FetchResult{MatchID: "JP1_2", Kind: bus.KindTimeline, Region: "asia", Outcome: bus.Success,
+		Attempt: 1, Status: 200, Payload: gzipped(doc("JP1_2")), AttemptedAt: time.Now()}
+	if _, err := natsx.Publish(t.Context(), e.js, e.subj.Fetched("asia"), legacy, jetstream.WithMsgID("JP1_2/timeline")); err != nil {
+		t.Fatal(err)
+	}
+	bad := gzipped(doc("JP1_3"))
+	bad[len(bad)-6] ^= 0xff // CRC-32
+	e.publishResult(bus.FetchResult{MatchID: "JP1_3", Kind: bus.KindTimeline, Region: "asia", Outcome: bus.Success,
+		Attempt: 1, Status: 200, Payload: bad, AttemptedAt: time.Now(), PUUID: "p-3",
+		Timeline: &bus.TimelineMeta{FrameIntervalMs: 60000, FrameCount: 3}})
+
+	e.waitFor("two timelines stored", func() bool { return e.count(`SELECT count(*) FROM match_timelines`) == 2 })
+	e.waitFor("the corrupt one recorded", func() bool {
+		return e.count(`SELECT count(*) FROM match_fetches WHERE match_id = 'JP1_3' AND kind = 'timeline' AND status = 'permanently_unfetchable'`) == 1
+	})
+	for id, want := range map[string][2]int{"JP1_1": {30000, 9}, "JP1_2": {60000, 3}} {
+		var raw string
+		var interval, frames int
+		if err := e.admin.QueryRow(t.Context(), `SELECT raw::text, frame_interval_ms, frame_count FROM match_timelines
+WHERE match_id = $1`, id).Scan(&raw, &interval, &frames); err != nil {
+			t.Fatal(err)
+		}
+		if raw != doc(id) || interval != want[0] || frames != want[1] {
+			t.Errorf("%s: %q %d %d; want the document as sent, %v", id, raw, interval, frames, want)
+		}
+	}
+	e.waitFor("the corrupt one dead-lettered", func() bool {
+		info, err := e.dead.Info(t.Context())
+		return err == nil && info.State.Msgs == 1
+	})
+	m, err := e.dead.GetMsg(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bus.DecodeFetchResult(m.Header, m.Data)
+	if err != nil || r.MatchID != "JP1_3" || !bytes.Equal(r.Payload, bad) || r.PUUID != "p-3" {
+		t.Errorf("dead letter does not decode to the result: %+v %v", r, err)
+	}
+	if !strings.Contains(m.Header.Get(natsx.DeadReasonHeader), "gzip") {
+		t.Errorf("dead-letter reason %q does not name the gzip", m.Header.Get(natsx.DeadReasonHeader))
+	}
+}
