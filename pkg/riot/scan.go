@@ -53,30 +53,28 @@ func (s *DocScan) Reset() {
 // fields we want.
 const maxCapture = 64
 
-// Write scans the next chunk of the document. It never keeps p.
+// structural marks the bytes that Write must act on outside a string:
+// quotes, brackets, braces, commas and colons. Every other byte
+// (whitespace, digits, letters, ...) needs no action unless a wanted
+// number may start or info.frames may get its first element.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true, ',': true, ':': true}
+
+// Write scans the next chunk of the document. It never keeps p. On a bound
+// exceeded it returns the index in p of the offending byte and an error
+// wrapping ErrJSONBounds.
 func (s *DocScan) Write(p []byte) (int, error) {
-	for i, c := range p {
-		if s.inString {
-			switch {
-			case s.escaped:
-				s.escaped = false
-				s.capture(c)
-			case c == '\\':
-				s.escaped = true
-				s.capture(c)
-			case c == '"':
-				s.inString = false
-				s.endString()
-			default:
-				s.capture(c)
-			}
-			continue
-		}
+	i := 0
+	if s.inString {
+		i = s.scanString(p, 0)
+	}
+	for i < len(p) {
+		c := p[i]
 		if s.inNumber {
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				if len(s.numBuf) < maxCapture {
 					s.numBuf = append(s.numBuf, c)
 				}
+				i++
 				continue
 			}
 			s.inNumber = false
@@ -90,6 +88,8 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		case '"':
 			s.inString = true
 			s.startString()
+			i = s.scanString(p, i+1)
+			continue
 		case '{', '[':
 			s.depth++
 			s.containers++
@@ -139,15 +139,68 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			s.valueFor = ""
 		case ':':
 			s.valueFor = s.wanted()
-		case ' ', '\n', '\t', '\r':
 		default:
+			if s.valueFor == "" && (!s.inFrames || s.framesSeen) {
+				// Nothing to capture and no first frame to see: skip
+				// the run of bytes that need no action.
+				i++
+				for i < len(p) && !structural[p[i]] {
+					i++
+				}
+				continue
+			}
 			if s.valueFor != "" && ((c >= '0' && c <= '9') || c == '-') {
 				s.inNumber = true
 				s.numBuf = append(s.numBuf[:0], c)
 			}
 		}
+		i++
 	}
 	return len(p), nil
+}
+
+// scanString scans p[i:], the inside of the current string (s.inString),
+// up to its closing quote: it captures the bytes if wanted, ends the
+// string and returns the index after the quote, or len(p) when the string
+// goes on past p (s.escaped then says whether p ended inside an escape).
+func (s *DocScan) scanString(p []byte, i int) int {
+	start := i // the first byte not yet captured
+	esc := s.escaped
+	for {
+		j := bytes.IndexByte(p[i:], '"')
+		if j < 0 {
+			s.escaped = oddEscape(p, i, len(p), esc)
+			s.captureRun(p[start:])
+			return len(p)
+		}
+		j += i
+		if oddEscape(p, i, j, esc) {
+			// An escaped quote: part of the string; no escape is
+			// pending after it.
+			esc = false
+			i = j + 1
+			continue
+		}
+		s.captureRun(p[start:j])
+		s.escaped, s.inString = false, false
+		s.endString()
+		return j + 1
+	}
+}
+
+// oddEscape says whether an escape is pending at p[j], given that esc
+// says it for p[from] and that p[from:j] holds no quote: every backslash
+// toggles the pending escape, and any other byte clears it.
+func oddEscape(p []byte, from, j int, esc bool) bool {
+	k := j
+	for k > from && p[k-1] == '\\' {
+		k--
+	}
+	odd := (j-k)&1 == 1
+	if k == from {
+		return esc != odd
+	}
+	return odd
 }
 
 // wanted names the field whose value follows the ':' just read, or "".
@@ -168,18 +221,22 @@ func (s *DocScan) startString() {
 	s.strBuf = s.strBuf[:0]
 }
 
-func (s *DocScan) capture(c byte) {
-	if s.capturing {
-		if len(s.strBuf) >= maxCapture {
-			s.capturing = false
-			s.strBuf = s.strBuf[:0]
-			if s.strIsKey {
-				s.strBuf = append(s.strBuf, 0) // a long key: matches no field
-			}
-			return
-		}
-		s.strBuf = append(s.strBuf, c)
+// captureRun captures the string bytes b, when capturing: a string
+// longer than maxCapture is not a field we want (a long key matches
+// none).
+func (s *DocScan) captureRun(b []byte) {
+	if !s.capturing {
+		return
 	}
+	if len(s.strBuf)+len(b) > maxCapture {
+		s.capturing = false
+		s.strBuf = s.strBuf[:0]
+		if s.strIsKey {
+			s.strBuf = append(s.strBuf, 0) // a long key: matches no field
+		}
+		return
+	}
+	s.strBuf = append(s.strBuf, b...)
 }
 
 func (s *DocScan) endString() {
