@@ -2,7 +2,9 @@ package riot
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // DocScan is a one-pass, incremental scan of a match-v5 JSON document: it
@@ -86,6 +88,12 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		}
 		switch c {
 		case '"':
+			if j := stringEnd(p, i+1); j < len(p) && p[j] == '"' {
+				// The whole string is in p and has no escape.
+				s.wholeString(p[i+1 : j])
+				i = j + 1
+				continue
+			}
 			s.inString = true
 			s.startString()
 			i = s.scanString(p, i+1)
@@ -144,6 +152,9 @@ func (s *DocScan) Write(p []byte) (int, error) {
 				// Nothing to capture and no first frame to see: skip
 				// the run of bytes that need no action.
 				i++
+				for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
+					i += 8 // indentation
+				}
 				for i < len(p) && !structural[p[i]] {
 					i++
 				}
@@ -186,6 +197,57 @@ func (s *DocScan) scanString(p []byte, i int) int {
 		s.endString()
 		return j + 1
 	}
+}
+
+// stringEnd returns the index of the first quote or backslash in p[i:],
+// or len(p), reading 16 bytes at a time (most keys and values are
+// shorter, which keeps the loop's branch predictable).
+func stringEnd(p []byte, i int) int {
+	for ; i+16 <= len(p); i += 16 {
+		m1, m2 := quoteOrBackslash(binary.LittleEndian.Uint64(p[i:])), quoteOrBackslash(binary.LittleEndian.Uint64(p[i+8:]))
+		if m1|m2 != 0 {
+			n := bits.TrailingZeros64(m1) // 64 when m1 is 0
+			if m1 == 0 {
+				n += bits.TrailingZeros64(m2)
+			}
+			return i + n/8
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] == '"' || p[i] == '\\' {
+			return i
+		}
+	}
+	return len(p)
+}
+
+// quoteOrBackslash flags (0x80) the byte of w (little-endian) that is the
+// first quote or backslash, and possibly later bytes: a byte of q or b is
+// zero where w holds a quote or a backslash, and the lowest zero byte of
+// each is flagged exactly (the borrows run upwards).
+func quoteOrBackslash(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b := w^('"'*ones), w^('\\'*ones)
+	return ((q-ones)&^q | (b-ones)&^b) & highs
+}
+
+// wholeString does what startString, capture and endString do for a
+// string whose bytes b are all in one chunk and hold no escape.
+func (s *DocScan) wholeString(b []byte) {
+	if d := s.depth; d < len(s.object) && d > 0 && s.object[d] && s.expectKey[d] {
+		s.expectKey[d] = false
+		switch {
+		case len(b) > maxCapture || len(b) > 0 && b[0] == 0:
+			s.key[d] = "\x00"
+		default:
+			s.key[d] = internKey(b)
+		}
+		return
+	}
+	if s.valueFor != "" && len(b) <= maxCapture {
+		s.setValue(b)
+	}
+	s.valueFor = ""
 }
 
 // oddEscape says whether an escape is pending at p[j], given that esc
@@ -277,10 +339,19 @@ func (s *DocScan) setValue(v []byte) {
 // internKey returns the keys the scan looks for without allocating; any
 // other key becomes "?" (it matches no field).
 func internKey(b []byte) string {
-	for _, k := range [...]string{"info", "metadata", "matchId", "gameCreation", "frameInterval", "frames"} {
-		if string(b) == k {
-			return k
-		}
+	switch string(b) {
+	case "info":
+		return "info"
+	case "metadata":
+		return "metadata"
+	case "matchId":
+		return "matchId"
+	case "gameCreation":
+		return "gameCreation"
+	case "frameInterval":
+		return "frameInterval"
+	case "frames":
+		return "frames"
 	}
 	return "?"
 }
