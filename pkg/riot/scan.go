@@ -70,6 +70,12 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		i = s.scanString(p, 0)
 	}
 	for i < len(p) {
+		if s.depth >= len(s.object) && !s.inNumber && s.valueFor == "" {
+			var err error
+			if i, err = s.scanDeep(p, i); err != nil || i == len(p) {
+				return i, err
+			}
+		}
 		c := p[i]
 		if s.inNumber {
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
@@ -168,6 +174,65 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		i++
 	}
 	return len(p), nil
+}
+
+// scanDeep scans p[i:] below the tracked depths (s.depth ≥ len(s.object)),
+// with no value wanted and no number open: there only the bounds need
+// counting and strings skipping. It returns the index of the first byte
+// past p[i:] that it has not scanned: after the close that leaves depth
+// len(s.object)-1, or len(p); or an error as Write.
+func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
+	depth, containers, elements := s.depth, s.containers, s.elements
+	for i < len(p) {
+		switch p[i] {
+		case '"':
+			if j := stringEnd(p, i+1); j < len(p) && p[j] == '"' {
+				i = j + 1 // a string without escapes
+				continue
+			}
+			s.depth, s.containers, s.elements = depth, containers, elements
+			s.inString = true
+			s.startString()
+			i = s.scanString(p, i+1)
+			continue
+		case '{', '[':
+			depth++
+			containers++
+			elements++
+			if depth > MaxJSONDepth {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
+			}
+			if containers > MaxJSONContainers {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
+			}
+		case '}', ']':
+			depth--
+			if depth < len(s.object) {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i + 1, nil
+			}
+		case ',':
+			elements++
+			if elements > MaxJSONElements {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
+			}
+		default:
+			i++
+			for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
+				i += 8 // indentation
+			}
+			for i < len(p) && !structural[p[i]] {
+				i++
+			}
+			continue
+		}
+		i++
+	}
+	s.depth, s.containers, s.elements = depth, containers, elements
+	return i, nil
 }
 
 // scanString scans p[i:], the inside of the current string (s.inString),

@@ -235,6 +235,8 @@ func TestDocScanEquivalentOnHostile(t *testing.T) {
 	for name, doc := range hostileDocs() {
 		big := len(doc) > 1<<20
 		checkEquivalent(t, name, []byte(doc), r, big && testing.Short())
+		// Again below the depths the scan tracks (where it only counts).
+		checkEquivalent(t, name+" deep", []byte(`[[{"a":[`+doc+`]}]]`), r, big && testing.Short())
 	}
 	// The bounds cases above do fail, at the byte past the bound.
 	for name, wantAt := range map[string]int64{
@@ -244,6 +246,23 @@ func TestDocScanEquivalentOnHostile(t *testing.T) {
 		res := scanNew([]byte(hostileDocs()[name]), fixed(0))
 		if res.ErrAt != wantAt {
 			t.Errorf("%s: error %q at %d, want at %d", name, res.Err, res.ErrAt, wantAt)
+		}
+		if name == "closes nothing 2" {
+			continue
+		}
+		// Below depth 4 the bounds are the same, the offsets shifted.
+		deep := `[[{"a":[` + hostileDocs()[name] + `]}]]`
+		shift := int64(len(`[[{"a":[`))
+		switch name {
+		case "deep arrays":
+			shift = int64(len(`[[{"a":[`)) - 4 // 4 of the 32 levels are the wrapper's
+		case "many containers":
+			shift -= 3 * 4 // ... and so are 4 containers (of 3 bytes each in the array)
+		case "many elements":
+			shift -= 2 * 4 // ... and 4 elements (containers)
+		}
+		if res := scanNew([]byte(deep), fixed(0)); res.ErrAt != wantAt+shift {
+			t.Errorf("%s deep: error %q at %d, want at %d", name, res.Err, res.ErrAt, wantAt+shift)
 		}
 	}
 	// Mutations: bytes that matter to the scan, dropped into or
