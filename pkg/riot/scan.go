@@ -94,8 +94,9 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		}
 		switch c {
 		case '"':
-			if j := stringEnd(p, i+1); j < len(p) && p[j] == '"' {
-				// The whole string is in p and has no escape.
+			if j := quoteAt(p, i+1); j < len(p) && p[j-1] != '\\' {
+				// The whole string is in p: the first quote after
+				// the opening one, not escaped, ends it.
 				s.wholeString(p[i+1 : j])
 				i = j + 1
 				continue
@@ -186,8 +187,8 @@ func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
 	for i < len(p) {
 		switch p[i] {
 		case '"':
-			if j := stringEnd(p, i+1); j < len(p) && p[j] == '"' {
-				i = j + 1 // a string without escapes
+			if j := quoteAt(p, i+1); j < len(p) && p[j-1] != '\\' {
+				i = j + 1 // the string ends at the first quote after the opening one
 				continue
 			}
 			s.depth, s.containers, s.elements = depth, containers, elements
@@ -264,12 +265,16 @@ func (s *DocScan) scanString(p []byte, i int) int {
 	}
 }
 
-// stringEnd returns the index of the first quote or backslash in p[i:],
-// or len(p), reading 16 bytes at a time (most keys and values are
-// shorter, which keeps the loop's branch predictable).
-func stringEnd(p []byte, i int) int {
+// quoteAt returns the index of the first quote in p[i:], or len(p),
+// reading 16 bytes at a time (most keys and values are shorter, which
+// keeps the loop's branch predictable).
+func quoteAt(p []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	for ; i+16 <= len(p); i += 16 {
-		m1, m2 := quoteOrBackslash(binary.LittleEndian.Uint64(p[i:])), quoteOrBackslash(binary.LittleEndian.Uint64(p[i+8:]))
+		// A byte of q is zero where p holds a quote; the lowest zero
+		// byte is flagged (0x80) exactly, as the borrows run upwards.
+		q1, q2 := binary.LittleEndian.Uint64(p[i:])^('"'*ones), binary.LittleEndian.Uint64(p[i+8:])^('"'*ones)
+		m1, m2 := (q1-ones)&^q1&highs, (q2-ones)&^q2&highs
 		if m1|m2 != 0 {
 			n := bits.TrailingZeros64(m1) // 64 when m1 is 0
 			if m1 == 0 {
@@ -279,25 +284,16 @@ func stringEnd(p []byte, i int) int {
 		}
 	}
 	for ; i < len(p); i++ {
-		if p[i] == '"' || p[i] == '\\' {
+		if p[i] == '"' {
 			return i
 		}
 	}
 	return len(p)
 }
 
-// quoteOrBackslash flags (0x80) the byte of w (little-endian) that is the
-// first quote or backslash, and possibly later bytes: a byte of q or b is
-// zero where w holds a quote or a backslash, and the lowest zero byte of
-// each is flagged exactly (the borrows run upwards).
-func quoteOrBackslash(w uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, b := w^('"'*ones), w^('\\'*ones)
-	return ((q-ones)&^q | (b-ones)&^b) & highs
-}
-
 // wholeString does what startString, capture and endString do for a
-// string whose bytes b are all in one chunk and hold no escape.
+// string whose bytes b (as in the document, escapes included) are all in
+// one chunk.
 func (s *DocScan) wholeString(b []byte) {
 	if d := s.depth; d < len(s.object) && d > 0 && s.object[d] && s.expectKey[d] {
 		s.expectKey[d] = false
