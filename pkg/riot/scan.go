@@ -180,8 +180,8 @@ func (s *DocScan) Write(p []byte) (int, error) {
 // scanDeep scans p[i:] below the tracked depths (s.depth ≥ len(s.object)),
 // with no value wanted and no number open: there only the bounds need
 // counting and strings skipping. It returns the index of the first byte
-// past p[i:] that it has not scanned: after the close that leaves depth
-// len(s.object)-1, or len(p); or an error as Write.
+// it has not scanned (the one after the close that brings the depth back
+// to len(s.object)-1, or len(p)), or an error as Write does.
 func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
 	depth, containers, elements := s.depth, s.containers, s.elements
 	for i < len(p) {
