@@ -132,16 +132,6 @@ func TestDocScanChunked(t *testing.T) {
 	}
 }
 
-func BenchmarkDocScan(b *testing.B) {
-	raw := testdataFile(b, "timeline_EUW1_6834713231.json")
-	b.SetBytes(int64(len(raw)))
-	var s DocScan
-	for b.Loop() {
-		s.Reset()
-		s.Write(raw)
-	}
-}
-
 // A close with nothing open is refused (ErrJSONBounds), whatever follows:
 // the scanner's depth never goes below zero (fuzzing found `},` indexing
 // its per-depth state at -1).

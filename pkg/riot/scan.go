@@ -2,7 +2,9 @@ package riot
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // DocScan is a one-pass, incremental scan of a match-v5 JSON document: it
@@ -53,30 +55,34 @@ func (s *DocScan) Reset() {
 // fields we want.
 const maxCapture = 64
 
-// Write scans the next chunk of the document. It never keeps p.
+// structural marks the bytes that Write must act on outside a string:
+// quotes, brackets, braces, commas and colons. Every other byte
+// (whitespace, digits, letters, ...) needs no action unless a wanted
+// number may start or info.frames may get its first element.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true, ',': true, ':': true}
+
+// Write scans the next chunk of the document. It never keeps p. On a bound
+// exceeded it returns the index in p of the offending byte and an error
+// wrapping ErrJSONBounds.
 func (s *DocScan) Write(p []byte) (int, error) {
-	for i, c := range p {
-		if s.inString {
-			switch {
-			case s.escaped:
-				s.escaped = false
-				s.capture(c)
-			case c == '\\':
-				s.escaped = true
-				s.capture(c)
-			case c == '"':
-				s.inString = false
-				s.endString()
-			default:
-				s.capture(c)
+	i := 0
+	if s.inString {
+		i = s.scanString(p, 0)
+	}
+	for i < len(p) {
+		if s.depth >= len(s.object) && !s.inNumber && s.valueFor == "" {
+			var err error
+			if i, err = s.scanDeep(p, i); err != nil || i == len(p) {
+				return i, err
 			}
-			continue
 		}
+		c := p[i]
 		if s.inNumber {
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				if len(s.numBuf) < maxCapture {
 					s.numBuf = append(s.numBuf, c)
 				}
+				i++
 				continue
 			}
 			s.inNumber = false
@@ -88,8 +94,17 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		}
 		switch c {
 		case '"':
+			if j := quoteAt(p, i+1); j < len(p) && p[j-1] != '\\' {
+				// The whole string is in p: the first quote after
+				// the opening one, not escaped, ends it.
+				s.wholeString(p[i+1 : j])
+				i = j + 1
+				continue
+			}
 			s.inString = true
 			s.startString()
+			i = s.scanString(p, i+1)
+			continue
 		case '{', '[':
 			s.depth++
 			s.containers++
@@ -139,15 +154,176 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			s.valueFor = ""
 		case ':':
 			s.valueFor = s.wanted()
-		case ' ', '\n', '\t', '\r':
 		default:
+			if s.valueFor == "" && (!s.inFrames || s.framesSeen) {
+				// Nothing to capture and no first frame to see: skip
+				// the run of bytes that need no action.
+				i++
+				for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
+					i += 8 // indentation
+				}
+				for i < len(p) && !structural[p[i]] {
+					i++
+				}
+				continue
+			}
 			if s.valueFor != "" && ((c >= '0' && c <= '9') || c == '-') {
 				s.inNumber = true
 				s.numBuf = append(s.numBuf[:0], c)
 			}
 		}
+		i++
 	}
 	return len(p), nil
+}
+
+// scanDeep scans p[i:] below the tracked depths (s.depth ≥ len(s.object)),
+// with no value wanted and no number open: there only the bounds need
+// counting and strings skipping. It returns the index of the first byte
+// it has not scanned (the one after the close that brings the depth back
+// to len(s.object)-1, or len(p)), or an error as Write does.
+func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
+	depth, containers, elements := s.depth, s.containers, s.elements
+	for i < len(p) {
+		switch p[i] {
+		case '"':
+			if j := quoteAt(p, i+1); j < len(p) && p[j-1] != '\\' {
+				i = j + 1 // the string ends at the first quote after the opening one
+				continue
+			}
+			s.depth, s.containers, s.elements = depth, containers, elements
+			s.inString = true
+			s.startString()
+			i = s.scanString(p, i+1)
+			continue
+		case '{', '[':
+			depth++
+			containers++
+			elements++
+			if depth > MaxJSONDepth {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
+			}
+			if containers > MaxJSONContainers {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
+			}
+		case '}', ']':
+			depth--
+			if depth < len(s.object) {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i + 1, nil
+			}
+		case ',':
+			elements++
+			if elements > MaxJSONElements {
+				s.depth, s.containers, s.elements = depth, containers, elements
+				return i, fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
+			}
+		default:
+			i++
+			for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
+				i += 8 // indentation
+			}
+			for i < len(p) && !structural[p[i]] {
+				i++
+			}
+			continue
+		}
+		i++
+	}
+	s.depth, s.containers, s.elements = depth, containers, elements
+	return i, nil
+}
+
+// scanString scans p[i:], the inside of the current string (s.inString),
+// up to its closing quote: it captures the bytes if wanted, ends the
+// string and returns the index after the quote, or len(p) when the string
+// goes on past p (s.escaped then says whether p ended inside an escape).
+func (s *DocScan) scanString(p []byte, i int) int {
+	start := i // the first byte not yet captured
+	esc := s.escaped
+	for {
+		j := bytes.IndexByte(p[i:], '"')
+		if j < 0 {
+			s.escaped = oddEscape(p, i, len(p), esc)
+			s.captureRun(p[start:])
+			return len(p)
+		}
+		j += i
+		if oddEscape(p, i, j, esc) {
+			// An escaped quote: part of the string; no escape is
+			// pending after it.
+			esc = false
+			i = j + 1
+			continue
+		}
+		s.captureRun(p[start:j])
+		s.escaped, s.inString = false, false
+		s.endString()
+		return j + 1
+	}
+}
+
+// quoteAt returns the index of the first quote in p[i:], or len(p),
+// reading 16 bytes at a time (most keys and values are shorter, which
+// keeps the loop's branch predictable).
+func quoteAt(p []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+16 <= len(p); i += 16 {
+		// A byte of q is zero where p holds a quote; the lowest zero
+		// byte is flagged (0x80) exactly, as the borrows run upwards.
+		q1, q2 := binary.LittleEndian.Uint64(p[i:])^('"'*ones), binary.LittleEndian.Uint64(p[i+8:])^('"'*ones)
+		m1, m2 := (q1-ones)&^q1&highs, (q2-ones)&^q2&highs
+		if m1|m2 != 0 {
+			n := bits.TrailingZeros64(m1) // 64 when m1 is 0
+			if m1 == 0 {
+				n += bits.TrailingZeros64(m2)
+			}
+			return i + n/8
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] == '"' {
+			return i
+		}
+	}
+	return len(p)
+}
+
+// wholeString does what startString, capture and endString do for a
+// string whose bytes b (as in the document, escapes included) are all in
+// one chunk.
+func (s *DocScan) wholeString(b []byte) {
+	if d := s.depth; d < len(s.object) && d > 0 && s.object[d] && s.expectKey[d] {
+		s.expectKey[d] = false
+		switch {
+		case len(b) > maxCapture || len(b) > 0 && b[0] == 0:
+			s.key[d] = "\x00"
+		default:
+			s.key[d] = internKey(b)
+		}
+		return
+	}
+	if s.valueFor != "" && len(b) <= maxCapture {
+		s.setValue(b)
+	}
+	s.valueFor = ""
+}
+
+// oddEscape says whether an escape is pending at p[j], given that esc
+// says it for p[from] and that p[from:j] holds no quote: every backslash
+// toggles the pending escape, and any other byte clears it.
+func oddEscape(p []byte, from, j int, esc bool) bool {
+	k := j
+	for k > from && p[k-1] == '\\' {
+		k--
+	}
+	odd := (j-k)&1 == 1
+	if k == from {
+		return esc != odd
+	}
+	return odd
 }
 
 // wanted names the field whose value follows the ':' just read, or "".
@@ -168,18 +344,22 @@ func (s *DocScan) startString() {
 	s.strBuf = s.strBuf[:0]
 }
 
-func (s *DocScan) capture(c byte) {
-	if s.capturing {
-		if len(s.strBuf) >= maxCapture {
-			s.capturing = false
-			s.strBuf = s.strBuf[:0]
-			if s.strIsKey {
-				s.strBuf = append(s.strBuf, 0) // a long key: matches no field
-			}
-			return
-		}
-		s.strBuf = append(s.strBuf, c)
+// captureRun captures the string bytes b, when capturing: a string
+// longer than maxCapture is not a field we want (a long key matches
+// none).
+func (s *DocScan) captureRun(b []byte) {
+	if !s.capturing {
+		return
 	}
+	if len(s.strBuf)+len(b) > maxCapture {
+		s.capturing = false
+		s.strBuf = s.strBuf[:0]
+		if s.strIsKey {
+			s.strBuf = append(s.strBuf, 0) // a long key: matches no field
+		}
+		return
+	}
+	s.strBuf = append(s.strBuf, b...)
 }
 
 func (s *DocScan) endString() {
@@ -220,10 +400,19 @@ func (s *DocScan) setValue(v []byte) {
 // internKey returns the keys the scan looks for without allocating; any
 // other key becomes "?" (it matches no field).
 func internKey(b []byte) string {
-	for _, k := range [...]string{"info", "metadata", "matchId", "gameCreation", "frameInterval", "frames"} {
-		if string(b) == k {
-			return k
-		}
+	switch string(b) {
+	case "info":
+		return "info"
+	case "metadata":
+		return "metadata"
+	case "matchId":
+		return "matchId"
+	case "gameCreation":
+		return "gameCreation"
+	case "frameInterval":
+		return "frameInterval"
+	case "frames":
+		return "frames"
 	}
 	return "?"
 }
