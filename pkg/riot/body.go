@@ -3,6 +3,7 @@ package riot
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -140,6 +141,12 @@ func Gunzip(dst *bytes.Buffer, gz []byte, limit int64) error {
 	dst.Reset()
 	if len(gz) == 0 {
 		return errors.New("empty payload")
+	}
+	// The trailer's ISIZE (length mod 2^32): grow once, not by doubling.
+	if len(gz) >= 4 {
+		if n := int64(binary.LittleEndian.Uint32(gz[len(gz)-4:])); n <= limit {
+			dst.Grow(int(n))
+		}
 	}
 	return gunzipTo(&cappedBuffer{buf: dst, limit: limit}, gz)
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/klauspost/compress/gzip"
-
-	"github.com/riftflow/riftflow/pkg/fault"
 )
 
 // DefaultMaxDocumentBytes bounds a document PersistBatch decompresses
@@ -32,14 +31,29 @@ func (s *Store) maxDocBytes() int64 {
 	return s.maxDoc
 }
 
-// docPool holds the buffers timelines are decompressed into while copied;
-// one is in use per batch being written.
-var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// docBuffers holds the buffers timelines are decompressed into while
+// copied, one in use per batch being written. A channel, not a sync.Pool:
+// a pool is emptied by every garbage collection, and a persister collects
+// often, so each batch would allocate its megabytes again.
+var docBuffers = make(chan *bytes.Buffer, 4)
+
+func getDoc() *bytes.Buffer {
+	select {
+	case b := <-docBuffers:
+		return b
+	default:
+		return new(bytes.Buffer)
+	}
+}
 
 func putDoc(b *bytes.Buffer) {
-	if b.Cap() <= 4<<20 { // a rare larger one is left to the GC
-		b.Reset()
-		docPool.Put(b)
+	if b.Cap() > 4<<20 { // a rare larger one is left to the GC
+		return
+	}
+	b.Reset()
+	select {
+	case docBuffers <- b:
+	default:
 	}
 }
 
@@ -63,6 +77,13 @@ func inflateDoc(buf *bytes.Buffer, gz []byte, limit int64) (raw, rawGz []byte, e
 		return nil, nil, fmt.Errorf("gzip: %w", err)
 	}
 	defer gzPool.Put(zr)
+	// The gzip trailer's ISIZE is the length mod 2^32: grow once to it
+	// (capped by limit) instead of doubling through ReadFrom.
+	if len(gz) >= 4 {
+		if n := int64(binary.LittleEndian.Uint32(gz[len(gz)-4:])); n <= limit {
+			buf.Grow(int(n) + bytes.MinRead)
+		}
+	}
 	n, err := buf.ReadFrom(io.LimitReader(zr, limit+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("gzip: %w", err)
@@ -261,19 +282,6 @@ func participantValues(p *ParticipantRow) []any {
 		p.GoldSpent, p.TotalDamageTaken, p.DamageToObjectives, p.WardsPlaced, p.WardsKilled}
 }
 
-// timelineValues is t's column values; a Compressed document is inflated
-// into doc, which the next call reuses.
-func timelineValues(t *TimelineRow, doc *bytes.Buffer, maxDoc int64) ([]any, error) {
-	raw, rawGz := t.Raw, t.RawGzip
-	if t.Compressed != nil {
-		var err error
-		if raw, rawGz, err = inflateDoc(doc, t.Compressed, maxDoc); err != nil {
-			return nil, fault.Wrap(fault.Invalid, fmt.Errorf("timeline %s: %w", t.MatchID, err))
-		}
-	}
-	return []any{t.MatchID, t.FrameIntervalMs, t.FrameCount, raw, rawGz, ts(t.FetchedAt)}, nil
-}
-
 // lastOf keeps the last row of each key, in the order of their last
 // occurrence (a redelivered message repeats its rows: the last one wins, as
 // DISTINCT ON (key) ... ORDER BY seq DESC does for staged rows).
@@ -405,16 +413,13 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResu
 	newM, oldM := split(b.Matches, func(m *MatchRow) bool { return !storedM[m.MatchID] && !m.FetchedAt.IsZero() })
 	newP, oldP := split(b.Participants, func(p *ParticipantRow) bool { return !storedP[p.MatchID] })
 	newT, oldT := split(b.Timelines, func(t *TimelineRow) bool { return !storedT[t.MatchID] && !t.FetchedAt.IsZero() })
-	doc := docPool.Get().(*bytes.Buffer)
+	doc := getDoc()
 	defer putDoc(doc)
 	mRow := func(rows []MatchRow) func(int) ([]any, error) {
 		return func(i int) ([]any, error) { return matchValues(&rows[i]), nil }
 	}
 	pRow := func(rows []ParticipantRow) func(int) ([]any, error) {
 		return func(i int) ([]any, error) { return participantValues(&rows[i]), nil }
-	}
-	tRow := func(rows []TimelineRow) func(int) ([]any, error) {
-		return func(i int) ([]any, error) { return timelineValues(&rows[i], doc, maxDoc) }
 	}
 	steps := []func() error{
 		func() error { return copyRows(ctx, tx, "matches", matchCols, len(newM), mRow(newM)) },
@@ -427,10 +432,15 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResu
 			cols, row := withSeq(participantCols, pRow(oldP))
 			return stageRows(ctx, tx, "participants", cols, len(oldP), row, upsertParticipants)
 		},
-		func() error { return copyRows(ctx, tx, "match_timelines", timelineCols, len(newT), tRow(newT)) },
+		func() error { return copyTimelines(ctx, tx, "match_timelines", false, newT, doc, maxDoc) },
 		func() error {
-			cols, row := withSeq(timelineCols, tRow(oldT))
-			return stageRows(ctx, tx, "timelines", cols, len(oldT), row, upsertTimelines)
+			if err := copyTimelines(ctx, tx, "stage_timelines", true, oldT, doc, maxDoc); err != nil || len(oldT) == 0 {
+				return err
+			}
+			if _, err := tx.Exec(ctx, upsertTimelines); err != nil {
+				return fmt.Errorf("upsert timelines: %w", err)
+			}
+			return nil
 		},
 	}
 	for _, step := range steps {
