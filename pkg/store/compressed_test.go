@@ -120,3 +120,36 @@ func TestPersistBatchFreshAndStoredRowsTogether(t *testing.T) {
 		t.Errorf("participants of an unknown match: %v, want Invalid", err)
 	}
 }
+
+// TestPersistBatchCompressedMatches: a MatchRow.Compressed document is
+// stored byte-equal on the fresh and the upsert path; a corrupt one fails
+// the batch as Invalid.
+func TestPersistBatchCompressedMatches(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	fx := loadFixtures(t)[0]
+	m := fx.Match
+	m.Compressed, m.Raw, m.RawGzip = gz(t, string(fx.Match.Raw)), nil, nil
+	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}, Participants: fx.Participants}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want string) {
+		t.Helper()
+		got, _, err := s.MatchRaw(ctx, m.MatchID)
+		if err != nil || string(got) != want {
+			t.Fatalf("MatchRaw: %d bytes, %v; want %d bytes as sent", len(got), err, len(want))
+		}
+	}
+	check(string(fx.Match.Raw))
+	changed := `{"metadata":{"matchId":"` + m.MatchID + `"},"info":{"changed":true}}`
+	m.Compressed = gz(t, changed)
+	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); err != nil {
+		t.Fatal(err)
+	}
+	check(changed)
+	m.Compressed = m.Compressed[:len(m.Compressed)-3]
+	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); store.KindOf(err) != fault.Invalid {
+		t.Errorf("truncated gzip: %v, want Invalid", err)
+	}
+	check(changed)
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/riftflow/riftflow/pkg/fault"
 )
 
 // DefaultMaxDocumentBytes bounds a document PersistBatch decompresses
@@ -31,29 +33,18 @@ func (s *Store) maxDocBytes() int64 {
 	return s.maxDoc
 }
 
-// docBuffers holds the buffers timelines are decompressed into while
-// copied, one in use per batch being written. A channel, not a sync.Pool:
-// a pool is emptied by every garbage collection, and a persister collects
-// often, so each batch would allocate its megabytes again.
-var docBuffers = make(chan *bytes.Buffer, 4)
+// docPool holds the buffers documents are decompressed into while copied,
+// one in use per batch being written (sized once per document from the
+// gzip trailer, so a buffer is allocated at most once per batch even when
+// the pool has been emptied by a collection).
+var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func getDoc() *bytes.Buffer {
-	select {
-	case b := <-docBuffers:
-		return b
-	default:
-		return new(bytes.Buffer)
-	}
-}
+func getDoc() *bytes.Buffer { return docPool.Get().(*bytes.Buffer) }
 
 func putDoc(b *bytes.Buffer) {
-	if b.Cap() > 4<<20 { // a rare larger one is left to the GC
-		return
-	}
-	b.Reset()
-	select {
-	case docBuffers <- b:
-	default:
+	if b.Cap() <= 4<<20 { // a rare larger one is left to the GC
+		b.Reset()
+		docPool.Put(b)
 	}
 }
 
@@ -119,7 +110,12 @@ type MatchRow struct {
 	// cannot be held by a json column, Raw is nil and RawGzip holds it
 	// gzip-compressed (column raw_gzip); readers fall back to it.
 	Raw, RawGzip []byte
-	FetchedAt    time.Time // when the fetcher got it; zero → now()
+	// Compressed, instead of Raw and RawGzip, is the MatchDto
+	// gzip-compressed, decompressed by PersistBatch while it copies the
+	// row, as TimelineRow.Compressed is: a batch of matches then holds their
+	// rows, not their 70–150 KB documents.
+	Compressed []byte
+	FetchedAt  time.Time // when the fetcher got it; zero → now()
 }
 
 // ParticipantRow is one match_participants row (info.participants[i]).
@@ -268,10 +264,20 @@ var (
 	timelineCols = []string{"match_id", "frame_interval_ms", "frame_count", "raw", "raw_gzip", "fetched_at"}
 )
 
-func matchValues(m *MatchRow) []any {
+// matchValues is m's column values; a Compressed document is inflated
+// into doc, which the next call reuses (pgx encodes a row's values before
+// it asks for the next row).
+func matchValues(m *MatchRow, doc *bytes.Buffer, maxDoc int64) ([]any, error) {
+	raw, rawGz := m.Raw, m.RawGzip
+	if m.Compressed != nil {
+		var err error
+		if raw, rawGz, err = inflateDoc(doc, m.Compressed, maxDoc); err != nil {
+			return nil, fault.Wrap(fault.Invalid, fmt.Errorf("match %s: %w", m.MatchID, err))
+		}
+	}
 	return []any{m.MatchID, m.Platform, m.Region, m.QueueID, m.GameMode, m.GameType, m.GameVersion,
 		m.Patch, m.MapID, ts(m.GameCreation), ts(m.GameStart), ts(m.GameEnd), m.DurationS,
-		m.EndOfGameResult, m.ParticipantCount, m.Raw, m.RawGzip, ts(m.FetchedAt)}
+		m.EndOfGameResult, m.ParticipantCount, raw, rawGz, ts(m.FetchedAt)}, nil
 }
 
 func participantValues(p *ParticipantRow) []any {
@@ -416,7 +422,7 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResu
 	doc := getDoc()
 	defer putDoc(doc)
 	mRow := func(rows []MatchRow) func(int) ([]any, error) {
-		return func(i int) ([]any, error) { return matchValues(&rows[i]), nil }
+		return func(i int) ([]any, error) { return matchValues(&rows[i], doc, maxDoc) }
 	}
 	pRow := func(rows []ParticipantRow) func(int) ([]any, error) {
 		return func(i int) ([]any, error) { return participantValues(&rows[i]), nil }

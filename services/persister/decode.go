@@ -141,6 +141,12 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 	}
 	buf := docPool.Get().(*bytes.Buffer)
 	it := s.decodeSuccess(r, lu, buf)
+	if r.Kind == bus.KindMatch {
+		// Nothing refers to the decompressed MatchDto any more: its row
+		// carries the gzip (store.MatchRow.Compressed).
+		releaseAll([]item{{buf: buf}})
+		return it
+	}
 	it.buf = buf
 	return it
 }
@@ -148,8 +154,9 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 // decodeSuccess decodes a success's payload into buf, once: a MatchDto
 // into the columns of matches and match_participants, a TimelineDto
 // without FetchResult.Timeline only scanned (riot.DocScan) for its frame
-// interval and count. The document itself is stored as sent
-// (store.MatchRow.Raw).
+// interval and count. The document itself is stored as sent: a MatchDto's
+// gzip goes to the store (store.MatchRow.Compressed), a TimelineDto's text
+// (store.TimelineRow.Raw, pointing into buf).
 func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
 	platform, region, _ := riot.ParseMatchID(r.MatchID)
 	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
@@ -171,8 +178,11 @@ func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *b
 		if m.Metadata.MatchID != "" && m.Metadata.MatchID != r.MatchID {
 			return s.unstorable(lu, fmt.Errorf("payload is match %q, not %q", m.Metadata.MatchID, r.MatchID))
 		}
-		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, doc, fetched)
-		mr.RawGzip = docGz
+		// The document is decompressed again while it is copied
+		// (store.MatchRow.Compressed): a batch holds the rows of its
+		// matches, not their documents.
+		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, nil, fetched)
+		mr.Compressed = r.Payload
 		b.Matches, b.Participants = []store.MatchRow{mr}, parts
 		if !mr.GameCreation.IsZero() {
 			lu.GameCreation = mr.GameCreation
