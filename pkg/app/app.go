@@ -338,11 +338,6 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 type Needs struct {
 	DB   bool // Postgres at DATABASE_URL
 	Riot bool // the Riot API (RIOT_API_KEY) with the shared rate limiter
-	// GCPercent, when not 0, is the service's garbage-collection target
-	// (runtime/debug.SetGCPercent) unless the environment sets GOGC: the
-	// persister, whose heap is mostly short-lived megabyte buffers, runs at
-	// 50 to keep its peak RSS under 64 MB (docs/throughput.md).
-	GCPercent int
 }
 
 // Config is what a service's run is given by Start: its name, the common

@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"os"
-	"runtime/debug"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -42,9 +40,6 @@ func Stage[S Service](fromInfra func(context.Context, *Infra) (S, error)) Constr
 // Exit with Run's error.
 func Main[S Service](service string, needs Needs, fromInfra func(context.Context, *Infra) (S, error)) {
 	ctx, cfg := Start(service)
-	if needs.GCPercent != 0 && os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(needs.GCPercent)
-	}
 	Exit(Run(ctx, cfg, needs, Stage(fromInfra)))
 }
 

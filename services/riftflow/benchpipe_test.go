@@ -593,7 +593,7 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 	}
 	common := []string{"NATS_URL=" + natsURL, "DATABASE_URL=" + dbURL, "RIOT_API_KEY=" + key,
 		"RIOT_API_BASE_URL=" + base, "RIOT_SHARED_RATELIMIT=false", "SCHEDULE_ENABLE=false", "LOG_LEVEL=warn",
-		"OTEL_TRACES_EXPORTER=none", "FETCHER_REGIONS=americas", "GOMEMLIMIT=" + envDefault("BENCH_PIPELINE_GOMEMLIMIT", "44MiB"),
+		"OTEL_TRACES_EXPORTER=none", "FETCHER_REGIONS=americas", "GOMEMLIMIT=" + envDefault("BENCH_PIPELINE_GOMEMLIMIT", "48MiB"),
 		"FETCH_BACKOFF=1s,1s,1s,1s"}
 	apply := exec.Command(filepath.Join(bin, "riftflow"), "streams", "apply")
 	apply.Env = append(os.Environ(), common...)
