@@ -51,6 +51,9 @@ type Grant struct {
 	// Messages lists streams whose messages the user gets and deletes by
 	// sequence or subject (the retry-sweeper's advisory handling).
 	Messages []string
+	// Info lists streams whose state (STREAM.INFO: messages, bytes) the
+	// user reads (the match-fetcher's backpressure on FETCHED).
+	Info []string
 	// KVRead and KVWrite list KV buckets read (get, watch, list keys) and
 	// written (put, create, update, delete; includes read).
 	KVRead, KVWrite []string
@@ -77,6 +80,7 @@ var Grants = []Grant{
 		KVWrite: []string{BucketSyncLocks, BucketCursors, BucketRateLimit}},
 	{User: UserMatchFetcher, KVRead: []string{BucketControl},
 		Consume: []string{fetcherPrefix + "*"},
+		Info:    []string{StreamFetched},
 		Publish: []string{"{prefix}.match.fetched.>", "{prefix}.match.failed.>", "{prefix}.match.fetch.>",
 			"{prefix}.match.retry.>", "{prefix}.dead." + StreamFetch},
 		KVWrite: []string{BucketRateLimit},
@@ -185,6 +189,12 @@ func (g Grant) expand(s *Set) (UserPermissions, error) {
 			return p, fmt.Errorf("no stream %q declared", st)
 		}
 		ordered(st)
+	}
+	for _, st := range g.Info {
+		if s.Stream(st) == nil {
+			return p, fmt.Errorf("no stream %q declared", st)
+		}
+		pub("$JS.API.STREAM.INFO." + st)
 	}
 	for _, st := range g.Messages {
 		if s.Stream(st) == nil {

@@ -8,12 +8,18 @@ import (
 type holdKey struct{}
 
 // WithHold returns a context under which every Consume and ConsumeBatch
-// runner pulls nothing while held() is true (the pause switch, pkg/control).
-// Messages already pulled are finished and settled as usual; nothing is
-// naked or redelivered because of a hold.
+// runner pulls nothing while held() is true (the pause switch, pkg/control;
+// the match-fetcher's backpressure). A hold already on ctx still applies:
+// the runner waits while either is on. Messages already pulled are
+// finished and settled as usual; nothing is naked or redelivered because
+// of a hold.
 func WithHold(ctx context.Context, held func() bool) context.Context {
 	if held == nil {
 		return ctx
+	}
+	if outer, _ := ctx.Value(holdKey{}).(func() bool); outer != nil {
+		inner := held
+		held = func() bool { return outer() || inner() }
 	}
 	return context.WithValue(ctx, holdKey{}, held)
 }
@@ -31,7 +37,7 @@ func (r *runner) awaitHold(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	r.log.Info("paused by the pause switch; pulling nothing")
+	r.log.Info("held (the pause switch, or backpressure); pulling nothing")
 	for ctx.Err() == nil && held() {
 		select {
 		case <-ctx.Done():
@@ -40,5 +46,5 @@ func (r *runner) awaitHold(ctx context.Context) {
 		case <-time.After(HoldPoll):
 		}
 	}
-	r.log.Info("pause switch off; consumer resumed", "paused_for", time.Since(start).Round(time.Millisecond))
+	r.log.Info("hold off; consumer resumed", "held_for", time.Since(start).Round(time.Millisecond))
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -106,6 +107,11 @@ type Config struct {
 	// when it cannot be published before the command is given back
 	// (default 30 s, publishHeld).
 	PublishPatience time.Duration
+	// ResultsBacklogMax is the backpressure threshold: while the FETCHED
+	// stream (Deps.Results) holds more bytes, the background consumers pull
+	// no fetch commands, until it is under half (default 64 MiB; negative:
+	// never held). See backlog.
+	ResultsBacklogMax int64
 }
 
 // PendingReason starts the ledger error of a fetch whose in-process retries
@@ -132,6 +138,9 @@ type Deps struct {
 	// Payloads is the "payloads" object store for payloads over
 	// InlinePayloadMax; nil publishes every payload inline.
 	Payloads jetstream.ObjectStore
+	// Results is the FETCHED stream, watched for backpressure
+	// (Config.ResultsBacklogMax); nil: never held.
+	Results jetstream.Stream
 	app.Base // Subjects, Logger, Tracer, Now
 }
 
@@ -154,7 +163,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	config.Fill(&cfg, Config{
 		MaxAttempts: 5, PublishPatience: DefaultPublishPatience, InlinePayloadMax: 512 << 10, MatchRetention: DefaultMatchRetention,
 		TimelineRetention: DefaultTimelineRetention, KeyRejectedDelay: 5 * time.Minute, Concurrency: 16,
-		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second,
+		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second, ResultsBacklogMax: 64 << 20,
 	})
 	d.Base.Fill("match-fetcher")
 	s := &Service{cfg: cfg, d: d}
@@ -164,17 +173,40 @@ func New(cfg Config, d Deps) (*Service, error) {
 }
 
 // Run consumes every region's consumer until ctx ends, then drains.
+// The background consumers are held while the FETCHED stream is over
+// Config.ResultsBacklogMax (backlog); the interactive ones never are.
 func (s *Service) Run(ctx context.Context) error {
-	var queues []app.Queue
+	var background, interactive []app.Queue
 	for region, c := range s.d.Consumers {
-		queues = append(queues, app.Queue{Consumer: c, Name: "match-fetcher-" + region, Concurrency: s.cfg.Concurrency})
+		background = append(background, app.Queue{Consumer: c, Name: "match-fetcher-" + region, Concurrency: s.cfg.Concurrency})
 	}
 	for region, c := range s.d.Interactive {
-		queues = append(queues, app.Queue{Consumer: c, Name: "match-fetcher-" + region + "-interactive",
+		interactive = append(interactive, app.Queue{Consumer: c, Name: "match-fetcher-" + region + "-interactive",
 			Concurrency: s.cfg.InteractiveConcurrency})
 	}
-	return app.Consume(ctx, s.Handle, natsx.ConsumeOptions{Logger: s.d.Logger, Tracer: s.d.Tracer,
-		InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead}}, queues...)
+	opts := natsx.ConsumeOptions{Logger: s.d.Logger, Tracer: s.d.Tracer,
+		InProgressEvery: 5 * time.Second, Settle: natsx.SettleOptions{Dead: s.d.Dead}}
+	g, ctx := errgroup.WithContext(ctx)
+	bg := ctx
+	if s.d.Results != nil && s.cfg.ResultsBacklogMax > 0 {
+		b := &backlog{stream: s.d.Results, max: uint64(s.cfg.ResultsBacklogMax)}
+		stop := make(chan struct{})
+		go func() {
+			b.run(ctx, func(full bool, n uint64) {
+				if full {
+					s.d.Logger.Info("fetch results wait to be stored; background fetches held", "fetched_bytes", n, "max", s.cfg.ResultsBacklogMax)
+				} else {
+					s.d.Logger.Info("fetch results drained; background fetches resumed", "fetched_bytes", n)
+				}
+			})
+			close(stop)
+		}()
+		defer func() { <-stop }()
+		bg = natsx.WithHold(ctx, b.Full)
+	}
+	g.Go(func() error { return app.Consume(bg, s.Handle, opts, background...) })
+	g.Go(func() error { return app.Consume(ctx, s.Handle, opts, interactive...) })
+	return g.Wait()
 }
 
 // Handle processes one FetchCommand.

@@ -32,6 +32,10 @@ type Env struct {
 	// (bytes) published inside its FetchResult; larger ones go through the
 	// payloads object store.
 	InlinePayloadMax int `env:"FETCH_INLINE_PAYLOAD_MAX" envDefault:"524288"`
+	// ResultsBacklogMax is FETCH_RESULTS_BACKLOG_MAX: bytes of fetch results
+	// waiting in FETCHED past which background fetches are held (negative:
+	// never).
+	ResultsBacklogMax int64 `env:"FETCH_RESULTS_BACKLOG_MAX" envDefault:"67108864"`
 }
 
 // FromInfra builds a fetcher bound to "match-fetcher-<region>" on FETCH for
@@ -51,7 +55,12 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	if err := w.Err(); err != nil {
 		return nil, err
 	}
-	return New(Config{Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
+	results, err := inf.JS.Stream(ctx, streams.StreamFetched)
+	if err != nil {
+		return nil, fmt.Errorf("fetcher: stream %s (backpressure): %w", streams.StreamFetched, err)
+	}
+	d.Results = results
+	return New(Config{ResultsBacklogMax: e.ResultsBacklogMax, Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
 		InlinePayloadMax: e.InlinePayloadMax,
