@@ -88,3 +88,19 @@ func TestServeStopsWithContext(t *testing.T) {
 		t.Errorf("ServeListener after cancel = %v, want nil", err)
 	}
 }
+
+// TestPprofOnlyWhenAsked: /debug/pprof/ is served only with DEBUG_PPROF=true.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	t.Setenv("DEBUG_PPROF", "")
+	if code, _ := get(t, telemetry.NewOps(nil).Handler(), "/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Fatalf("pprof without DEBUG_PPROF: %d, want 404", code)
+	}
+	t.Setenv("DEBUG_PPROF", "true")
+	h := telemetry.NewOps(nil).Handler()
+	if code, body := get(t, h, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "heap") {
+		t.Fatalf("pprof index with DEBUG_PPROF=true: %d", code)
+	}
+	if code, _ := get(t, h, "/debug/pprof/heap?debug=1"); code != http.StatusOK {
+		t.Fatalf("heap profile: %d", code)
+	}
+}
