@@ -42,11 +42,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
-	"golang.org/x/sync/errgroup"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -140,7 +140,7 @@ type Deps struct {
 	Payloads jetstream.ObjectStore
 	// Results is the FETCHED stream, watched for backpressure
 	// (Config.ResultsBacklogMax); nil: never held.
-	Results jetstream.Stream
+	Results  jetstream.Stream
 	app.Base // Subjects, Logger, Tracer, Now
 }
 
