@@ -18,7 +18,6 @@ import "fmt"
 // The zero value is ready to use; Reset makes it reusable.
 type refDocScan struct {
 	depth, containers, elements int
-	size                        int64 // bytes scanned, set by the body reader
 	inString, escaped           bool
 
 	// Path tracking for depths 1..3: object[d] says whether the container
