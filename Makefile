@@ -120,7 +120,7 @@ bench-limit:
 fuzz:
 	@set -e; cd pkg; for spec in \
 		bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
-		riot:FuzzParseRiotID ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest; do \
+		riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest; do \
 		p=$${spec%%:*}; f=$${spec##*:}; \
 		if grep -qs "func $$f(" ./$$p/*_test.go; then \
 			echo "=== fuzz $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$p/ || exit 1; \

@@ -52,8 +52,9 @@ type Config struct {
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64
 	// MaxBatchBytes caps the message bytes (gzip payloads) pulled for one
-	// batch (default 1.25 MiB, ≈ 10 match + timeline pairs, ≈ 10 MB once
-	// decompressed): memory follows bytes, not the message count. It is
+	// batch (default 1.25 MiB, ≈ 10 match + timeline pairs): memory follows
+	// bytes, not the message count, and a batch keeps its documents
+	// compressed (each is decompressed only while copied). It is
 	// raised to MinBatchBytes: a pull smaller than the FETCHED stream's
 	// largest message (1 MiB) could never deliver that message.
 	MaxBatchBytes int `env:"PERSIST_MAX_BATCH_BYTES" envDefault:"1310720"`
