@@ -101,3 +101,13 @@ func BenchmarkSyntheticTimeline(b *testing.B) {
 		}
 	})
 }
+
+// synthTimeline is synthetic match m's timeline patched the slow way: the
+// reference the compiled templates of Sim.synthBody are checked against.
+func synthTimeline(m *match) ([]byte, error) {
+	src, p, err := synthSource(m, true)
+	if err != nil {
+		return nil, err
+	}
+	return patchTimeline(src, p)
+}

@@ -147,13 +147,3 @@ func synthSource(m *match, timeline bool) ([]byte, patch, error) {
 	p.shift, p.slot, p.puuids = m.created-from.origCreated, -1, puuids
 	return from.tl, p, nil
 }
-
-// synthTimeline is synthetic match m's timeline, patched the slow way
-// (the reference for the compiled templates of Sim.synthBody).
-func synthTimeline(m *match) ([]byte, error) {
-	src, p, err := synthSource(m, true)
-	if err != nil {
-		return nil, err
-	}
-	return patchTimeline(src, p)
-}

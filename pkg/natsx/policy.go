@@ -133,6 +133,8 @@ func (r Result) String() string {
 
 // Headers of a dead-lettered message (besides the original ones).
 const (
+	// deadHeaderPrefix starts every header below.
+	deadHeaderPrefix     = "Riftflow-Dead-"
 	DeadSubjectHeader    = "Riftflow-Dead-Subject"    // the subject it was published on
 	DeadStreamHeader     = "Riftflow-Dead-Stream"     // the stream it came from
 	DeadConsumerHeader   = "Riftflow-Dead-Consumer"   // the consumer that gave up on it

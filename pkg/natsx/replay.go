@@ -71,7 +71,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, dead string, f ReplayFi
 		}
 		out := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: m.Data}
 		for k, v := range m.Header {
-			if !strings.HasPrefix(k, "Riftflow-Dead-") {
+			if !strings.HasPrefix(k, deadHeaderPrefix) {
 				out.Header[k] = v
 			}
 		}
@@ -94,7 +94,7 @@ func contains(m *jetstream.RawStreamMsg, text string) bool {
 		return true
 	}
 	for k, vs := range m.Header {
-		if strings.HasPrefix(k, "Riftflow-Dead-") {
+		if strings.HasPrefix(k, deadHeaderPrefix) {
 			continue
 		}
 		for _, v := range vs {

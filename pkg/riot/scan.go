@@ -61,6 +61,25 @@ const maxCapture = 64
 // number may start or info.frames may get its first element.
 var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true, ',': true, ':': true}
 
+// skipPlain returns the index of the first structural byte in p[i:], or
+// len(p), skipping indentation 8 bytes at a time.
+func skipPlain(p []byte, i int) int {
+	for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
+		i += 8
+	}
+	for i < len(p) && !structural[p[i]] {
+		i++
+	}
+	return i
+}
+
+// Bound errors, the same from Write and scanDeep.
+var (
+	errTooDeep      = fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
+	errTooMany      = fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
+	errTooManyElems = fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
+)
+
 // Write scans the next chunk of the document. It never keeps p. On a bound
 // exceeded it returns the index in p of the offending byte and an error
 // wrapping ErrJSONBounds.
@@ -110,10 +129,10 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			s.containers++
 			s.elements++
 			if s.depth > MaxJSONDepth {
-				return i, fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
+				return i, errTooDeep
 			}
 			if s.containers > MaxJSONContainers {
-				return i, fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
+				return i, errTooMany
 			}
 			s.valueFor = ""
 			if d := s.depth; d < len(s.object) {
@@ -143,7 +162,7 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		case ',':
 			s.elements++
 			if s.elements > MaxJSONElements {
-				return i, fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
+				return i, errTooManyElems
 			}
 			if d := s.depth; d < len(s.object) && s.object[d] {
 				s.expectKey[d] = true
@@ -158,13 +177,7 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			if s.valueFor == "" && (!s.inFrames || s.framesSeen) {
 				// Nothing to capture and no first frame to see: skip
 				// the run of bytes that need no action.
-				i++
-				for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
-					i += 8 // indentation
-				}
-				for i < len(p) && !structural[p[i]] {
-					i++
-				}
+				i = skipPlain(p, i+1)
 				continue
 			}
 			if s.valueFor != "" && ((c >= '0' && c <= '9') || c == '-') {
@@ -202,11 +215,11 @@ func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
 			elements++
 			if depth > MaxJSONDepth {
 				s.depth, s.containers, s.elements = depth, containers, elements
-				return i, fmt.Errorf("%w: nesting deeper than %d", ErrJSONBounds, MaxJSONDepth)
+				return i, errTooDeep
 			}
 			if containers > MaxJSONContainers {
 				s.depth, s.containers, s.elements = depth, containers, elements
-				return i, fmt.Errorf("%w: more than %d objects and arrays", ErrJSONBounds, MaxJSONContainers)
+				return i, errTooMany
 			}
 		case '}', ']':
 			depth--
@@ -218,16 +231,10 @@ func (s *DocScan) scanDeep(p []byte, i int) (int, error) {
 			elements++
 			if elements > MaxJSONElements {
 				s.depth, s.containers, s.elements = depth, containers, elements
-				return i, fmt.Errorf("%w: more than %d elements", ErrJSONBounds, MaxJSONElements)
+				return i, errTooManyElems
 			}
 		default:
-			i++
-			for i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:]) == 0x2020202020202020 {
-				i += 8 // indentation
-			}
-			for i < len(p) && !structural[p[i]] {
-				i++
-			}
+			i = skipPlain(p, i+1)
 			continue
 		}
 		i++

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/riftflow/riftflow/pkg/fault"
@@ -152,4 +153,77 @@ func TestPersistBatchCompressedMatches(t *testing.T) {
 		t.Errorf("truncated gzip: %v, want Invalid", err)
 	}
 	check(changed)
+}
+
+// TestCompressedTimelineFaultsAreTransient: the timeline COPY stream that
+// riftflow writes itself tells a server-side failure (a statement timeout
+// while the table is locked against writes: 57014, the code a refused
+// stream also gets;
+// a read-only database: 25006) from a bad document: both are Transient, so
+// the persister retries them, and nothing is written until the database
+// takes the batch whole.
+func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	url := s.Pool().Config().ConnString()
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	short, err := store.Open(ctx, url+sep+"statement_timeout=300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	doc := `{"metadata":{"matchId":"NA1_7"},"info":{"frames":[1]}}`
+	b := store.Batch{Timelines: []store.TimelineRow{
+		{MatchID: "NA1_7", FrameIntervalMs: 60000, FrameCount: 1, Compressed: gz(t, doc), FetchedAt: t0}}}
+
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE match_timelines IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = short.PersistBatch(ctx, b)
+	if err == nil || store.KindOf(err) != fault.Transient {
+		t.Errorf("statement timeout on a locked table: %v (kind %v), want Transient", err, store.KindOf(err))
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// One connection, its session made read-only after it has set up its
+	// staging tables (as a failover to a standby would leave it).
+	ro, err := store.Open(ctx, url+sep+"pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if _, err := ro.Pool().Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ro.PersistBatch(ctx, b)
+	if err == nil || store.KindOf(err) != fault.Transient {
+		t.Errorf("read-only database: %v (kind %v), want Transient", err, store.KindOf(err))
+	}
+	if n := countRows(t, s, "match_timelines"); n != 0 {
+		t.Fatalf("%d timelines written by failed batches", n)
+	}
+	if _, err := s.PersistBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _, _ := timelineRaw(t, s, "NA1_7"); string(raw) != doc {
+		t.Errorf("after the faults: %q", raw)
+	}
+}
+
+func countRows(tb testing.TB, s *store.Store, table string) int {
+	tb.Helper()
+	var n int
+	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

@@ -3,26 +3,23 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/klauspost/compress/gzip"
 
 	"github.com/riftflow/riftflow/pkg/fault"
+	"github.com/riftflow/riftflow/pkg/riot"
 )
 
 // DefaultMaxDocumentBytes bounds a document PersistBatch decompresses
-// (TimelineRow.Compressed): 32 MiB, the persister's default payload limit
+// (MatchRow.Compressed, TimelineRow.Compressed): 32 MiB, the persister's default payload limit
 // (the Riot client refuses bodies over 16 MiB before that).
 const DefaultMaxDocumentBytes = 32 << 20
 
-// SetMaxDocumentBytes sets the most bytes a TimelineRow.Compressed may
+// SetMaxDocumentBytes sets the most bytes a Compressed document may
 // inflate to (n <= 0: DefaultMaxDocumentBytes). Call it before use.
 func (s *Store) SetMaxDocumentBytes(n int64) { s.maxDoc = n }
 
@@ -48,39 +45,13 @@ func putDoc(b *bytes.Buffer) {
 	}
 }
 
-var gzPool sync.Pool // *gzip.Reader
-
-// errDocTooLarge: a compressed document inflates past the limit.
-var errDocTooLarge = errors.New("document too large")
-
-// inflateDoc decompresses gz into buf (reset first) to at most limit bytes
-// and returns the values of the raw and raw_gzip columns: the text when a
-// json column can hold it, else the gzip bytes.
+// inflateDoc decompresses gz into buf (riot.Gunzip: reset first, at most
+// limit bytes, checksum verified) and returns the values of the raw and
+// raw_gzip columns: the text when a json column can hold it, else the gzip
+// bytes.
 func inflateDoc(buf *bytes.Buffer, gz []byte, limit int64) (raw, rawGz []byte, err error) {
-	buf.Reset()
-	zr, _ := gzPool.Get().(*gzip.Reader)
-	if zr == nil {
-		zr, err = gzip.NewReader(bytes.NewReader(gz))
-	} else {
-		err = zr.Reset(bytes.NewReader(gz))
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("gzip: %w", err)
-	}
-	defer gzPool.Put(zr)
-	// The gzip trailer's ISIZE is the length mod 2^32: grow once to it
-	// (capped by limit) instead of doubling through ReadFrom.
-	if len(gz) >= 4 {
-		if n := int64(binary.LittleEndian.Uint32(gz[len(gz)-4:])); n <= limit {
-			buf.Grow(int(n) + bytes.MinRead)
-		}
-	}
-	n, err := buf.ReadFrom(io.LimitReader(zr, limit+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("gzip: %w", err)
-	}
-	if n > limit {
-		return nil, nil, fmt.Errorf("%w: inflates past %d bytes", errDocTooLarge, limit)
+	if err := riot.Gunzip(buf, gz, limit); err != nil {
+		return nil, nil, err
 	}
 	if !JSONStorable(buf.Bytes()) {
 		return nil, gz, nil
@@ -343,7 +314,14 @@ UNION ALL SELECT 't', match_id FROM match_timelines WHERE match_id = ANY($3)`,
 	matches, participants, timelines = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var which, id string
 	_, err = pgx.ForEachRow(rows, []any{&which, &id}, func() error {
-		map[string]map[string]bool{"m": matches, "p": participants, "t": timelines}[which][id] = true
+		switch which {
+		case "m":
+			matches[id] = true
+		case "p":
+			participants[id] = true
+		default:
+			timelines[id] = true
+		}
 		return nil
 	})
 	if err != nil {
@@ -405,7 +383,11 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResu
 		return BatchResult{}, err
 	}
 	b.Matches = lastOf(b.Matches, func(m *MatchRow) string { return m.MatchID })
-	b.Participants = lastOf(b.Participants, func(p *ParticipantRow) [2]any { return [2]any{p.MatchID, p.ParticipantID} })
+	type participantKey struct {
+		matchID string
+		id      int
+	}
+	b.Participants = lastOf(b.Participants, func(p *ParticipantRow) participantKey { return participantKey{p.MatchID, p.ParticipantID} })
 	b.Timelines = lastOf(b.Timelines, func(t *TimelineRow) string { return t.MatchID })
 	var storedM, storedP, storedT map[string]bool
 	if len(b.Matches)+len(b.Participants)+len(b.Timelines) > 0 {
@@ -443,10 +425,7 @@ func persistTx(ctx context.Context, tx pgx.Tx, b Batch, maxDoc int64) (BatchResu
 			if err := copyTimelines(ctx, tx, "stage_timelines", true, oldT, doc, maxDoc); err != nil || len(oldT) == 0 {
 				return err
 			}
-			if _, err := tx.Exec(ctx, upsertTimelines); err != nil {
-				return fmt.Errorf("upsert timelines: %w", err)
-			}
-			return nil
+			return applyStaged(ctx, tx, "timelines", upsertTimelines)
 		},
 	}
 	for _, step := range steps {
@@ -487,6 +466,12 @@ func stageRows(ctx context.Context, tx pgx.Tx, what string, cols []string, n int
 	if upsert == "" {
 		return nil
 	}
+	return applyStaged(ctx, tx, what, upsert)
+}
+
+// applyStaged runs upsert, the statement that applies the rows staged in
+// stage_<what>.
+func applyStaged(ctx context.Context, tx pgx.Tx, what, upsert string) error {
 	if _, err := tx.Exec(ctx, upsert); err != nil {
 		return fmt.Errorf("upsert %s: %w", what, err)
 	}

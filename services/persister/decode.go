@@ -21,26 +21,20 @@ type item struct {
 	batch store.Batch
 	bad   error // the message can never be stored: terminate it
 	retry error // the message could not be read now (its payload object): retry it
-	// buf holds the decompressed document the batch's Raw points into,
-	// returned to docPool once the batch is written.
-	buf *bytes.Buffer
 }
 
-// docPool recycles the buffers documents are decompressed into, so a
-// steady stream reuses the same few (bounded by the batches in flight).
+// docPool recycles the buffers documents are decompressed into while they
+// are decoded (one per decode worker; no batch keeps one).
 var docPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxPooledDoc is the largest buffer kept for reuse; a rare larger one is
 // left to the garbage collector.
 const maxPooledDoc = 4 << 20
 
-func releaseAll(items []item) {
-	for i := range items {
-		if b := items[i].buf; b != nil && b.Cap() <= maxPooledDoc {
-			b.Reset()
-			docPool.Put(b)
-		}
-		items[i].buf = nil
+func putDoc(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledDoc {
+		b.Reset()
+		docPool.Put(b)
 	}
 }
 
@@ -140,33 +134,23 @@ func (s *Service) decodeRows(r bus.FetchResult) item {
 			Ledger: []store.LedgerUpdate{lu}}}
 	}
 	buf := docPool.Get().(*bytes.Buffer)
-	it := s.decodeSuccess(r, lu, buf)
-	if r.Kind == bus.KindMatch {
-		// Nothing refers to the decompressed MatchDto any more: its row
-		// carries the gzip (store.MatchRow.Compressed).
-		releaseAll([]item{{buf: buf}})
-		return it
-	}
-	it.buf = buf
-	return it
+	defer putDoc(buf)
+	return s.decodeSuccess(r, lu, buf)
 }
 
-// decodeSuccess decodes a success's payload into buf, once: a MatchDto
-// into the columns of matches and match_participants, a TimelineDto
-// without FetchResult.Timeline only scanned (riot.DocScan) for its frame
-// interval and count. The document itself is stored as sent: a MatchDto's
-// gzip goes to the store (store.MatchRow.Compressed), a TimelineDto's text
-// (store.TimelineRow.Raw, pointing into buf).
+// decodeSuccess decompresses a success's payload into buf (which nothing
+// returned refers to) and decodes a MatchDto into the columns of matches
+// and match_participants, or scans a TimelineDto without
+// FetchResult.Timeline (riot.DocScan) for its frame interval and count.
+// The rows carry the gzip (store.MatchRow.Compressed,
+// store.TimelineRow.Compressed): the store decompresses it again while it
+// copies the row, so a batch holds rows, not documents.
 func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *bytes.Buffer) item {
 	platform, region, _ := riot.ParseMatchID(r.MatchID)
 	if err := riot.Gunzip(buf, r.Payload, s.cfg.MaxPayloadBytes); err != nil {
 		return s.unstorable(lu, fmt.Errorf("payload: %w", err))
 	}
 	raw := buf.Bytes()
-	doc, docGz := raw, []byte(nil)
-	if !store.JSONStorable(raw) {
-		doc, docGz = nil, r.Payload
-	}
 	fetched := lu.AttemptedAt
 	var b store.Batch
 	switch r.Kind {
@@ -178,9 +162,6 @@ func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *b
 		if m.Metadata.MatchID != "" && m.Metadata.MatchID != r.MatchID {
 			return s.unstorable(lu, fmt.Errorf("payload is match %q, not %q", m.Metadata.MatchID, r.MatchID))
 		}
-		// The document is decompressed again while it is copied
-		// (store.MatchRow.Compressed): a batch holds the rows of its
-		// matches, not their documents.
 		mr, parts := MatchRows(r.MatchID, string(platform), string(region), m, nil, fetched)
 		mr.Compressed = r.Payload
 		b.Matches, b.Participants = []store.MatchRow{mr}, parts
@@ -197,7 +178,7 @@ func (s *Service) decodeSuccess(r bus.FetchResult, lu store.LedgerUpdate, buf *b
 			return s.unstorable(lu, errors.New("TimelineDto: metadata.matchId missing"))
 		}
 		b.Timelines = []store.TimelineRow{{MatchID: r.MatchID, FrameIntervalMs: int(sc.FrameIntervalMs()),
-			FrameCount: sc.FrameCount(), Raw: doc, RawGzip: docGz, FetchedAt: fetched}}
+			FrameCount: sc.FrameCount(), Compressed: r.Payload, FetchedAt: fetched}}
 	}
 	b.Ledger = []store.LedgerUpdate{lu}
 	return item{batch: b}

@@ -111,6 +111,21 @@ func (e *env) publishMatch(doc map[string]any, matchID string, edit func(map[str
 	}
 }
 
+// firstDeadLetter waits until the DEAD stream holds exactly one message
+// (what names it) and returns it.
+func (e *env) firstDeadLetter(what string) *jetstream.RawStreamMsg {
+	e.t.Helper()
+	e.waitFor(what, func() bool {
+		info, err := e.dead.Info(e.t.Context())
+		return err == nil && info.State.Msgs == 1
+	})
+	m, err := e.dead.GetMsg(e.t.Context(), 1)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
 // consumerInfo is the persister consumer's state.
 func (e *env) consumerInfo() *jetstream.ConsumerInfo {
 	e.t.Helper()

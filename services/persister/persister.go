@@ -160,7 +160,6 @@ func (s *Service) Run(ctx context.Context) error {
 // recorded as permanently unfetchable.
 func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
 	items := s.decodeAll(ctx, msgs)
-	defer releaseAll(items)
 	var all store.Batch
 	results := make([]natsx.Result, len(msgs))
 	for i := range msgs {

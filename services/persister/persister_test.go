@@ -106,14 +106,7 @@ func TestBadRowsRepairedOrIsolated(t *testing.T) {
 	if _, err := e.js.Publish(t.Context(), e.subj.Fetched("asia"), []byte(`{"match_id": 7}`)); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("the poison dead-lettered", func() bool {
-		info, err := e.dead.Info(t.Context())
-		return err == nil && info.State.Msgs == 1
-	})
-	m, err := e.dead.GetMsg(t.Context(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := e.firstDeadLetter("the poison dead-lettered")
 	if m.Header.Get(natsx.DeadKindHeader) != "invalid" || !strings.Contains(m.Header.Get(natsx.DeadReasonHeader), "invalid fetch result") ||
 		m.Header.Get(natsx.DeadSubjectHeader) != e.subj.Fetched("asia") {
 		t.Errorf("dead letter headers %v", m.Header)

@@ -81,14 +81,7 @@ WHERE match_id = $1`, id).Scan(&raw, &interval, &frames); err != nil {
 			t.Errorf("%s: %q %d %d; want the document as sent, %v", id, raw, interval, frames, want)
 		}
 	}
-	e.waitFor("the corrupt one dead-lettered", func() bool {
-		info, err := e.dead.Info(t.Context())
-		return err == nil && info.State.Msgs == 1
-	})
-	m, err := e.dead.GetMsg(t.Context(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := e.firstDeadLetter("the corrupt one dead-lettered")
 	r, err := bus.DecodeFetchResult(m.Header, m.Data)
 	if err != nil || r.MatchID != "JP1_3" || !bytes.Equal(r.Payload, bad) || r.PUUID != "p-3" {
 		t.Errorf("dead letter does not decode to the result: %+v %v", r, err)
