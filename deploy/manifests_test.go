@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,9 @@ var workloads = func() []workload {
 	return append(ws,
 		workload{name: "persister", service: "persister", stream: streams.StreamFetched, consumer: streams.ConsumerPersister,
 			other: streams.ConsumerPersisterInteractive},
-		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper, maxScaled: 2},
+		// The sweeper's daily rank job calls league-v4 (scheduler.go).
+		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper,
+			riotKey: true, maxScaled: 2},
 	)
 }()
 
@@ -528,6 +531,44 @@ func TestProdOverlay(t *testing.T) {
 	if len(r.podMonitors) == 0 || len(r.rules) == 0 {
 		t.Error("prod: no PodMonitor or PrometheusRule (components/monitoring)")
 	}
+	// Every failure an operator cannot see otherwise has an alert: a metric
+	// each must read.
+	var exprs []string
+	for _, rule := range r.rules {
+		for _, g := range rule.Spec.Groups {
+			for _, rl := range g.Rules {
+				exprs = append(exprs, rl.Alert+": "+rl.Expr.String())
+			}
+		}
+	}
+	for what, metric := range map[string]string{
+		"a paused consumer":          "riftflow_consumer_paused_seconds_total",
+		"a failing scheduled job":    "riftflow_scheduled_job_runs_total",
+		"a failed migrate Job":       "kube_job_status_failed",
+		"KEDA scaler errors":         "keda_scaled_object_errors_total",
+		"JetStream meta quorum loss": "jetstream_server_total_streams",
+		"a stream without a leader":  "jetstream_stream_total_messages",
+	} {
+		found := false
+		for _, e := range exprs {
+			found = found || strings.Contains(e, metric)
+		}
+		if !found {
+			t.Errorf("prod: no alert on %s (reading %s)", what, metric)
+		}
+	}
+	// kube-prometheus-stack's default selectors pick objects labelled with
+	// its release name (docs/operations.md); unlabelled ones are ignored.
+	for name, pm := range r.podMonitors {
+		if pm.Labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("prod: PodMonitor %s labels %v lack release: kube-prometheus-stack", name, pm.Labels)
+		}
+	}
+	for name, rule := range r.rules {
+		if rule.Labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("prod: PrometheusRule %s labels %v lack release: kube-prometheus-stack", name, rule.Labels)
+		}
+	}
 
 	// auth.conf's users are in the global account: KEDA reads the lag of
 	// their consumers there.
@@ -651,6 +692,7 @@ func TestNATSHelmValues(t *testing.T) {
 	if !exp.PromExporter.Enabled || !expProd.PromExporter.PodMonitor.Enabled {
 		t.Errorf("promExporter = %+v / prod %+v, want the NATS exporter on, and its PodMonitor in prod", exp.PromExporter, expProd.PromExporter)
 	}
+	checkNATSServerPinned(t, raw, rawProd)
 	for _, f := range []string{"values-dev.yaml", "values-prod.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("nats", f))
 		if err != nil {
@@ -691,5 +733,53 @@ func TestNATSHelmValues(t *testing.T) {
 				t.Errorf("%s: the server's environment lacks the Secret nats-users (auth.conf's $NATS_PASSWORD_<USER>)", f)
 			}
 		}
+	}
+}
+
+// checkNATSServerPinned: the chart runs the nats-server release the tests
+// embed (github.com/nats-io/nats-server/v2 in this module's go.mod), not the
+// chart's default image; WebSocket is on for browsers following progress,
+// and in prod a WebSocket client without credentials is the user "web".
+func checkNATSServerPinned(t *testing.T, raw, rawProd []byte) {
+	t.Helper()
+	var v struct {
+		Config struct {
+			WebSocket struct {
+				Enabled bool `json:"enabled"`
+				Port    int  `json:"port"`
+				Merge   struct {
+					NoAuthUser string `json:"no_auth_user"`
+				} `json:"merge"`
+			} `json:"websocket"`
+		} `json:"config"`
+		Container struct {
+			Image struct {
+				Tag string `json:"tag"`
+			} `json:"image"`
+		} `json:"container"`
+	}
+	var prod = v
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(rawProd, &prod); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github\.com/nats-io/nats-server/v2 v(\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod requires no github.com/nats-io/nats-server/v2")
+	}
+	if want := string(m[1]) + "-alpine"; v.Container.Image.Tag != want {
+		t.Errorf("container.image.tag = %q, want %q (the nats-server of go.mod)", v.Container.Image.Tag, want)
+	}
+	if !v.Config.WebSocket.Enabled || v.Config.WebSocket.Port == 0 {
+		t.Errorf("config.websocket = %+v, want enabled (progress for browsers)", v.Config.WebSocket)
+	}
+	if got := prod.Config.WebSocket.Merge.NoAuthUser; got != streams.UserWeb {
+		t.Errorf("prod: config.websocket.merge.no_auth_user = %q, want %q", got, streams.UserWeb)
 	}
 }
