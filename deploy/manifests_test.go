@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -282,6 +284,12 @@ func TestAPIAndPolicies(t *testing.T) {
 			if !covered {
 				t.Error("no NetworkPolicy selects the riftflow pods")
 			}
+			checkIngressNotOpen(t, r)
+			for name, d := range r.deployments {
+				if d.Labels["app.kubernetes.io/part-of"] == "riftflow" {
+					checkSpread(t, name, &d.Spec.Template)
+				}
+			}
 		})
 	}
 }
@@ -531,6 +539,8 @@ func TestProdOverlay(t *testing.T) {
 	if len(r.podMonitors) == 0 || len(r.rules) == 0 {
 		t.Error("prod: no PodMonitor or PrometheusRule (components/monitoring)")
 	}
+	checkPoolBudget(t, r, c)
+
 	// Every failure an operator cannot see otherwise has an alert: a metric
 	// each must read.
 	var exprs []string
@@ -782,4 +792,89 @@ func checkNATSServerPinned(t *testing.T, raw, rawProd []byte) {
 	if got := prod.Config.WebSocket.Merge.NoAuthUser; got != streams.UserWeb {
 		t.Errorf("prod: config.websocket.merge.no_auth_user = %q, want %q", got, streams.UserWeb)
 	}
+}
+
+// dbWorkloads are the Deployments whose process opens a Postgres pool
+// (app.Needs{DB: true} in their main.go, and `riftflow serve`); the
+// fetchers and the resolver never connect.
+var dbWorkloads = []string{"matchid-lister", "persister", "retry-sweeper", "riftflow-api"}
+
+// checkPoolBudget: at every workload's largest replica count (KEDA's
+// maxReplicaCount, or replicas without a ScaledObject), their pools of
+// DATABASE_POOL_MAX_CONNS plus the migrate Job and two operator CLIs fit in
+// the Cluster's max_connections, less superuser_reserved_connections (3)
+// and CloudNativePG's own connections (a few; 10 are kept).
+func checkPoolBudget(t *testing.T, r *rendered, c *cnpgCluster) {
+	t.Helper()
+	maxConns, err := strconv.Atoi(c.Spec.PostgreSQL.Parameters["max_connections"])
+	if err != nil {
+		t.Fatalf("prod: max_connections %q: %v", c.Spec.PostgreSQL.Parameters["max_connections"], err)
+	}
+	total := 3 // the migrate Job and two CLIs, one connection each
+	for _, name := range dbWorkloads {
+		d, ok := r.deployments[name]
+		if !ok {
+			t.Fatalf("prod: Deployment %s missing", name)
+		}
+		raw, ok := r.env(t, &d.Spec.Template.Spec.Containers[0], "DATABASE_POOL_MAX_CONNS")
+		pool, err := strconv.Atoi(raw)
+		if !ok || err != nil || pool < 1 {
+			t.Errorf("prod: %s DATABASE_POOL_MAX_CONNS = %q: want a pool size (pgx's default grows with the node's CPUs)", name, raw)
+			continue
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		if so, ok := r.scaledObjects[name]; ok && so.Spec.MaxReplicaCount != nil {
+			replicas = int(*so.Spec.MaxReplicaCount)
+		}
+		total += replicas * pool
+	}
+	if budget := maxConns - 3 - 10; total > budget {
+		t.Errorf("prod: pools at maximum scale open %d connections, more than max_connections %d leaves (%d)", total, maxConns, budget)
+	}
+}
+
+// checkIngressNotOpen: no ingress rule of a riftflow NetworkPolicy admits
+// every pod of every namespace (a rule without from, or a peer that is an
+// empty namespaceSelector without a podSelector): port 8080 carries the API
+// and /metrics.
+func checkIngressNotOpen(t *testing.T, r *rendered) {
+	t.Helper()
+	empty := func(s *metav1.LabelSelector) bool {
+		return s == nil || len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+	}
+	for name, np := range r.netpols {
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.From) == 0 {
+				t.Errorf("NetworkPolicy %s ingress rule %d admits every namespace", name, i)
+			}
+			for _, p := range rule.From {
+				if p.NamespaceSelector != nil && empty(p.NamespaceSelector) && empty(p.PodSelector) {
+					t.Errorf("NetworkPolicy %s ingress rule %d admits every pod of every namespace", name, i)
+				}
+			}
+		}
+	}
+}
+
+// checkSpread: a workload's replicas spread over nodes by a constraint that
+// counts its own pods only (its app.kubernetes.io/name).
+func checkSpread(t *testing.T, name string, tpl *corev1.PodTemplateSpec) {
+	t.Helper()
+	for _, c := range tpl.Spec.TopologySpreadConstraints {
+		if c.TopologyKey != "kubernetes.io/hostname" || c.LabelSelector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil || !sel.Matches(labels.Set(tpl.Labels)) {
+			continue
+		}
+		if c.LabelSelector.MatchLabels["app.kubernetes.io/name"] == tpl.Labels["app.kubernetes.io/name"] ||
+			slices.Contains(c.MatchLabelKeys, "app.kubernetes.io/name") {
+			return
+		}
+	}
+	t.Errorf("Deployment %s: no topology spread over kubernetes.io/hostname counting its own pods", name)
 }
