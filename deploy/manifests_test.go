@@ -97,7 +97,7 @@ func TestWorkloadsMatchStreamDeclarations(t *testing.T) {
 	}
 }
 
-var kustomizations = []string{"base", "overlays/dev", "overlays/prod"}
+var kustomizations = []string{"base", "overlays/dev", "overlays/prod", "overlays/local"}
 
 func TestWorkloadInvariants(t *testing.T) {
 	for _, dir := range kustomizations {
@@ -877,4 +877,43 @@ func checkSpread(t *testing.T, name string, tpl *corev1.PodTemplateSpec) {
 		}
 	}
 	t.Errorf("Deployment %s: no topology spread over kubernetes.io/hostname counting its own pods", name)
+}
+
+// TestLocalOverlay: overlays/local is prod with only the laptop's
+// differences: no CloudNativePG (a Postgres StatefulSet and a generated
+// riftflow-pg-app in its place), the simulator as the Riot API, the local
+// images (never pulled), the namespace still restricted.
+func TestLocalOverlay(t *testing.T) {
+	r := render(t, "overlays/local")
+	if len(r.clusters) != 0 || len(r.backups) != 0 {
+		t.Errorf("local: CloudNativePG objects rendered (%d Cluster, %d ScheduledBackup); the operator is not built", len(r.clusters), len(r.backups))
+	}
+	if _, ok := r.statefulSets["postgres"]; !ok {
+		t.Error("local: StatefulSet postgres missing")
+	}
+	d := r.deployments["persister"]
+	ref := secretRef(&d.Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	if s, ok := r.secrets[ref.Name]; !ok || !strings.Contains(string(s.Data["uri"])+s.StringData["uri"], "@postgres:5432/") {
+		t.Errorf("local: DATABASE_URL secret %q does not point at the postgres StatefulSet", ref.Name)
+	}
+	if got := r.configMapValue(t, "riftflow-config", "RIOT_API_BASE_URL"); got != "http://riot-sim:8099/{route}" {
+		t.Errorf("local: RIOT_API_BASE_URL = %q, want the simulator", got)
+	}
+	if got := r.configMapValue(t, "riftflow-config", "STREAM_REPLICAS"); got != "3" {
+		t.Errorf("local: STREAM_REPLICAS = %q, want prod's 3", got)
+	}
+	if _, ok := r.deployments["riot-sim"]; !ok {
+		t.Error("local: Deployment riot-sim missing")
+	}
+	for name, d := range r.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			local := strings.HasSuffix(c.Image, ":local") || strings.HasPrefix(c.Image, "riftflow.local/")
+			if !local || c.ImagePullPolicy == corev1.PullAlways {
+				t.Errorf("local: Deployment %s runs %s (pull %s), want an image built by deploy/kube and never pulled", name, c.Image, c.ImagePullPolicy)
+			}
+		}
+	}
+	if ns, ok := r.namespaces["riftflow"]; !ok || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("local: namespace riftflow missing or not enforcing restricted Pod Security")
+	}
 }

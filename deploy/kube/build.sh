@@ -213,6 +213,7 @@ EOF
 
 build_images() {
 	build_pause
+	build_postgres
 	goimage riftflow.local/coredns:"${COREDNS_VERSION#v}" "github.com/coredns/coredns@$COREDNS_VERSION" . coredns '["/coredns"]'
 	goimage riftflow.local/nats-server:"${NATS_SERVER_VERSION#v}" "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION" . nats-server '["/nats-server"]' 1000:1000
 	goimage riftflow.local/keda:"${KEDA_VERSION#v}" "github.com/kedacore/keda/v2@$KEDA_VERSION" ./cmd/operator keda '["/keda"]' 1000:1000 \
@@ -220,6 +221,41 @@ build_images() {
 	goimage riftflow.local/keda-metrics-apiserver:"${KEDA_VERSION#v}" "github.com/kedacore/keda/v2@$KEDA_VERSION" ./cmd/adapter keda-adapter '["/keda-adapter"]' 1000:1000 \
 		"-X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
 	goimage riftflow.local/jaeger:"${JAEGER_VERSION#v}" "github.com/jaegertracing/jaeger@$JAEGER_VERSION" ./cmd/jaeger jaeger '["/jaeger"]' 10001:10001
+}
+
+# Postgres from Debian's packages (postgresql-15, installed by apt-get):
+# its binaries with the shared libraries they load, its share/ directory,
+# /bin/sh for the entrypoint (deploy/kube/postgres/entrypoint), and a
+# passwd entry for uid 999 (initdb looks its user up).
+build_postgres() {
+	local pgv=15 r=$DATA/root-postgres key
+	key="$(dpkg-query -W -f '${Version}' postgresql-$pgv 2>/dev/null) $(sha256sum "$ROOT/deploy/kube/postgres/entrypoint" | cut -c1-12)"
+	if stamp_ok img-postgres "$key" && [ -f "$IMG/riftflow.local_postgres.tar" ]; then log "image postgres cached"; return; fi
+	[ -x /usr/lib/postgresql/$pgv/bin/postgres ] || { echo "kube-build: apt-get install postgresql-$pgv" >&2; return 1; }
+	if stamp_ok root-postgres "${key% *}" && [ -d "$r" ]; then
+		cp "$ROOT/deploy/kube/postgres/entrypoint" "$r/entrypoint"
+		image riftflow.local/postgres:$pgv "$r" '["/entrypoint"]' 999:999
+		stamp img-postgres "$key"
+		return
+	fi
+	rm -rf "$r"; mkdir -p "$r/etc" "$r/tmp" "$r/bin" "$r/usr/lib" "$r/usr/share/postgresql" "$r/var/lib/postgresql" "$r/var/run/postgresql"
+	cp -a /usr/lib/postgresql "$r/usr/lib/"
+	cp -a /usr/share/postgresql/$pgv "$r/usr/share/postgresql/"
+	cp -a /usr/share/zoneinfo "$r/usr/share/"
+	cp /bin/dash "$r/bin/sh"
+	local f lib
+	for f in "$r"/usr/lib/postgresql/$pgv/bin/* "$r"/usr/lib/postgresql/$pgv/lib/*.so /bin/dash; do
+		for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do
+			[ -e "$r$lib" ] || { mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"; }
+		done
+	done
+	printf 'root:x:0:0::/:/bin/sh\npostgres:x:999:999::/var/lib/postgresql:/bin/sh\n' >"$r/etc/passwd"
+	printf 'root:x:0:\npostgres:x:999:\n' >"$r/etc/group"
+	chmod 1777 "$r/tmp"
+	cp "$ROOT/deploy/kube/postgres/entrypoint" "$r/entrypoint"
+	image riftflow.local/postgres:$pgv "$r" '["/entrypoint"]' 999:999
+	stamp root-postgres "${key% *}"
+	stamp img-postgres "$key"
 }
 
 # riftflow's six binaries, as `make images` builds them, packed without docker.
@@ -235,6 +271,11 @@ build_riftflow() {
 		mv "$DATA/root-riftflow-$s/riftflow-$s" "$DATA/root-riftflow-$s/app"
 		image "riftflow/$s:local" "$DATA/root-riftflow-$s" '["/app"]'
 	done
+	# The simulator: the riftflow binary with the recorded Riot responses.
+	rootfs "$DATA/root-riftflow-sim" "$DATA/out/riftflow-riftflow"
+	mv "$DATA/root-riftflow-sim/riftflow-riftflow" "$DATA/root-riftflow-sim/app"
+	cp -r "$ROOT/testdata/riot-fixtures" "$DATA/root-riftflow-sim/fixtures"
+	image "riftflow/riftflow-sim:local" "$DATA/root-riftflow-sim" '["/app"]'
 }
 
 # helm renders the NATS and KEDA charts once (deploy/kube/render.sh); the
@@ -249,9 +290,10 @@ start=$(date +%s)
 case $what in
 host) build_etcd; build_kubernetes; build_netpol ;;
 images) build_images ;;
+postgres) build_postgres ;;
 riftflow) build_riftflow ;;
 helm) build_helm ;;
 all) build_etcd; build_kubernetes; build_netpol; build_images; build_riftflow ;;
-*) echo "usage: $0 [all|host|images|riftflow|helm]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|host|images|postgres|riftflow|helm]" >&2; exit 2 ;;
 esac
 log "$what done in $(($(date +%s) - start))s"
