@@ -8,9 +8,16 @@
 //     and Jaeger; prod CloudNativePG with backups, NATS over TLS with one
 //     password user per service from nats/auth.conf, STREAM_REPLICAS=3,
 //     monitoring).
+//   - overlays/local: prod on the one-node cluster of `make kube-up`
+//     (locally built images, the Riot simulator, a Postgres StatefulSet in
+//     place of CloudNativePG); TestLocalOverlay.
 //   - components/monitoring: PodMonitors, the PrometheusRule and the
 //     Grafana dashboard.
-//   - nats/: values for the official NATS Helm chart.
+//   - nats/: values for the official NATS Helm chart (pinned to 2.14.2),
+//     the chart rendered with them (nats/rendered, TestNATSRendered) and
+//     the NetworkPolicy of namespace nats.
+//   - kube/: `make kube-build`, `kube-up`, `kube-down`, `kube-e2e` (shell;
+//     docs/runbook.md, "A local cluster").
 //
 // The tests render every kustomization with kustomize's Go API (krusty)
 // and validate each document offline twice:
