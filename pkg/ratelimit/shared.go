@@ -195,10 +195,19 @@ func (st *kvStore) syncClock(ctx context.Context) error {
 	return nil
 }
 
+// staleReads is how many times measureClock reads its write again when the
+// read comes from a replica that has not applied it yet, readRetry apart.
+const (
+	staleReads = 10
+	readRetry  = 20 * time.Millisecond
+)
+
 // measureClock takes one sample of the offset of the NATS server's clock
 // from now: it writes key and reads back the entry's timestamp, which the
 // server stamped when it stored the write. ok is false when another writer
-// got in between (no sample).
+// got in between (no sample). A KV bucket answers reads from any replica
+// (direct get): on a replicated bucket the read may not see the write yet
+// (not found, or an older revision), and is retried.
 func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now func() time.Time) (smp clockSample, ok bool, err error) {
 	t1 := now()
 	rev, err := kv.Put(ctx, key, []byte("t"))
@@ -206,7 +215,19 @@ func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now fu
 	if err != nil {
 		return smp, false, err
 	}
-	ent, err := kv.Get(ctx, key)
+	var ent jetstream.KeyValueEntry
+	for i := 0; ; i++ {
+		ent, err = kv.Get(ctx, key)
+		stale := errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && ent.Revision() < rev
+		if !stale || i == staleReads {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return smp, false, ctx.Err()
+		case <-time.After(readRetry):
+		}
+	}
 	if err != nil {
 		return smp, false, err
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -125,5 +127,40 @@ func TestServerNowIgnoresHostClock(t *testing.T) {
 	}
 	if st, err := ReadState(context.Background(), kv, "", got); err != nil || len(st) != 0 {
 		t.Fatalf("the clock key shows up as state: %+v, %v", st, err)
+	}
+}
+
+// staleKV answers the first misses reads of a key as a replica that has
+// not applied the write yet would: not found.
+type staleKV struct {
+	jetstream.KeyValue
+	misses int
+}
+
+func (s *staleKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if s.misses > 0 {
+		s.misses--
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return s.KeyValue.Get(ctx, key)
+}
+
+// TestServerNowStaleReplica: on a replicated KV bucket (STREAM_REPLICAS=3)
+// the read after the clock write may come from a replica behind the
+// leader. ServerNow reads again instead of failing, which made a process
+// with a Riot client (the retry-sweeper in prod) exit at start with
+// "server clock: nats: key not found".
+func TestServerNowStaleReplica(t *testing.T) {
+	js := startNATS(t)()
+	kv, err := js.KeyValue(context.Background(), "ratelimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ServerNow(context.Background(), &staleKV{KeyValue: kv, misses: 2}, "k0123abcd", "status", nil)
+	if err != nil {
+		t.Fatalf("ServerNow behind a stale replica: %v", err)
+	}
+	if d := time.Since(got); d < -time.Second || d > time.Second {
+		t.Fatalf("ServerNow is %v from the server's time", d)
 	}
 }
