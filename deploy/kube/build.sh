@@ -172,7 +172,9 @@ goimage() {
 	key="$modver $pkg $ep $user $ld"
 	if stamp_ok "img-$bin" "$key" && [ -f "$IMG/$(echo "${ref%%:*}" | tr / _).tar" ]; then log "image $ref cached"; return; fi
 	local d=$SRC/$(echo "$mod" | tr / _)
-	[ -f "$d/go.mod" ] && stamp_ok "src-$mod" "$ver" || { copy_module "$mod" "$ver" "$d"; stamp "src-$mod" "$ver"; }
+	local skey
+	skey=src-$(echo "$mod" | tr / _)
+	[ -f "$d/go.mod" ] && stamp_ok "$skey" "$ver" || { copy_module "$mod" "$ver" "$d"; stamp "$skey" "$ver"; }
 	log "image $ref: build $pkg"
 	mkdir -p "$DATA/out"
 	(cd "$d" && $GO build -trimpath -ldflags "-s -w $ld" -o "$DATA/out/$bin" "$pkg")
