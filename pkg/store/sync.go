@@ -77,6 +77,10 @@ type SyncStart struct {
 	Force bool
 	// RequestedBy is stored in jobs.requested_by ("" → NULL).
 	RequestedBy string
+	// Platform is stored in jobs.detail.platform; PlatformFound, true when
+	// the resolver found it through account-v1 (the request named none),
+	// in jobs.detail.platform_found.
+	PlatformFound bool
 	// Redelivery is true when this is not the first delivery of the sync
 	// command: the job's retries count goes up by one.
 	Redelivery bool
@@ -84,7 +88,8 @@ type SyncStart struct {
 
 // BeginSync puts the account (created if absent) in syncing for
 // st.RequestID with progress 0/0, and records the jobs row (id RequestID,
-// type sync) as running. An empty GameName/TagLine (a request by PUUID)
+// type sync) as running, its detail holding mode, trigger, platform and,
+// when set, force and platform_found. An empty GameName/TagLine (a request by PUUID)
 // keeps the stored Riot ID. Idempotent per request id: calling it again for the
 // sync already recorded changes nothing.
 func (s *Store) BeginSync(ctx context.Context, st SyncStart) error {
@@ -111,12 +116,15 @@ WHERE accounts.sync_request_id IS DISTINCT FROM EXCLUDED.sync_request_id`,
 		if _, err := tx.Exec(ctx, `
 INSERT INTO jobs (id, type, puuid, status, detail, requested_at, started_at, requested_by)
 VALUES ($1, 'sync', $2, 'running',
-    jsonb_build_object('mode', $3::text, 'trigger', $4::text) || CASE WHEN $6 THEN '{"force":true}'::jsonb ELSE '{}' END,
+    jsonb_build_object('mode', $3::text, 'trigger', $4::text, 'platform', $8::text)
+        || CASE WHEN $6 THEN '{"force":true}'::jsonb ELSE '{}' END
+        || CASE WHEN $9 THEN '{"platform_found":true}'::jsonb ELSE '{}' END,
     $5, now(), nullif($7, ''))
 ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = coalesce(jobs.started_at, now()),
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), requested_by = coalesce(jobs.requested_by, EXCLUDED.requested_by),
     detail = coalesce(jobs.detail, '{}') || EXCLUDED.detail
-WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested, st.Force, st.RequestedBy); err != nil {
+WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested, st.Force, st.RequestedBy,
+			st.Platform, st.PlatformFound); err != nil {
 			return fmt.Errorf("job: %w", err)
 		}
 		if st.Redelivery {

@@ -256,7 +256,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy, PlatformFound: cmd.PlatformFound,
 		Redelivery: natsx.Delivery(m) > 1,
 	}); err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
