@@ -19,8 +19,10 @@
 //     complete listing, or the first latest sync of an account).
 //
 // A latest sync takes the newest count matches whatever their age; a full
-// sync those of the last lookback_days days. A forced sync (force) also
-// takes stored matches and has them refetched and overwritten.
+// sync those of the last lookback_days days. A forced sync (force), in
+// either mode, also takes stored matches and has them refetched and
+// overwritten; a forced latest sync lists from the newest match, not from
+// the cursor.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -420,12 +422,14 @@ func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res 
 // Window is the match-list startTime (epoch SECONDS; 0 = no lower bound)
 // of a sync: a full sync reaches back cmd.Lookback days; a latest sync
 // lists the newest matches whatever their age, from the cursor (less
-// overlap) when the account has one and with no lower bound otherwise.
+// overlap) when the account has one and with no lower bound otherwise. A
+// forced latest sync ignores the cursor: it takes the newest count
+// matches, stored ones included, and refetches them.
 func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Time) int64 {
 	if cmd.Mode != bus.ModeLatest {
 		return now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
 	}
-	if cur.ListedUntilS > 0 {
+	if cur.ListedUntilS > 0 && !cmd.Force {
 		return max(cur.ListedUntilS-int64(overlap/time.Second), 0)
 	}
 	return 0
