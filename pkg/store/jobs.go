@@ -22,6 +22,9 @@ type Job struct {
 	RequestedAt time.Time       // zero → now()
 	StartedAt   time.Time       // zero → NULL
 	FinishedAt  time.Time       // zero → NULL
+	// Position is, for a pending sync, its place in its priority's queue
+	// (1: next; QueueSync); 0 otherwise. Read only (Jobs).
+	Position int
 }
 
 // jobInsert inserts one jobs row from the 11 parameters RecordJob and
@@ -93,15 +96,16 @@ type JobFilter struct {
 	Limit               int // 0 → 100
 }
 
-// Jobs returns the jobs matching f, most recently requested first.
+// Jobs returns the jobs matching f, most recently requested first; a
+// pending sync carries its Position in the queue.
 func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `WITH `+queuePositions+`
 SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at,
-    coalesce(requested_by, '')
-FROM jobs
+    coalesce(requested_by, ''), coalesce(q.position, 0)
+FROM jobs LEFT JOIN queue q USING (id)
 WHERE ($1 = '' OR type = $1) AND ($2 = '' OR puuid = $2) AND ($3 = '' OR status = $3)
 ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 	if err != nil {
@@ -112,7 +116,7 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 		var started, finished *time.Time
 		var detail []byte
 		err := r.Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retries, &j.Error, &detail, &j.RequestedAt,
-			&started, &finished, &j.RequestedBy)
+			&started, &finished, &j.RequestedBy, &j.Position)
 		j.Detail, j.StartedAt, j.FinishedAt = detail, deref(started), deref(finished)
 		return j, err
 	})

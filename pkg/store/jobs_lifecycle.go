@@ -159,11 +159,16 @@ FROM jobs WHERE id = $1`, id).Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retri
 }
 
 // RecordJobOnce creates job j (like RecordJob) unless a job with its id
-// exists, which is left unchanged; it reports whether j was created. Used
-// for rejected requests, whose id may belong to a sync that already ran.
+// exists, which is left unchanged, except a pending one (a queued request,
+// QueueSync) that j, no longer pending, ends; it reports whether j was
+// recorded. Used for rejected requests, whose id may belong to a sync that
+// already ran.
 func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
 	tag, err := s.pool.Exec(ctx, jobInsert+`
-ON CONFLICT (id) DO NOTHING`, j.insertArgs()...)
+ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error,
+    puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}'),
+    started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
+WHERE jobs.status = 'pending' AND EXCLUDED.status <> 'pending'`, j.insertArgs()...)
 	if err != nil {
 		return false, fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

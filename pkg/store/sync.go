@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -329,13 +330,18 @@ type AccountStatus struct {
 	// with it as a participant) by "kind/status", e.g. "match/success",
 	// "timeline/temporary_failure".
 	Ledger map[string]int
+	// Queued lists the account's sync requests accepted but not started
+	// (QueueSync), oldest first, each with its place in its priority's
+	// queue. While the account is not syncing, the oldest is its sync:
+	// SyncStatus "pending", SyncRequestID its id.
+	Queued []Queued
 }
 
 // AccountStatus returns the status of the account puuid; ErrNotFound when
 // there is no such account.
 func (s *Store) AccountStatus(ctx context.Context, puuid string) (AccountStatus, error) {
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts WHERE puuid = $1`, puuid))
-	return s.accountStatus(ctx, a, err, puuid)
+	return s.accountStatus(ctx, a, err, puuid, "")
 }
 
 // AccountByRiotID is AccountStatus looked up by Riot ID (game name and tag
@@ -344,12 +350,26 @@ func (s *Store) AccountByRiotID(ctx context.Context, gameName, tagLine string) (
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts
 WHERE lower(game_name) = lower($1) AND lower(tag_line) = lower($2)
 ORDER BY updated_at DESC LIMIT 1`, gameName, tagLine))
-	return s.accountStatus(ctx, a, err, gameName+"#"+tagLine)
+	return s.accountStatus(ctx, a, err, "", gameName+"#"+tagLine)
 }
 
-func (s *Store) accountStatus(ctx context.Context, a Account, err error, key string) (AccountStatus, error) {
+// accountStatus completes the account a read by puuid or riotID (err: the
+// read's error) with its counts, ledger and queued requests. An account
+// not stored yet with a queued request is pending (withQueue).
+func (s *Store) accountStatus(ctx context.Context, a Account, err error, puuid, riotID string) (AccountStatus, error) {
+	key := puuid + riotID
 	if errors.Is(err, pgx.ErrNoRows) {
-		return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, ErrNotFound)
+		q, platform, qerr := s.queued(ctx, puuid, riotID)
+		if qerr != nil {
+			return AccountStatus{}, qerr
+		}
+		if len(q) == 0 {
+			return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, ErrNotFound)
+		}
+		st := AccountStatus{Account: Account{PUUID: puuid, Platform: platform}, Ledger: map[string]int{}}
+		st.GameName, st.TagLine, _ = strings.Cut(riotID, "#")
+		withQueue(&st, q)
+		return st, nil
 	}
 	if err != nil {
 		return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, err)
@@ -377,6 +397,14 @@ GROUP BY 1`, a.PUUID)
 	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { st.Ledger[k] = n; return nil }); err != nil {
 		return AccountStatus{}, fmt.Errorf("store: account %s ledger: %w", key, err)
 	}
+	if riotID == "" && a.GameName != "" {
+		riotID = a.GameName + "#" + a.TagLine
+	}
+	q, _, err := s.queued(ctx, a.PUUID, riotID)
+	if err != nil {
+		return AccountStatus{}, err
+	}
+	withQueue(&st, q)
 	return st, nil
 }
 

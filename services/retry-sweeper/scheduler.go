@@ -74,6 +74,10 @@ type SchedulerStore interface {
 	RecordJob(ctx context.Context, j store.Job) error
 	AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error)
 	PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error)
+	// QueueSync records a scheduled sync as pending when it is published;
+	// FinishJob fails it when the publish fails.
+	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
+	FinishJob(ctx context.Context, id, status, errMsg string) error
 }
 
 // Leagues is the part of the Riot client the rank job uses (league-v4 GET
@@ -360,8 +364,14 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}
+		// Pending in the job log while it waits behind the backlog.
+		if _, err := s.d.Store.QueueSync(ctx, app.QueuedSync(req, a.PUUID)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			_ = s.d.Store.FinishJob(ctx, req.RequestID, "failed", "not queued: "+err.Error())
 			continue
 		}
 		published++

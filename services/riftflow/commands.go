@@ -19,6 +19,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -84,6 +85,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer nc.Close()
 	subj := bus.Subjects{Prefix: env.NATS.SubjectPrefix}
+	queueInJobLog(ctx, env, req, out)
 	if !*wait {
 		if err := publishRequest(ctx, nc, subj, req); err != nil {
 			return err
@@ -102,6 +104,25 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
 	return nil
+}
+
+// queueInJobLog records req as a pending sync in the job log
+// (store.QueueSync) when the database is known (DATABASE_URL or a local
+// `riftflow up`), so `riftflow status` shows it queued at once; without
+// one the request is only published, and a failure is only noted on out.
+func queueInJobLog(ctx context.Context, env app.Env, req bus.IngestRequest, out io.Writer) {
+	url, err := dbURL(env)
+	if err != nil {
+		return
+	}
+	st, err := store.Open(ctx, url)
+	if err == nil {
+		defer st.Close()
+		_, err = st.QueueSync(ctx, app.QueuedSync(req, req.PUUID))
+	}
+	if err != nil {
+		fmt.Fprintf(out, "note: request %s not recorded as pending in the job log: %v\n", req.RequestID, redact.String(err.Error()))
+	}
 }
 
 func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest) error {
@@ -226,6 +247,9 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	a := s.Account
 	fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
 	fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
+	for _, q := range s.Queued {
+		fmt.Fprintf(tw, "queued\t%s, #%d in the %s queue, requested %s\n", q.RequestID, q.Position, q.Priority, fmtTime(q.RequestedAt))
+	}
 	if a.SyncError != "" {
 		fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
 	}
@@ -292,7 +316,11 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, j.Status, j.Retries, fmtTime(j.RequestedAt),
+		status := j.Status
+		if j.Position > 0 {
+			status = fmt.Sprintf("%s #%d", j.Status, j.Position)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, status, j.Retries, fmtTime(j.RequestedAt),
 			fmtTime(j.StartedAt), fmtTime(j.FinishedAt), j.PUUID, j.Error)
 	}
 	return tw.Flush()
