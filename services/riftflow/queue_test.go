@@ -99,7 +99,7 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	t.Setenv("DATABASE_URL", h.st.DBURL)
 	for args, want := range map[string][]string{
 		"status --puuid " + p2.PUUID: {"pending, 0/0 matches, request " + ids[1], "#2 in the interactive queue"},
-		"status --jobs":               {"pending #3", cli.RequestID},
+		"status --jobs":              {"pending #3", cli.RequestID},
 	} {
 		var out, errOut bytes.Buffer
 		if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
