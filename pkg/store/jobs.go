@@ -127,13 +127,29 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 }
 
 // PruneJobs deletes the jobs rows that finished (completed, failed or
-// rejected) before finishedBefore, and returns how many. Running and
-// pending jobs are kept whatever their age.
-func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error) {
+// rejected) before finishedBefore, then, of each type's failed rows, all
+// but the newest keepFailed (by finished_at; design 002's removeOnFail:
+// 100; keepFailed ≤ 0: no cap). Running and pending jobs are kept
+// whatever their age. It returns how many rows it deleted for their age
+// and for the cap.
+func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs
 WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finishedBefore)
 	if err != nil {
-		return 0, fmt.Errorf("store: prune jobs: %w", err)
+		return 0, 0, fmt.Errorf("store: prune jobs: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	aged = tag.RowsAffected()
+	if keepFailed <= 0 {
+		return aged, 0, nil
+	}
+	tag, err = s.pool.Exec(ctx, `DELETE FROM jobs j USING (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY type ORDER BY finished_at DESC NULLS LAST, id DESC) AS n
+        FROM jobs WHERE status = 'failed') ranked
+    WHERE n > $1) old
+WHERE j.id = old.id AND j.status = 'failed'`, keepFailed)
+	if err != nil {
+		return aged, 0, fmt.Errorf("store: cap failed jobs: %w", err)
+	}
+	return aged, tag.RowsAffected(), nil
 }

@@ -57,6 +57,10 @@ type ScheduleConfig struct {
 	// older than JobRetention (JOB_HISTORY_RETENTION, default 90 days).
 	PruneJobs    string
 	JobRetention time.Duration
+	// JobMaxFailed (JOB_HISTORY_MAX_FAILED, default 100): the prune job
+	// also keeps only the newest JobMaxFailed failed rows of each job
+	// type (design 002's removeOnFail: 100); 0 or less: no cap.
+	JobMaxFailed int
 	// CatchUp (SCHEDULE_CATCH_UP, default true): at start, each job's most
 	// recent scheduled time within LockTTL runs once if no replica ran it
 	// (its cron-locks key is absent): runs missed while no scheduler was up
@@ -73,7 +77,7 @@ type SchedulerStore interface {
 	SaveWeeklyReport(ctx context.Context, r store.WeeklyReport) error
 	RecordJob(ctx context.Context, j store.Job) error
 	AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error)
-	PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error)
+	PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error)
 	// QueueSync records a scheduled sync as pending when it is published;
 	// FinishJob fails it when the publish fails.
 	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
@@ -331,11 +335,13 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 	return true, nil
 }
 
-// pruneJobs deletes finished jobs rows older than JobRetention before at.
+// pruneJobs deletes finished jobs rows older than JobRetention before at,
+// and the failed rows of each type beyond the newest JobMaxFailed.
 func (s *Scheduler) pruneJobs(ctx context.Context, at time.Time) (map[string]any, error) {
 	before := at.Add(-s.cfg.JobRetention)
-	n, err := s.d.Store.PruneJobs(ctx, before)
-	return map[string]any{"deleted": n, "finished_before": before.UTC()}, err
+	aged, capped, err := s.d.Store.PruneJobs(ctx, before, s.cfg.JobMaxFailed)
+	return map[string]any{"deleted": aged + capped, "finished_before": before.UTC(), "failed_over_cap": capped,
+		"max_failed_per_type": s.cfg.JobMaxFailed}, err
 }
 
 // ScheduledRequestID is the request id of the hourly latest sync of puuid
@@ -539,6 +545,7 @@ type ScheduleEnv struct {
 	WeeklyReport string        `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
 	PruneJobs    string        `env:"CRON_PRUNE_JOBS" envDefault:"30 4 * * *"`
 	JobRetention time.Duration `env:"JOB_HISTORY_RETENTION" envDefault:"2160h"`
+	JobMaxFailed int           `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100"`
 	CatchUp      bool          `env:"SCHEDULE_CATCH_UP" envDefault:"true"`
 	Poll         time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
 }
@@ -575,7 +582,7 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 	}
 	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
 		WeeklyReport: e.WeeklyReport, Poll: e.Poll, PruneJobs: e.PruneJobs, JobRetention: e.JobRetention,
-		CatchUp: e.CatchUp}, d)
+		JobMaxFailed: e.JobMaxFailed, CatchUp: e.CatchUp}, d)
 }
 
 // withScheduler pairs the sweeper with a scheduler built from inf.
