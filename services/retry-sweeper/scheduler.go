@@ -113,6 +113,7 @@ type Scheduler struct {
 type scheduledJob struct {
 	name  string
 	expr  string
+	env   string      // its environment variable, e.g. CRON_LATEST_EVERY
 	sched gocron.Cron // parsed by gocron's default cron (standard 5 fields, UTC)
 }
 
@@ -139,32 +140,47 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if d.JS == nil || d.Store == nil || d.CronLocks == nil {
 		return nil, errors.New("scheduler: JS, Store and CronLocks are required")
 	}
-	if cfg.LatestEvery == "" {
-		cfg.LatestEvery = "0 */1 * * *"
-	}
-	if cfg.RankDaily == "" {
-		cfg.RankDaily = "0 3 * * *"
-	}
-	if cfg.WeeklyReport == "" {
-		cfg.WeeklyReport = "0 4 * * 1"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 15 * time.Second
-	}
-	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 8 * 24 * time.Hour
-	}
-	if cfg.AbandonAfter <= 0 {
-		cfg.AbandonAfter = 6 * time.Hour
-	}
-	if cfg.PruneJobs == "" {
-		cfg.PruneJobs = "30 4 * * *"
-	}
-	if cfg.JobRetention <= 0 {
-		cfg.JobRetention = 90 * 24 * time.Hour
-	}
+	cfg.fill()
 	d.Base.Fill("scheduler")
-	s := &Scheduler{cfg: cfg, d: d}
+	jobs, err := parseJobs(cfg, d.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{cfg: cfg, d: d, jobs: jobs}, nil
+}
+
+// fill sets design 002's defaults in the fields left empty.
+func (c *ScheduleConfig) fill() {
+	if c.LatestEvery == "" {
+		c.LatestEvery = "0 */1 * * *"
+	}
+	if c.RankDaily == "" {
+		c.RankDaily = "0 3 * * *"
+	}
+	if c.WeeklyReport == "" {
+		c.WeeklyReport = "0 4 * * 1"
+	}
+	if c.Poll <= 0 {
+		c.Poll = 15 * time.Second
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 8 * 24 * time.Hour
+	}
+	if c.AbandonAfter <= 0 {
+		c.AbandonAfter = 6 * time.Hour
+	}
+	if c.PruneJobs == "" {
+		c.PruneJobs = "30 4 * * *"
+	}
+	if c.JobRetention <= 0 {
+		c.JobRetention = 90 * 24 * time.Hour
+	}
+}
+
+// parseJobs parses each job's cron expression of cfg, checking that it
+// fires after now. Errors name the environment variable.
+func parseJobs(cfg ScheduleConfig, now time.Time) ([]scheduledJob, error) {
+	var jobs []scheduledJob
 	for _, j := range []struct{ name, expr, env string }{
 		{JobLatestAll, cfg.LatestEvery, "CRON_LATEST_EVERY"},
 		{JobRankDaily, cfg.RankDaily, "CRON_RANK_DAILY"},
@@ -172,12 +188,43 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 		{JobPruneJobs, cfg.PruneJobs, "CRON_PRUNE_JOBS"},
 	} {
 		sc := gocron.NewDefaultCron(false)
-		if err := sc.IsValid(j.expr, time.UTC, d.Now()); err != nil {
+		if err := sc.IsValid(j.expr, time.UTC, now); err != nil {
 			return nil, fmt.Errorf("scheduler: %s %q: %w", j.env, j.expr, err)
 		}
-		s.jobs = append(s.jobs, scheduledJob{name: j.name, expr: j.expr, sched: sc})
+		jobs = append(jobs, scheduledJob{name: j.name, expr: j.expr, env: j.env, sched: sc})
 	}
-	return s, nil
+	return jobs, nil
+}
+
+// Schedule is one scheduled job as configured: its name (the jobs rows'
+// type), cron expression (UTC), environment variable and next time.
+type Schedule struct {
+	Job  string    `json:"job"`
+	Expr string    `json:"schedule"`
+	Env  string    `json:"env"`
+	Next time.Time `json:"next_run"`
+}
+
+// Schedules returns every scheduled job of e (design 002's defaults for
+// empty expressions) with its first time after now; nil when
+// SCHEDULE_ENABLE is false. Errors: an expression that does not parse or
+// never fires. `riftflow status --schedules` shows them beside each job's
+// last run from the job log.
+func Schedules(e ScheduleEnv, now time.Time) ([]Schedule, error) {
+	if !e.Enable {
+		return nil, nil
+	}
+	cfg := e.config()
+	cfg.fill()
+	jobs, err := parseJobs(cfg, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Schedule, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, Schedule{Job: j.name, Expr: j.expr, Env: j.env, Next: j.sched.Next(now).UTC()})
+	}
+	return out, nil
 }
 
 // Next returns each job's first scheduled time after t.
@@ -580,9 +627,14 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 	default:
 		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
 	}
-	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
+	return NewScheduler(e.config(), d)
+}
+
+// config is the ScheduleConfig of e.
+func (e ScheduleEnv) config() ScheduleConfig {
+	return ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
 		WeeklyReport: e.WeeklyReport, Poll: e.Poll, PruneJobs: e.PruneJobs, JobRetention: e.JobRetention,
-		JobMaxFailed: e.JobMaxFailed, CatchUp: e.CatchUp}, d)
+		JobMaxFailed: e.JobMaxFailed, CatchUp: e.CatchUp}
 }
 
 // withScheduler pairs the sweeper with a scheduler built from inf.

@@ -2,6 +2,7 @@ package riftflow
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
@@ -140,5 +142,55 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	})
 	if s, err := h.st.Infra.Store.AccountStatus(h.ctx, p1.PUUID); err != nil || s.SyncStatus != "completed" || len(s.Queued) != 0 {
 		t.Errorf("after the queued sync ran: %+v %v, want completed, nothing queued", s, err)
+	}
+}
+
+// `riftflow status --schedules` shows each scheduled job with its
+// schedule, its last run from the job log (or never) and its next time
+// (design 000 checked its recurring job in Hangfire's dashboard).
+func TestStatusSchedules(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ran := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	if err := st.RecordJob(t.Context(), store.Job{ID: "latest_all-ran", Type: "latest_all", Status: "completed",
+		RequestedAt: ran, StartedAt: ran, FinishedAt: ran.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("SCHEDULE_ENABLE", "true")
+	t.Setenv("CRON_RANK_DAILY", "15 3 * * *")
+	before := time.Now()
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"status", "--schedules", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("status --schedules: exit %d: %s", code, errOut.String())
+	}
+	var runs []scheduleRun
+	if err := json.Unmarshal(out.Bytes(), &runs); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	got := map[string]scheduleRun{}
+	for _, r := range runs {
+		got[r.Job] = r
+	}
+	latest, rank := got["latest_all"], got["rank_daily"]
+	if len(runs) != 4 || latest.LastRun == nil || latest.LastRun.ID != "latest_all-ran" || latest.LastRun.Status != "completed" ||
+		latest.Next.Minute() != 0 || !latest.Next.After(before) || latest.Next.Sub(before) > 2*time.Hour {
+		t.Errorf("latest_all: %+v (of %d schedules), want its last run latest_all-ran and the next full hour", latest, len(runs))
+	}
+	if rank.Expr != "15 3 * * *" || rank.Env != "CRON_RANK_DAILY" || rank.LastRun != nil || rank.Next.Hour() != 3 || rank.Next.Minute() != 15 {
+		t.Errorf("rank_daily: %+v, want CRON_RANK_DAILY 15 3 * * *, never run, next at 03:15", rank)
+	}
+	out.Reset()
+	if code := Main([]string{"status", "--schedules"}, &out, &errOut); code != 0 {
+		t.Fatalf("status --schedules: exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"NEXT RUN", "latest_all", "completed", "never", "CRON_PRUNE_JOBS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status --schedules lacks %q:\n%s", want, out.String())
+		}
 	}
 }
