@@ -91,7 +91,7 @@ var Grants = []Grant{
 		KVWrite: []string{BucketSyncLocks},
 		Objects: []string{ObjectPayloads}},
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerRetrySweeper},
+		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},
 		Messages: []string{StreamIngest, StreamSync, StreamFetch, StreamFetched},

@@ -55,7 +55,10 @@ const (
 	// ConsumerPersisterInteractive reads "<prefix>.match.{fetched,failed}.*.interactive".
 	ConsumerPersisterInteractive = "persister-interactive"
 	ConsumerRetrySweeper         = "retry-sweeper"
-	fetcherPrefix                = "match-fetcher-"
+	// ConsumerRetrySweeperRejections reads "<prefix>.ingest.rejected" on
+	// EVENTS: a refused request's pending job becomes rejected.
+	ConsumerRetrySweeperRejections = "retry-sweeper-rejections"
+	fetcherPrefix                  = "match-fetcher-"
 )
 
 // KV bucket names.

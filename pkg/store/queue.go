@@ -110,3 +110,17 @@ func withQueue(st *AccountStatus, q []Queued) {
 	}
 	st.SyncStatus, st.SyncRequestID, st.SyncProgress, st.SyncTotal, st.SyncError = "pending", q[0].RequestID, 0, 0, ""
 }
+
+// RejectQueued ends the pending sync job requestID as rejected with reason
+// (a request refused before the lister started it: an unknown player, an
+// account lookup that kept failing). It reports whether a pending job was
+// ended; a job that is not pending (started, finished, or unknown) is left
+// alone.
+func (s *Store) RejectQueued(ctx context.Context, requestID, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'rejected', error = $2, finished_at = now()
+WHERE id = $1 AND status = 'pending'`, requestID, reason)
+	if err != nil {
+		return false, fmt.Errorf("store: reject queued %s: %w", requestID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

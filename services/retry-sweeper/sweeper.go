@@ -59,6 +59,8 @@ type Store interface {
 	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
+	// RejectQueued ends a refused request's pending job (HandleRejection).
+	RejectQueued(ctx context.Context, requestID, reason string) (bool, error)
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment
@@ -89,6 +91,9 @@ type Config struct {
 type Deps struct {
 	JS         jetstream.JetStream
 	Advisories jetstream.Consumer // "retry-sweeper" on ADVISORIES; nil to skip
+	// Rejections is "retry-sweeper-rejections" on EVENTS (HandleRejection);
+	// nil to skip.
+	Rejections jetstream.Consumer
 	Store      Store
 	Locks      natsx.Lock         // sync-locks
 	CronLocks  jetstream.KeyValue // cron-locks
@@ -124,6 +129,13 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+		})
+	}
+	if s.d.Rejections != nil {
+		g.Go(func() error {
+			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
+				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
 				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
 		})
 	}

@@ -24,7 +24,8 @@ import (
 // in the queue, in GET /v1/jobs, GET /v1/accounts/{puuid} (an account never
 // synced included) and `riftflow status`, from the moment they are
 // accepted (the HTTP API and the CLI's ingest); they run once the switch is
-// off. An account that was synced shows its new request pending too.
+// off. An account that was synced shows its new request pending too, and
+// a queued request the resolver refuses ends rejected.
 func TestQueuedSyncIsVisible(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
@@ -143,6 +144,18 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	if s, err := h.st.Infra.Store.AccountStatus(h.ctx, p1.PUUID); err != nil || s.SyncStatus != "completed" || len(s.Queued) != 0 {
 		t.Errorf("after the queued sync ran: %+v %v, want completed, nothing queued", s, err)
 	}
+
+	// A queued request the resolver refuses (an unknown Riot ID) does not
+	// stay pending: its job ends rejected with the reason.
+	var unknown struct {
+		RequestID string `json:"request_id"`
+	}
+	if code := do("POST", "/v1/sync", `{"riot_id":"Nobody Here#0000","platform":"na1"}`, &unknown); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync for an unknown Riot ID: %d", code)
+	}
+	waitFor(t, "the refused request's job to end rejected", 30*time.Second, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'rejected' AND error LIKE '%no Riot account%'`, unknown.RequestID) == 1
+	})
 }
 
 // `riftflow status --schedules` shows each scheduled job with its
