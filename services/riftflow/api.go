@@ -21,7 +21,8 @@ import (
 //	POST /v1/sync                       [sync] body: an IngestRequest; 202 {"request_id","events"}, 400, or
 //	                                    409 (problem+json with "request_id", the holder's) when another
 //	                                    request syncs the account
-//	GET  /v1/accounts/{puuid}           [read] the account's sync status, progress, counts (404 unknown)
+//	GET  /v1/accounts/{puuid}           [read] the account's sync status (pending while a request is queued),
+//	                                    progress, counts, queued requests (404 unknown and nothing queued)
 //	POST /v1/accounts/{puuid}/link      [sync] body {"platform", "riot_id"?}: the account becomes active
 //	                                    and a full sync starts now: 202 as POST /v1/sync, or 409
 //	POST /v1/accounts/{puuid}/unlink    [sync] active = false (scheduled jobs skip it): 200, 404
@@ -32,7 +33,8 @@ import (
 //	                                    replayed for a late client, at once when already finished;
 //	                                    404 for a request id nobody submitted; 429 with Retry-After
 //	                                    beyond API_SSE_MAX_PER_TOKEN or API_SSE_MAX open streams
-//	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first
+//	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first; a pending
+//	                                    sync (accepted, not started) has its queue position
 //	POST /v1/admin/retry                [admin] body: a RetryRequest; 200 RetryResult: replays permanently
 //	                                    unfetchable matches (and dead letters), 100 per run
 //	GET  /v1/admin/pause                [admin] the pause switch: {"paused","reason","by","at"}
