@@ -26,8 +26,10 @@
 //
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
-// nothing ends silently. A tick runs on exactly one replica: the replicas
-// race to create the tick's key in the cron-locks KV bucket.
+// nothing ends silently, and reads lol.ingest.rejected on EVENTS
+// (consumer retry-sweeper-rejections, HandleRejection) so a refused
+// request's pending job ends rejected. A tick runs on exactly one replica:
+// the replicas race to create the tick's key in the cron-locks KV bucket.
 package sweeper
 
 import (
