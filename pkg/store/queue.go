@@ -112,13 +112,14 @@ func withQueue(st *AccountStatus, q []Queued) {
 }
 
 // RejectQueued ends the pending sync job requestID as rejected with reason
-// (a request refused before the lister started it: an unknown player, an
-// account lookup that kept failing). It reports whether a pending job was
-// ended; a job that is not pending (started, finished, or unknown) is left
-// alone.
-func (s *Store) RejectQueued(ctx context.Context, requestID, reason string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'rejected', error = $2, finished_at = now()
-WHERE id = $1 AND status = 'pending'`, requestID, reason)
+// and code (HTTP-like, kept in jobs.detail.code): a request refused before
+// the lister started it (an unknown player 404, an account lookup that kept
+// failing 503). It reports whether a pending job was ended; a job that is
+// not pending (started, finished, or unknown) is left alone.
+func (s *Store) RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'rejected', error = $2, finished_at = now(),
+    detail = coalesce(detail, '{}') || jsonb_build_object('code', $3::int)
+WHERE id = $1 AND status = 'pending'`, requestID, reason, code)
 	if err != nil {
 		return false, fmt.Errorf("store: reject queued %s: %w", requestID, err)
 	}

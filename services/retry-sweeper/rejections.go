@@ -3,7 +3,6 @@ package sweeper
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,7 +27,7 @@ func (s *Service) HandleRejection(ctx context.Context, m jetstream.Msg) natsx.Re
 	if r.RequestID == "" {
 		return natsx.Ack()
 	}
-	ended, err := s.d.Store.RejectQueued(ctx, r.RequestID, fmt.Sprintf("%s (%d)", r.Reason, r.Code))
+	ended, err := s.d.Store.RejectQueued(ctx, r.RequestID, r.Reason, r.Code)
 	if err != nil {
 		return natsx.Fail(fault.Wrap(store.KindOf(err), err))
 	}

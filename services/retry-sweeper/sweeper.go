@@ -62,7 +62,7 @@ type Store interface {
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
-	RejectQueued(ctx context.Context, requestID, reason string) (bool, error)
+	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment

@@ -156,6 +156,15 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	waitFor(t, "the refused request's job to end rejected", 30*time.Second, func() bool {
 		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'rejected' AND error LIKE '%no Riot account%'`, unknown.RequestID) == 1
 	})
+	// A client that asks later hears the outcome, with the resolver's code.
+	events := sseEvents(t, srv.URL+"/v1/sync/"+unknown.RequestID+"/events", "", 30*time.Second)
+	var rej bus.Rejection
+	if len(events) > 0 {
+		json.Unmarshal([]byte(events[len(events)-1][1]), &rej)
+	}
+	if len(events) == 0 || events[len(events)-1][0] != "rejected" || rej.Code != http.StatusNotFound {
+		t.Errorf("late SSE client of the refused request: %v, want a rejected event with code 404", events)
+	}
 }
 
 // `riftflow status --schedules` shows each scheduled job with its
