@@ -16,6 +16,8 @@ type nopPermit struct{}
 
 func (nopPermit) Done(int, http.Header) {}
 func (nopPermit) Cancel()               {}
+func (nopPermit) Send() bool            { return true }
+func (nopPermit) Written()              {}
 
 func (l *countingLimiter) Acquire(context.Context, riot.Call) (riot.Permit, error) {
 	l.n++
