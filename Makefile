@@ -107,8 +107,11 @@ bench-pipeline: build
 ## BENCH_LIMIT_WINDOWS (5) whole long windows. Cases BENCH_LIMIT_CASES:
 ## dev (20:1,100:120), prod (50:1,2500:60), skew (prod, clocks ±BENCH_LIMIT_SKEW_MS
 ## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s).
-## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min). Table on stdout,
-## CSV + SVG per case in BENCH_LIMIT_OUT.
+## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min; 15 = every
+## cell at once). BENCH_LIMIT_CPU_QUOTA_US=20000 puts each case's fetchers in a
+## cgroup v1 cpu group of 20 % of one core (root), BENCH_LIMIT_HOGS=2 runs two
+## busy loops beside them. Table on stdout (with load average and throttled
+## periods), CSV + SVG per case in BENCH_LIMIT_OUT.
 BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
 BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:

@@ -82,6 +82,10 @@ type Env struct {
 	OutDir string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
+	// CPUQuotaUS, if > 0, puts each case's fetchers together in their
+	// own cgroup v1 cpu group limited to CPUQuotaUS per 100 ms period
+	// (20000: 20 % of one core), as a Kubernetes CPU limit does (root).
+	CPUQuotaUS int
 }
 
 // Result is what one case measured.
@@ -107,6 +111,14 @@ type Result struct {
 	// Outage is when the NATS node was down (zero without a kill).
 	OutageFrom, OutageTo time.Time
 	Elapsed              time.Duration
+	// Load is the mean 1-minute load average sampled during the case,
+	// LoadMax the highest.
+	Load, LoadMax float64
+	// Throttled is the share of CFS periods in which the fetchers' cgroup
+	// was throttled (Env.CPUQuotaUS; 0 without), ThrottledFor the total
+	// time it was.
+	Throttled    float64
+	ThrottledFor time.Duration
 }
 
 // Build compiles the nats-server and limitfetcher binaries into dir, from
@@ -281,6 +293,20 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	if c.Match {
 		calls = "match"
 	}
+	var cg *Cgroup
+	if env.CPUQuotaUS > 0 {
+		if cg, err = NewCgroup(fmt.Sprintf("bench-limit-%s-%d", name, os.Getpid()), env.CPUQuotaUS, 100000); err != nil {
+			return res, err
+		}
+		defer func() {
+			thr, per, ns := cg.Throttled()
+			if per > 0 {
+				res.Throttled = float64(thr) / float64(per)
+			}
+			res.ThrottledFor = time.Duration(ns)
+			_ = cg.Remove()
+		}()
+	}
 	var fetchers []*proc
 	defer func() {
 		var wg sync.WaitGroup
@@ -304,6 +330,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 			return res, err
 		}
 		fetchers = append(fetchers, f)
+		if cg != nil {
+			if err := cg.Add(f.cmd.Process.Pid); err != nil {
+				return res, err
+			}
+		}
 	}
 	logf("%d fetchers started (skew ±%d ms)", c.N, c.SkewMS)
 
@@ -312,11 +343,17 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	deadline := t0.Add(time.Duration(c.Windows+3)*longLen + c.KillFor)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var loads int
 	for {
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-tick.C:
+		}
+		if l := LoadAvg(); l > 0 {
+			res.Load += l
+			res.LoadMax = max(res.LoadMax, l)
+			loads++
 		}
 		if !killed && time.Since(t0) >= c.KillAt {
 			killed = true
@@ -347,6 +384,9 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		}
 	}
 	res.Elapsed = time.Since(t0)
+	if loads > 0 {
+		res.Load /= float64(loads)
+	}
 	st := s.Stats()
 	hist := map[int][]sim.WindowInstance{}
 	for _, l := range lims {
@@ -392,7 +432,7 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	if err := WriteWindowSVG(path+".svg", title, t0, hist[res.LongSecs], res.LongLimit); err != nil {
 		return res, err
 	}
-	logf("used %.3f over %d windows, 429s %v, over %d", res.Used, res.Windows, res.TooMany, res.Over)
+	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
 	return res, nil
 }
 

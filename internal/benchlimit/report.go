@@ -21,28 +21,33 @@ func PrintTable(w io.Writer, rs []Result) {
 		}
 		return rs[i].Case.N < rs[j].Case.N
 	})
-	fmt.Fprintln(w, "| case | key | N | whole long windows | served | used (tightest window) | mean gap | 429s app/method/service | peak over budget | over during outage | blacklists | 403s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| case | key | N | whole long windows | served | used (tightest window) | mean gap | 429s app/method/service | peak over budget | over during outage | blacklists | 403s | load avg (max) | throttled periods |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		outage := "—"
 		if !r.OutageFrom.IsZero() {
 			outage = strconv.Itoa(r.OverOutage)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d × %d s | %d | %.3f | %d ms | %d/%d/%d | %d | %s | %d | %d |\n",
+		thr := "—"
+		if r.ThrottledFor > 0 || r.Throttled > 0 {
+			thr = fmt.Sprintf("%.0f %% (%.0f s)", 100*r.Throttled, r.ThrottledFor.Seconds())
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d × %d s | %d | %.3f | %d ms | %d/%d/%d | %d | %s | %d | %d | %.1f (%.1f) | %s |\n",
 			r.Case.Name, r.Case.Key.App, r.Case.N, r.Windows, r.LongSecs, r.Served, r.Used, r.Gap.Milliseconds(),
-			r.TooMany["application"], r.TooMany["method"], r.TooMany["service"], r.Over, outage, r.Blacklisted, r.Forbidden)
+			r.TooMany["application"], r.TooMany["method"], r.TooMany["service"], r.Over, outage, r.Blacklisted, r.Forbidden,
+			r.Load, r.LoadMax, thr)
 	}
 }
 
 // WriteResults writes rs to path as CSV, one row per case and N.
 func WriteResults(path string, rs []Result) error {
 	var sb strings.Builder
-	sb.WriteString("case,key,n,skew_ms,kill_s,windows,window_s,limit,served,used,gap_ms,app429,method429,service429,over,over_outage,blacklists,forbidden,elapsed_s\n")
+	sb.WriteString("case,key,n,skew_ms,kill_s,windows,window_s,limit,served,used,gap_ms,app429,method429,service429,over,over_outage,blacklists,forbidden,elapsed_s,load,load_max,throttled,throttled_s\n")
 	for _, r := range rs {
-		fmt.Fprintf(&sb, "%s,%q,%d,%d,%.0f,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d,%d,%d,%.0f\n",
+		fmt.Fprintf(&sb, "%s,%q,%d,%d,%.0f,%d,%d,%d,%d,%.4f,%d,%d,%d,%d,%d,%d,%d,%d,%.0f,%.2f,%.2f,%.3f,%.1f\n",
 			r.Case.Name, r.Case.Key.App, r.Case.N, r.Case.SkewMS, r.Case.KillFor.Seconds(), r.Windows, r.LongSecs, r.LongLimit,
 			r.Served, r.Used, r.Gap.Milliseconds(), r.TooMany["application"], r.TooMany["method"], r.TooMany["service"],
-			r.Over, r.OverOutage, r.Blacklisted, r.Forbidden, r.Elapsed.Seconds())
+			r.Over, r.OverOutage, r.Blacklisted, r.Forbidden, r.Elapsed.Seconds(), r.Load, r.LoadMax, r.Throttled, r.ThrottledFor.Seconds())
 	}
 	return os.WriteFile(path, []byte(sb.String()), 0o644)
 }
