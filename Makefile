@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
+.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit bench-limit-fetchers fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -117,6 +117,15 @@ BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:
 	mkdir -p $(BENCH_LIMIT_OUT)
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
+
+## bench-limit-fetchers: the real match-fetcher binary, BENCH_LIMIT_N (2,8)
+## processes, in the whole pipeline as OS processes against the simulator on
+## a production-shaped key (50:1,2500:60, escalating blacklist), over
+## BENCH_LIMIT_WINDOWS (5) whole 60 s windows; BENCH_LIMIT_CPU_QUOTA_US and
+## BENCH_LIMIT_HOGS as for bench-limit (~8 min per N).
+bench-limit-fetchers:
+	mkdir -p $(BENCH_LIMIT_OUT)
+	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
 ## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package

@@ -372,7 +372,7 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 			res.OutageTo = time.Now()
 			logf("nats-server restarted on its store")
 		}
-		if n := len(since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
+		if n := len(Since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
 			break
 		}
 		for _, f := range fetchers {
@@ -387,23 +387,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	if loads > 0 {
 		res.Load /= float64(loads)
 	}
-	st := s.Stats()
 	hist := map[int][]sim.WindowInstance{}
 	for _, l := range lims {
 		hist[l[1]] = s.WindowHistory(region, "", l[1])
 	}
-	var fill float64
-	res.Used, fill, res.Gap, res.Windows = WindowUse(hist[res.LongSecs], t0, res.LongLimit, longLen)
-	res.Windows = max(0, res.Windows-1)
-	res.Served = int(fill*float64(res.LongLimit*res.Windows) + 0.5)
-	res.TooMany = st.RateLimited
-	res.Blacklisted = st.BlacklistEvents
-	for m := range methodLimits {
-		res.Forbidden += st.MethodCount(m, 403)
-	}
-	for _, b := range st.Buckets {
-		res.Over = max(res.Over, b.MaxCount-b.Limit)
-	}
+	res.Measure(s.Stats(), hist[res.LongSecs], t0, methodLimits)
 	if !res.OutageFrom.IsZero() {
 		check := func(h []sim.WindowInstance, limit, secs int) {
 			for _, w := range h {
@@ -434,6 +422,25 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	}
 	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
 	return res, nil
+}
+
+// Measure fills r from the simulator's stats st and the instances long
+// of the tightest (long) window since t0: the whole windows' use, their
+// requests, 429s by type, blacklistings, 403s of methods and the largest
+// count over a limit.
+func (r *Result) Measure(st sim.Stats, long []sim.WindowInstance, t0 time.Time, methods map[string]string) {
+	var fill float64
+	r.Used, fill, r.Gap, r.Windows = WindowUse(long, t0, r.LongLimit, time.Duration(r.LongSecs)*time.Second)
+	r.Windows = max(0, r.Windows-1)
+	r.Served = int(fill*float64(r.LongLimit*r.Windows) + 0.5)
+	r.TooMany = st.RateLimited
+	r.Blacklisted = st.BlacklistEvents
+	for m := range methods {
+		r.Forbidden += st.MethodCount(m, 403)
+	}
+	for _, b := range st.Buckets {
+		r.Over = max(r.Over, b.MaxCount-b.Limit)
+	}
 }
 
 // matchesOf returns the regional route and the IDs of the simulator's
@@ -470,8 +477,8 @@ func playersOf(s *sim.Sim, region string) []string {
 	return out
 }
 
-// since keeps the instances that started at or after t0.
-func since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
+// Since keeps the instances that started at or after t0.
+func Since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
 	var kept []sim.WindowInstance
 	for _, w := range h {
 		if !w.Start.Before(t0) {

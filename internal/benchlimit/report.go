@@ -60,7 +60,7 @@ func WriteResults(path string, rs []Result) error {
 // window's end and the next one's start, n the number of instances.
 // With fewer than 2 instances everything is 0.
 func WindowUse(h []sim.WindowInstance, t0 time.Time, limit int, win time.Duration) (used, fill float64, gap time.Duration, n int) {
-	kept := since(h, t0)
+	kept := Since(h, t0)
 	n = len(kept)
 	if n < 2 {
 		return 0, 0, 0, n

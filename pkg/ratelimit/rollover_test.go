@@ -39,9 +39,15 @@ func riotHeaders(app, appCount, method, methodCount string) http.Header {
 // before one is refused (at most max).
 func grants(t *testing.T, lim riot.Limiter, max int) []riot.Permit {
 	t.Helper()
+	return grantsOf(t, lim, getMatch, max)
+}
+
+// grantsOf is grants for call c.
+func grantsOf(t *testing.T, lim riot.Limiter, c riot.Call, max int) []riot.Permit {
+	t.Helper()
 	var ps []riot.Permit
 	for len(ps) < max {
-		p, err := lim.Acquire(context.Background(), getMatch)
+		p, err := lim.Acquire(context.Background(), c)
 		if err != nil {
 			if !isRateLimited(err) {
 				t.Fatal(err)
