@@ -68,6 +68,11 @@ type Case struct {
 	// fetchers start, and restarts it on the same store and port after
 	// KillFor.
 	KillAt, KillFor time.Duration
+	// Duration, if > 0, makes a short run instead: the case ends this long
+	// after the first request, and Used is measured over the shortest
+	// window from that first request (Result.ColdUse); the plot shows its
+	// first 10 s (the cold start) beside its last 10 s.
+	Duration time.Duration
 	// Match makes the fetchers call getMatch and getTimeline, as the
 	// match-fetcher does; by default they call two methods with small
 	// answers (see cmd/limitfetcher).
@@ -341,6 +346,9 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	killed := c.KillAt <= 0
 	longLen := time.Duration(res.LongSecs) * time.Second
 	deadline := t0.Add(time.Duration(c.Windows+3)*longLen + c.KillFor)
+	if c.Duration > 0 {
+		deadline = t0.Add(c.Duration + 15*time.Second) // the first request comes after the processes start
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var loads int
@@ -372,7 +380,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 			res.OutageTo = time.Now()
 			logf("nats-server restarted on its store")
 		}
-		if n := len(Since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
+		if c.Duration > 0 {
+			if first := firstStart(s.WindowHistory(region, "", lims[0][1]), t0); (!first.IsZero() && time.Since(first) > c.Duration+time.Second) || time.Now().After(deadline) {
+				break
+			}
+		} else if n := len(Since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
 			break
 		}
 		for _, f := range fetchers {
@@ -392,6 +404,9 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		hist[l[1]] = s.WindowHistory(region, "", l[1])
 	}
 	res.Measure(s.Stats(), hist[res.LongSecs], t0, methodLimits)
+	if c.Duration > 0 {
+		return res, res.short(env, name, t0, hist, lims)
+	}
 	if !res.OutageFrom.IsZero() {
 		check := func(h []sim.WindowInstance, limit, secs int) {
 			for _, w := range h {
@@ -422,6 +437,66 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	}
 	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
 	return res, nil
+}
+
+// short measures a short run (Case.Duration): Used and Served over the
+// Duration from the first request, against a perfect client, and a plot
+// of its first and last 10 s (<name>.svg).
+func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.WindowInstance, lims [][2]int) error {
+	short := lims[0]
+	for _, l := range lims {
+		if l[1] < short[1] {
+			short = l
+		}
+	}
+	h := Since(hist[short[1]], t0)
+	if len(h) == 0 {
+		return errors.New("no request reached the simulator")
+	}
+	first := h[0].Start
+	d := r.Case.Duration
+	r.Served, r.Windows = 0, 0
+	for _, w := range h {
+		if w.Start.Sub(first) < d {
+			r.Served += w.Count
+		}
+	}
+	r.Used = float64(r.Served) / float64(PerfectClient(lims, d))
+	r.LongSecs, r.LongLimit = short[1], short[0]
+	limits := map[int]int{}
+	for _, l := range lims {
+		limits[l[1]] = l[0]
+	}
+	path := filepath.Join(env.OutDir, name)
+	if err := WriteWindowCSV(path+".csv", first, hist, limits); err != nil {
+		return err
+	}
+	const span = 10 * time.Second
+	title := fmt.Sprintf("%s, N=%d, app %s: requests per %d s window, first 10 s (cold start) and last 10 s of %s", r.Case.Name, r.Case.N, r.Case.Key.App, short[1], d)
+	return WriteStartSVG(path+".svg", title, first, d-span, span, h, short[0], time.Duration(short[1])*time.Second)
+}
+
+// PerfectClient is how many requests a client that knew lims (Riot's
+// "n:secs" pairs) from the start could send in d from its first request:
+// each window full from its start, windows back to back.
+func PerfectClient(lims [][2]int, d time.Duration) int {
+	best := -1
+	for _, l := range lims {
+		win := time.Duration(l[1]) * time.Second
+		n := l[0] * int((d+win-1)/win)
+		if best < 0 || n < best {
+			best = n
+		}
+	}
+	return best
+}
+
+// firstStart is the start of the first instance since t0 (zero if none).
+func firstStart(h []sim.WindowInstance, t0 time.Time) time.Time {
+	if k := Since(h, t0); len(k) > 0 {
+		return k[0].Start
+	}
+	return time.Time{}
 }
 
 // Measure fills r from the simulator's stats st and the instances long

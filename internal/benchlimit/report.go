@@ -123,3 +123,47 @@ func WriteWindowSVG(path, title string, t0 time.Time, hist []sim.WindowInstance,
 	sb.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(sb.String()), 0o644)
 }
+
+// WriteStartSVG plots two panels of span each, on a time axis from first
+// (the first request): [0, span) and [late, late+span). Each window
+// instance of length win is a bar over its time with its count; the red
+// steps are a perfect client's limit per window, back to back from 0.
+func WriteStartSVG(path, title string, first time.Time, late, span time.Duration, h []sim.WindowInstance, limit int, win time.Duration) error {
+	const pw, ph, pad = 600, 260, 40
+	top := float64(limit) * 1.25
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", pw, 2*ph+30)
+	fmt.Fprintf(&sb, `<text x="%d" y="16">%s</text>`+"\n", 10, title)
+	for i, from := range []time.Duration{0, late} {
+		oy := 30 + float64(i*ph)
+		x := func(d time.Duration) float64 { return pad + (d-from).Seconds()/span.Seconds()*(pw-2*pad) }
+		y := func(v float64) float64 { return oy + ph - pad - v/top*(ph-2*pad) }
+		label := "cold start"
+		if i == 1 {
+			label = "steady state"
+		}
+		fmt.Fprintf(&sb, `<text x="%d" y="%.1f">%s: %.0f–%.0f s after the first request</text>`+"\n", pad, oy+12, label, from.Seconds(), (from + span).Seconds())
+		for _, w := range h {
+			at := w.Start.Sub(first)
+			if at < from || at >= from+span {
+				continue
+			}
+			x0, x1 := x(at), min(x(at+win), pw-pad)
+			fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#4a7"><title>%+.2f s: %d</title></rect>`+"\n",
+				x0+0.5, y(float64(w.Count)), max(x1-x0-1, 1), y(0)-y(float64(w.Count)), at.Seconds(), w.Count)
+		}
+		for k := from.Truncate(win); k < from+span; k += win {
+			if k < from {
+				continue
+			}
+			fmt.Fprintf(&sb, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="red"/>`+"\n", x(k), min(x(k+win), pw-pad), y(float64(limit)), y(float64(limit)))
+		}
+		fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black"/>`+"\n", pad, pw-pad, y(0), y(0))
+		for s := from; s <= from+span; s += time.Second {
+			fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" text-anchor="middle">%.0f</text>`+"\n", x(s), y(0)+14, s.Seconds())
+		}
+		fmt.Fprintf(&sb, `<text x="%d" y="%.1f" fill="red">perfect client: %d per window</text>`+"\n", pw-pad-170, y(float64(limit))-4, limit)
+	}
+	sb.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(sb.String()), 0o644)
+}

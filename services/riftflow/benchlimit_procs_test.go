@@ -26,7 +26,11 @@ import (
 //   - skew: prod with the fetchers' limiter clocks ±BENCH_LIMIT_SKEW_MS
 //     (500) apart (N ≥ 2);
 //   - natskill: prod with the nats-server killed (SIGKILL) after 1.5 long
-//     windows and restarted on its store BENCH_LIMIT_KILL_S (30) s later.
+//     windows and restarted on its store BENCH_LIMIT_KILL_S (30) s later;
+//   - cold (only when named): a cold start, 30:1,1200:60 for
+//     BENCH_LIMIT_COLD_S (30) s from the first request, used against a
+//     perfect client over that time; the SVG shows the first 10 s beside
+//     the last 10 s.
 //
 // N from BENCH_LIMIT_N (1,2,4,8); BENCH_LIMIT_PARALLEL cases run at once
 // (default 8, in order; each is at most 50 requests/s); BENCH_LIMIT_WORKERS
@@ -61,8 +65,12 @@ func BenchmarkLimitProcesses(b *testing.B) {
 				c.SkewMS = skew
 			case "natskill":
 				c.KillAt, c.KillFor = 90*time.Second, killFor
+			case "cold":
+				// issue 25 part 3: a short run from a cold start.
+				c.Key = benchlimit.Key{Name: "cold", App: "30:1,1200:60"}
+				c.Duration = time.Duration(envInt(b, "BENCH_LIMIT_COLD_S", 30)) * time.Second
 			default:
-				b.Fatalf("BENCH_LIMIT_CASES: unknown case %q (dev, prod, skew, natskill)", k)
+				b.Fatalf("BENCH_LIMIT_CASES: unknown case %q (dev, prod, skew, natskill, cold)", k)
 			}
 			cases = append(cases, c)
 		}
