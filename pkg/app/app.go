@@ -307,7 +307,7 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	rc := riot.Config{APIKey: cfg.APIKey.Reveal(), BaseURL: cfg.BaseURL, Timeout: cfg.Timeout(), Logger: log,
 		BreakerTimeout: cfg.BreakerTimeout,
 		HTTPClient:     &http.Client{Transport: countingTransport{next: http.DefaultTransport, stats: stats}}}
-	var lim riot.Limiter
+	var lim ceilinged
 	if cfg.SharedRateLimit && js != nil {
 		sh, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: KeyID(cfg.APIKey.Reveal())})
 		if err != nil {
@@ -326,7 +326,7 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	if err := config.Parse(&ceil); err != nil {
 		return nil, nil, nil, err
 	}
-	rc.Limiter = WithCeilings(lim, ceil, cfg.RateLimitMaxWait)
+	rc.Limiter = WithCeilings(lim, ceil)
 	c, err := riot.New(rc)
 	if err != nil {
 		return nil, nil, nil, err

@@ -817,6 +817,10 @@ type leaseJob struct {
 	// measured margin, 0 before any answer was timed) is stored with it.
 	margin, shareMargin time.Duration
 	offErr              time.Duration // the error bound of this process's clock offset
+	// allow is this process's send allowance (engine.allowance): no token
+	// is taken from a window within allow of its nominal end, where a
+	// grant's send deadline would already have passed.
+	allow time.Duration
 	// results
 	start    time.Time
 	got, g   int
@@ -994,7 +998,8 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
 			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry, rolled: rolled,
-			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight, epoch: w.epoch})
+			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight, epoch: w.epoch,
+			allow: e.allowance(w, e.now())})
 	}
 	e.mu.Unlock()
 
@@ -1112,6 +1117,9 @@ func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 			}
 			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
+			if !now.Before(time.UnixMilli(cur.Start).Add(j.length - j.allow)) {
+				k = 0 // closed: a token taken now could not be sent (engine.closes)
+			}
 			if k == 0 && raised == cur.Granted {
 				cur.Ep = cur.epoch()
 				return cur, 0, nil // spent: nothing to write

@@ -45,7 +45,7 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 		}
 		js := natstest.Handle(t, nc)
 		if id == "a" {
-			createBucket(t, js)
+			natstest.Bucket(t, js, "ratelimit")
 		}
 		o.ProcID = id
 		lims = append(lims, newShared(t, js, o))

@@ -151,6 +151,7 @@ type clientMetrics struct {
 	keyRejected metric.Int64Counter
 	breaker     metric.Int64Counter
 	retries     metric.Int64Counter
+	expired     metric.Int64Counter
 }
 
 // New validates cfg and returns a Client. It fails when APIKey is empty,
@@ -202,6 +203,11 @@ func New(cfg Config) (*Client, error) {
 		hc.CheckRedirect = sameHostRedirect
 		c.hc = &hc
 	}
+	// The grant's send deadline is checked in the transport, immediately
+	// before the request goes on the wire (sendGuard).
+	hc := *c.hc
+	hc.Transport = sendGuard{next: hc.Transport}
+	c.hc = &hc
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -273,6 +279,9 @@ func (c *Client) initMetrics() error {
 	err = errors.Join(err, e)
 	c.metrics.retries, e = m.Int64Counter("riot.client.retries",
 		metric.WithDescription("In-process retries by route, method and error kind."))
+	err = errors.Join(err, e)
+	c.metrics.expired, e = m.Int64Counter("riot.client.grants_expired",
+		metric.WithDescription("Rate-limit grants found past their send deadline in the transport: returned unsent and retaken."))
 	return errors.Join(err, e)
 }
 
@@ -509,34 +518,39 @@ func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff ti
 	}
 
 	start := c.now()
-	permit, err := c.lim.Acquire(ctx, Call{Route: req.route, Method: req.method, Background: bg})
-	waited := c.now().Sub(start)
-	if err != nil {
-		done(errBreakerExcluded)
-		var re *Error
-		if errors.As(err, &re) {
-			if re.Op == "" {
-				re.Op = req.method
-			}
-			if re.Route == "" {
-				re.Route = req.route
-			}
-			return nil, 0, waited, re
+	var (
+		body   []byte
+		status int
+		h      http.Header
+		rerr   *Error
+	)
+	for {
+		permit, err := c.lim.Acquire(ctx, Call{Route: req.route, Method: req.method, Background: bg})
+		if err != nil {
+			done(errBreakerExcluded)
+			return nil, 0, c.now().Sub(start), c.limiterError(req, err)
 		}
-		return nil, 0, waited, &Error{Kind: KindTransport, Op: req.method, Route: req.route,
-			Msg: "waiting for rate limiter", Err: err}
+		// The key may have been rejected while this call waited.
+		if kerr := c.keyError(req.method, req.route); kerr != nil {
+			permit.Cancel()
+			done(errBreakerExcluded)
+			return nil, 0, c.now().Sub(start), kerr
+		}
+		body, status, h, rerr = c.roundTrip(withPermit(ctx, permit), req)
+		if rerr != nil && errors.Is(rerr, ErrGrantExpired) {
+			// Not sent: the grant's deadline passed before the request
+			// reached the wire, and Send returned the permit. Take a new
+			// one, in a later window.
+			c.metrics.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
+				attribute.String("method", req.method)))
+			continue
+		}
+		// When headers arrived but the body failed (truncated gzip), Riot did
+		// answer and count the call: the limiter gets that status and headers.
+		permit.Done(status, h)
+		break
 	}
-	// The key may have been rejected while this call waited.
-	if kerr := c.keyError(req.method, req.route); kerr != nil {
-		permit.Cancel()
-		done(errBreakerExcluded)
-		return nil, 0, waited, kerr
-	}
-
-	body, status, h, rerr := c.roundTrip(ctx, req)
-	// When headers arrived but the body failed (truncated gzip), Riot did
-	// answer and count the call: the limiter gets that status and headers.
-	permit.Done(status, h)
+	waited := c.now().Sub(start)
 	callerDone := rerr != nil && ctx.Err() != nil
 	if rerr == nil && (status < 200 || status > 299) {
 		rerr = c.statusError(req, status, h, body, rlBackoff)
@@ -555,6 +569,22 @@ func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff ti
 		return nil, status, waited, rerr
 	}
 	return body, status, waited, nil
+}
+
+// limiterError is Acquire's error as an *Error naming req.
+func (c *Client) limiterError(req request, err error) *Error {
+	var re *Error
+	if errors.As(err, &re) {
+		if re.Op == "" {
+			re.Op = req.method
+		}
+		if re.Route == "" {
+			re.Route = req.route
+		}
+		return re
+	}
+	return &Error{Kind: KindTransport, Op: req.method, Route: req.route,
+		Msg: "waiting for rate limiter", Err: err}
 }
 
 // roundTrip sends the GET and reads the body (decoded from gzip, capped).

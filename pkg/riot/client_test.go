@@ -67,6 +67,9 @@ func (p *testPermit) Done(status int, h http.Header) {
 	p.l.mu.Unlock()
 }
 
+func (p *testPermit) Send() bool { return true }
+func (p *testPermit) Written()   {}
+
 func (p *testPermit) Cancel() {
 	if p.settled.Swap(true) {
 		p.l.t.Errorf("permit settled twice (Cancel)")
