@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
-	"github.com/riftflow/riftflow/streams"
 )
 
 // Server starts a JetStream server with its file store under t.TempDir(),
@@ -93,23 +92,4 @@ func Issue(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.Privat
 		t.Fatal(err)
 	}
 	return cert, key
-}
-
-// Bucket creates the KV bucket name as streams/ declares it (as `riftflow
-// streams apply` does), and fails the test if streams/ declares none.
-func Bucket(t testing.TB, js jetstream.JetStream, name string) {
-	t.Helper()
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range set.Buckets {
-		if b.Bucket == name {
-			if _, err := js.CreateOrUpdateKeyValue(t.Context(), b); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("streams/ declares no KV bucket %s", name)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/streamstest"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
@@ -41,7 +42,7 @@ func TestCeilingsAcrossProcesses(t *testing.T) {
 	for i := range 2 {
 		_, js := natstest.Connect(t, s)
 		if i == 0 {
-			natstest.Bucket(t, js, "ratelimit")
+			streamstest.Bucket(t, js, "ratelimit")
 		}
 		c, _, _, err := NewRiot(t.Context(), cfg, js, log)
 		if err != nil {

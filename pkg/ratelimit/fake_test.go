@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/streamstest"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -241,7 +242,7 @@ func startNATS(t testing.TB) func() jetstream.JetStream {
 		_, js := natstest.Connect(t, s)
 		return js
 	}
-	natstest.Bucket(t, newJS(), "ratelimit")
+	streamstest.Bucket(t, newJS(), "ratelimit")
 	return newJS
 }
 

@@ -376,6 +376,13 @@ func (l *Local) RejectKey(status int) {
 // type, refusals, time waited) per route and method.
 func (l *Local) Counters() []CallStats { return l.e.met.counters() }
 
+// ClearKeyRejection clears a rejection (RejectKey): Acquire grants again.
+func (l *Local) ClearKeyRejection() {
+	l.e.mu.Lock()
+	l.e.acceptKey()
+	l.e.mu.Unlock()
+}
+
 // KeyRejected reports whether the key was rejected, and the status that did.
 func (l *Local) KeyRejected() (bool, int) {
 	l.e.mu.Lock()
@@ -401,6 +408,14 @@ func (e *engine) rejectKey(status int) bool {
 		}
 	}
 	return first
+}
+
+// acceptKey clears a rejection; it reports whether there was one. Callers
+// hold mu. (rejectKey emptied the queues, so no waiter needs waking.)
+func (e *engine) acceptKey() bool {
+	was := e.rejected != 0
+	e.rejected = 0
+	return was
 }
 
 func (e *engine) route(name string) *route {

@@ -60,6 +60,12 @@ type SharedOptions struct {
 	// (see ReadState). Negative StatsEvery disables it.
 	ProcID     string
 	StatsEvery time.Duration
+	// OnKeyCleared, if set, is called (from the KV watcher's goroutine)
+	// when another process or an operator clears the key's rejection
+	// (ClearKeyRejection, `riftflow clear-key-rejection`) while this one
+	// had it: the Riot client's own flag is cleared with it
+	// (riot.Client.AcceptKey).
+	OnKeyCleared func()
 }
 
 // Shared is a riot.Limiter whose budgets are shared, through a JetStream KV
@@ -327,6 +333,31 @@ func (s *Shared) RejectKey(status int) error {
 	return err
 }
 
+// ClearKeyRejection clears the key's rejection here and in KV (a probe
+// found the key accepted again): every replica's watcher clears its own.
+// Errors: the KV delete failed (this process is cleared anyway).
+func (s *Shared) ClearKeyRejection() error {
+	s.e.mu.Lock()
+	s.e.acceptKey()
+	s.e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.st.o.KVTimeout)
+	defer cancel()
+	return ClearRejection(ctx, s.st.kv, s.st.o.KeyID)
+}
+
+// ClearRejection deletes the shared rejection of the key keyID from the
+// rate-limit bucket kv, so that every process using the key sends calls
+// again (each Shared limiter's watcher clears its flag and calls
+// SharedOptions.OnKeyCleared). If the key is still refused, two 401/403
+// answers from key endpoints reject it again. Deleting a key that is not
+// rejected is no error.
+func ClearRejection(ctx context.Context, kv jetstream.KeyValue, keyID string) error {
+	if err := kv.Delete(ctx, keyID+".rejected"); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("ratelimit: clear the rejection of key %s: %w", keyID, err)
+	}
+	return nil
+}
+
 // KeyRejected reports whether any replica rejected the key, and the status.
 func (s *Shared) KeyRejected() (bool, int) {
 	s.e.mu.Lock()
@@ -345,6 +376,18 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 		k := strings.TrimPrefix(ent.Key(), p)
 		// <route>.pause.app | <route>.pause.m.<method> | <route>.limits... | <route>.probe...
 		parts := strings.SplitN(k, ".", 3)
+		if ent.Operation() != jetstream.KeyValuePut && k == "rejected" {
+			s.e.mu.Lock()
+			cleared := s.e.acceptKey()
+			s.e.mu.Unlock()
+			if cleared {
+				s.e.o.Logger.Warn("ratelimit: Riot API key rejection cleared; calls with it resume", "key_id", s.st.o.KeyID)
+				if s.st.o.OnKeyCleared != nil {
+					s.st.o.OnKeyCleared()
+				}
+			}
+			continue
+		}
 		if ent.Operation() != jetstream.KeyValuePut {
 			// A released probe lock: whoever waited for it may probe now.
 			if len(parts) == 3 && parts[1] == "probe" {
