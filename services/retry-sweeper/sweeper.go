@@ -63,6 +63,7 @@ type Store interface {
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
 	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	Ping(ctx context.Context) error
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment
@@ -131,7 +132,9 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+				// Paused while Postgres is down, as every writer is: an
+				// outage costs an advisory no deliveries.
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
 	g.Go(func() error { s.heartbeat(ctx); return nil })
