@@ -43,6 +43,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -158,10 +159,25 @@ func (s *Service) heartbeat(ctx context.Context) {
 
 // RenewLocks renews the sync lock of every healthy running sync once and
 // returns how many it renewed.
+//
+// While Postgres does not answer (an error, or no answer within
+// LockTTL/3: a black-holed connection would otherwise stall the heartbeat
+// past the TTL), it renews every lock held instead (synclock.KeepAll): no
+// sync can progress or finish during the outage, and a lock left to lapse
+// would let a second sync of the same account in while the first still
+// has work in the pipeline. Such locks lapse one TTL after Postgres
+// answers again, unless their sync is healthy. The error is returned
+// with the count.
 func (s *Service) RenewLocks(ctx context.Context) (int, error) {
-	running, err := s.d.Store.RunningSyncs(ctx)
+	qctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
+	running, err := s.d.Store.RunningSyncs(qctx)
+	cancel()
 	if err != nil {
-		return 0, err
+		if ctx.Err() != nil || store.KindOf(err) != fault.Transient {
+			return 0, err
+		}
+		n, kerr := synclock.KeepAll(ctx, s.d.Locks, s.cfg.LockTTL)
+		return n, errors.Join(fmt.Errorf("running syncs unreadable, every held sync lock kept (%d): %w", n, err), kerr)
 	}
 	floors := map[string]queueFloor{}
 	n := 0
@@ -176,6 +192,10 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// renewTimeout bounds the heartbeat's read of the running syncs: a third
+// of the lock's TTL, so a stalled Postgres still leaves time to renew.
+func (s *Service) renewTimeout() time.Duration { return max(s.cfg.LockTTL/3, 100*time.Millisecond) }
 
 // healthy reports whether a sync on region whose last progress was at last
 // is still at work: it progressed within StuckAfter, or the region's FETCH
