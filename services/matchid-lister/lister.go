@@ -134,7 +134,10 @@ type Deps struct {
 	Riot        MatchLister
 	Store       Store
 	Dead        *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
-	app.Base                      // Subjects, Logger, Tracer, Now
+	// Host is this host's clock, measured against the NATS server's to
+	// put a sync's window on the server's clock (nil: app.HostClock).
+	Host     func() time.Time
+	app.Base // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running lister.
@@ -155,6 +158,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	cfg.MatchIDsCacheTTL = min(cfg.MatchIDsCacheTTL, cfg.Overlap/2)
 	d.Base.Fill("matchid-lister")
+	if d.Host == nil {
+		d.Host = app.HostClock
+	}
 	return &Service{cfg: cfg, d: d}, nil
 }
 
@@ -303,13 +309,24 @@ type listWindow struct {
 
 // window reads the account's cursor and computes the window: Lookback days
 // back from now, or, for a latest sync, from the cursor less Overlap.
+//
+// now is on the NATS server's clock: Now moved by the server's offset from
+// this host's clock (natsx.ServerOffset, read from the cursors bucket), so
+// lister replicas on hosts whose clocks disagree write cursors on one
+// clock; a cursor ahead of the truth would start the next latest sync past
+// games that ended since, which no sync would list again.
 func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Logger) (listWindow, natsx.Result, bool) {
 	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
 	if err != nil {
 		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
 		return listWindow{}, natsx.Retry(fmt.Errorf("read cursor: %w", err)), false
 	}
-	now := s.d.Now()
+	offset, err := natsx.ServerOffset(ctx, s.d.Cursors, s.d.Host)
+	if err != nil {
+		log.WarnContext(ctx, "server clock read failed, will retry", "err", err)
+		return listWindow{}, natsx.Retry(fmt.Errorf("read the NATS server's clock: %w", err)), false
+	}
+	now := s.d.Now().Add(offset)
 	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, now), cur: cur, curRev: curRev}
 	return w, natsx.Result{}, true
 }

@@ -389,9 +389,10 @@ func (s *Service) PendingDelay(retryCount int) time.Duration {
 	return min(d, s.cfg.RetryMax)
 }
 
-// resultsLag is the age (by the NATS server's clock) of the oldest
-// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
-// when it is empty.
+// resultsLag is the age (on the NATS server's clock, natsx.StoredAge: this
+// host's clock may be off from the server's) of the oldest FetchResult
+// still in the FETCHED work queue, i.e. not yet persisted; 0 when it is
+// empty.
 func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
 	if err != nil {
@@ -404,13 +405,16 @@ func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
 	}
-	return max(time.Since(m.Time), 0), nil
+	return natsx.StoredAge(st.CachedInfo(), m.Time), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.
 type queueFloor struct {
-	queued bool      // some command for the region is still in the stream
-	oldest time.Time // the publish time of the oldest one
+	queued bool // some command for the region is still in the stream
+	// oldest is the publish time of the oldest one on this host's clock
+	// (Now less its age on the server's clock), comparable with the
+	// ledger's times, which hosts write.
+	oldest time.Time
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
@@ -424,6 +428,7 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
+	now := s.d.Now()
 	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
 	if retries {
 		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
@@ -436,8 +441,8 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		if err != nil {
 			return queueFloor{}, fmt.Errorf("sweeper: oldest message on %s: %w", subj, err)
 		}
-		if !fl.queued || m.Time.Before(fl.oldest) {
-			fl = queueFloor{queued: true, oldest: m.Time}
+		if at := now.Add(-natsx.StoredAge(st.CachedInfo(), m.Time)); !fl.queued || at.Before(fl.oldest) {
+			fl = queueFloor{queued: true, oldest: at}
 		}
 	}
 	return fl, nil
