@@ -171,3 +171,38 @@ func TestListsOnlyRetainedMatches(t *testing.T) {
 		t.Errorf("%d ledger rows, want %d (the retained matches only)", n, len(retained))
 	}
 }
+
+// A sync whose lock lapsed (an outage longer than its TTL) is taken over
+// by a second request for the same account: the first job is not left
+// running for ever but ends failed, naming the request that replaced it,
+// and its followers hear a final "failed" event.
+func TestTakeoverEndsTheReplacedSync(t *testing.T) {
+	e, p := start(t, sim.Options{}, nil)
+	progress := e.Subscribe(e.Infra.Subjects.Progress(p.PUUID))
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "lapsed", 3))
+	e.Wait("the first sync running", func() bool {
+		return e.Count(`SELECT count(*) FROM jobs WHERE id = 'lapsed' AND status = 'running'`) == 1 &&
+			e.Count(`SELECT count(*) FROM sync_matches WHERE request_id = 'lapsed'`) == 3
+	})
+	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := locks.Delete(t.Context(), p.PUUID); err != nil { // the lock lapsed
+		t.Fatal(err)
+	}
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "takeover", 3))
+	for {
+		ev := stagetest.Decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of the replaced sync"))
+		if ev.RequestID != "lapsed" || ev.Status != "failed" {
+			continue
+		}
+		if !strings.Contains(ev.Error, "replaced by sync takeover") {
+			t.Errorf("failed event %+v, want the reason naming takeover", ev)
+		}
+		break
+	}
+	if n := e.Count(`SELECT count(*) FROM jobs WHERE id = 'lapsed' AND status = 'failed' AND error LIKE 'replaced by sync takeover%'`); n != 1 {
+		t.Error("the replaced sync's job is not failed with the reason")
+	}
+}

@@ -46,6 +46,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -168,10 +169,25 @@ func (s *Service) heartbeat(ctx context.Context) {
 
 // RenewLocks renews the sync lock of every healthy running sync once and
 // returns how many it renewed.
+//
+// While Postgres does not answer (an error, or no answer within
+// LockTTL/3: a black-holed connection would otherwise stall the heartbeat
+// past the TTL), it renews every lock held instead (synclock.KeepAll): no
+// sync can progress or finish during the outage, and a lock left to lapse
+// would let a second sync of the same account in while the first still
+// has work in the pipeline. Such locks lapse one TTL after Postgres
+// answers again, unless their sync is healthy. The error is returned
+// with the count.
 func (s *Service) RenewLocks(ctx context.Context) (int, error) {
-	running, err := s.d.Store.RunningSyncs(ctx)
+	qctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
+	running, err := s.d.Store.RunningSyncs(qctx)
+	cancel()
 	if err != nil {
-		return 0, err
+		if ctx.Err() != nil || store.KindOf(err) != fault.Transient {
+			return 0, err
+		}
+		n, kerr := synclock.KeepAll(ctx, s.d.Locks, s.cfg.LockTTL)
+		return n, errors.Join(fmt.Errorf("running syncs unreadable, every held sync lock kept (%d): %w", n, err), kerr)
 	}
 	floors := map[string]queueFloor{}
 	n := 0
@@ -186,6 +202,10 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// renewTimeout bounds the heartbeat's read of the running syncs: a third
+// of the lock's TTL, so a stalled Postgres still leaves time to renew.
+func (s *Service) renewTimeout() time.Duration { return max(s.cfg.LockTTL/3, 100*time.Millisecond) }
 
 // healthy reports whether a sync on region whose last progress was at last
 // is still at work: it progressed within StuckAfter, or the region's FETCH
@@ -393,9 +413,10 @@ func (s *Service) PendingDelay(retryCount int) time.Duration {
 	return min(d, s.cfg.RetryMax)
 }
 
-// resultsLag is the age (by the NATS server's clock) of the oldest
-// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
-// when it is empty.
+// resultsLag is the age (on the NATS server's clock, natsx.StoredAge: this
+// host's clock may be off from the server's) of the oldest FetchResult
+// still in the FETCHED work queue, i.e. not yet persisted; 0 when it is
+// empty.
 func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
 	if err != nil {
@@ -408,13 +429,16 @@ func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
 	}
-	return max(time.Since(m.Time), 0), nil
+	return natsx.StoredAge(st.CachedInfo(), m.Time), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.
 type queueFloor struct {
-	queued bool      // some command for the region is still in the stream
-	oldest time.Time // the publish time of the oldest one
+	queued bool // some command for the region is still in the stream
+	// oldest is the publish time of the oldest one on this host's clock
+	// (Now less its age on the server's clock), comparable with the
+	// ledger's times, which hosts write.
+	oldest time.Time
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
@@ -428,6 +452,7 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
+	now := s.d.Now()
 	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
 	if retries {
 		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
@@ -440,8 +465,8 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		if err != nil {
 			return queueFloor{}, fmt.Errorf("sweeper: oldest message on %s: %w", subj, err)
 		}
-		if !fl.queued || m.Time.Before(fl.oldest) {
-			fl = queueFloor{queued: true, oldest: m.Time}
+		if at := now.Add(-natsx.StoredAge(st.CachedInfo(), m.Time)); !fl.queued || at.Before(fl.oldest) {
+			fl = queueFloor{queued: true, oldest: at}
 		}
 	}
 	return fl, nil

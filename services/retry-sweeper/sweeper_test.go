@@ -21,23 +21,34 @@ import (
 // which would fetch it twice and spend the rate budget twice; a row the
 // queue has moved past (its command was lost) is re-published even while
 // newer commands wait; and once the queue is empty the first row is
-// re-published too.
+// re-published too. The same holds on hosts whose clocks (the sweeper's,
+// and the ledger writers' times) are an hour behind the NATS server's,
+// which stamps the queued command: the queue's floor is an age on the
+// server's clock, not the server's time compared with the hosts'.
 func TestSweeperLeavesQueuedCommands(t *testing.T) {
+	for _, skew := range []time.Duration{0, -time.Hour} {
+		t.Run(fmt.Sprintf("hosts %v off the server", skew), func(t *testing.T) { leavesQueuedCommands(t, skew) })
+	}
+}
+
+func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	st, inf, ctx := e.Infra.Store, e.Infra, t.Context()
-	now := time.Now()
+	clk := func() time.Time { return time.Now().Add(skew) } // the hosts' clock
+	now := clk()
 	const queued, lost = "NA1_9500", "NA1_9501"
+	// queued was last tried 20 min ago (stale), lost 3 h ago.
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
-		{MatchID: queued, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now},
-		{MatchID: lost, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-time.Hour)},
+		{MatchID: queued, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-20 * time.Minute)},
+		{MatchID: lost, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-3 * time.Hour)},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	// queued's retry waits in the americas queue, behind a backlog.
+	// queued's retry waits in the americas queue, behind a backlog,
+	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	clk := func() time.Time { return now.Add(2 * time.Hour) } // everything is stale
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5}, clk)
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, MaxAttempts: 5}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
