@@ -560,6 +560,15 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 	return inf, closeAll, nil
 }
 
+// QueuedSync is the pending job (store.QueueSync) of an ingest request
+// accepted by the HTTP API, the CLI or the scheduler: puuid is its PUUID
+// when known ("" for a Riot ID not resolved yet).
+func QueuedSync(req bus.IngestRequest, puuid string) store.SyncRequest {
+	return store.SyncRequest{RequestID: req.RequestID, PUUID: puuid, RiotID: req.RiotID, Platform: req.Platform,
+		Mode: string(req.Mode), Trigger: req.Trigger, Priority: string(req.Priority), Force: req.Force,
+		RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt}
+}
+
 // Reject refuses a request for good: it publishes a bus.Rejection with
 // code and reason on lol.ingest.rejected (read by `riftflow ingest --wait`,
 // SSE clients and the job log), logs it, and returns the settlement: a 404

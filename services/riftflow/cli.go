@@ -34,11 +34,13 @@ Usage:
   riftflow token create --name N --scopes read,sync   a bearer token for the HTTP API (shown once)
   riftflow token list [--json]                       tokens (never the secret), scopes, last use
   riftflow token revoke ID                           revoke a token at once
-  riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
+  riftflow ingest --riot-id 'Name#TAG' | --puuid P  [--platform na1] [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
                   [--requested-by NAME] [--wait]
-  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
+  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state (pending: queued, with its place), counts
   riftflow status --failures                         fetch failures by status, with reasons
+  riftflow status --jobs [--job-type T]              the job log, newest first (pending ones with their place)
+  riftflow status --schedules                        each scheduled job's last run and next run
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
