@@ -104,7 +104,7 @@ var Grants = []Grant{
 		Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"},
 		Ordered:   []string{StreamEvents},
 		KVRead:    []string{BucketRateLimit},
-		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors}},
+		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors, BucketReadCache}},
 	{User: UserWeb, Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"}},
 	{User: UserAdmin, All: true},
 }
