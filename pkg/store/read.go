@@ -155,7 +155,7 @@ type StoredReport struct {
 	Kills        int             `json:"kills"`
 	Deaths       int             `json:"deaths"`
 	Assists      int             `json:"assists"`
-	KDA          float64         `json:"kda"` // (kills+assists)/max(deaths,1), 2 decimals
+	KDA          float64         `json:"kda"`           // (kills+assists)/max(deaths,1), 2 decimals
 	TopChampions json.RawMessage `json:"top_champions"` // [{"champion","games","wins"}], at most 3
 	LPChange     *int            `json:"lp_change"`     // null when unknown
 	CreatedAt    time.Time       `json:"created_at"`
