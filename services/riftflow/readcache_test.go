@@ -70,7 +70,7 @@ func TestPlayerRanksAndReports(t *testing.T) {
 	for w := 0; w < 3; w++ {
 		if err := st.SaveWeeklyReport(h.ctx, store.WeeklyReport{PUUID: p, WeekStart: day0.AddDate(0, 0, -7*w),
 			WeeklyStats: store.WeeklyStats{Games: w + 1, Wins: w, TopChampions: []store.ChampionStat{{ChampionName: "Ahri", Games: w + 1}}},
-			LPChange: &lp}); err != nil {
+			LPChange:    &lp}); err != nil {
 			t.Fatal(err)
 		}
 	}
