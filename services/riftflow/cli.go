@@ -51,7 +51,7 @@ Usage:
                                                      replay dead letters to their original subjects
   riftflow serve                                     the HTTP API alone (/v1/..., SSE, /healthz, /metrics)
                                                      over NATS_URL and DATABASE_URL, for a Deployment
-  riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]
+  riftflow show --match ID [--timeline] | --puuid P [--ranks | --reports] [--limit N] [--cursor C]
                                                      what the read API serves, from Postgres
   riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
                                                      matches other stored accounts played in
