@@ -107,24 +107,31 @@ func (s *soak) sampleOnce() []soakSample {
 // metricGoroutines reads go_goroutines from the ops server at addr (-1 on
 // any error: the process is partitioned, starting, or gone).
 func metricGoroutines(addr string) int {
+	v, ok := metricValue(addr, "go_goroutines")
+	if !ok {
+		return -1
+	}
+	return int(v)
+}
+
+// metricValue reads the unlabelled metric name from the /metrics of the
+// ops server at addr (1 s timeout); ok is false on any error.
+func metricValue(addr, name string) (float64, bool) {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return -1
+		return 0, false
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return -1
-			}
-			return int(f)
+			return f, err == nil
 		}
 	}
-	return -1
+	return 0, false
 }
 
 // postmasterPid reads the postmaster's pid from the cluster's
@@ -216,9 +223,10 @@ const (
 	leakFDAbs, leakFDRel   = 30, 0.5
 )
 
-// judgeSamples groups the samples by process and incarnation and judges
-// the longest incarnation of each process.
-func judgeSamples(rows []soakSample, p soakPlan) []soakSlope {
+// judgeSamples groups the samples of the chaos phase (t ≤ until seconds:
+// steady load; the settle phase after it idles) by process and
+// incarnation and judges the longest incarnation of each process.
+func judgeSamples(rows []soakSample, p soakPlan, until float64) []soakSlope {
 	type key struct {
 		proc string
 		pid  int
@@ -226,6 +234,9 @@ func judgeSamples(rows []soakSample, p soakPlan) []soakSlope {
 	byInc := map[key][]soakSample{}
 	incs := map[string]int{}
 	for _, r := range rows {
+		if r.t > until {
+			continue
+		}
 		k := key{r.proc, r.pid}
 		if _, ok := byInc[k]; !ok {
 			incs[r.proc]++
@@ -238,7 +249,7 @@ func judgeSamples(rows []soakSample, p soakPlan) []soakSlope {
 			best[k.proc] = v
 		}
 	}
-	warm := max(30*time.Second, p.dur/10).Seconds()
+	warm := p.warmup().Seconds()
 	var out []soakSlope
 	for proc, v := range best {
 		sl := soakSlope{proc: proc, pid: v[0].pid, incarnations: incs[proc]}
@@ -309,6 +320,7 @@ type soakResult struct {
 	end             chaosResult
 	jobsOpen, exits int
 	jobsTotal       int
+	overlaps        int // pairs of sync jobs of one account that overlapped
 	slopes          []soakSlope
 }
 
@@ -349,6 +361,7 @@ func (r soakResult) table() string {
 	row("content mismatches", "%d", e.Wrong)
 	row("accounts syncing", "%d", e.Syncing)
 	row("jobs left open", "%d (of %d jobs)", r.jobsOpen, r.jobsTotal)
+	row("overlapping syncs", "%d (pairs of sync jobs of one account running at once)", r.overlaps)
 	row("429s", "%d client-caused (app/method limits); %d service 429s injected by the sim", e.Violations, service429)
 	row("Riot calls", "%d; getMatch 200s %d for %d stored; at most %d getMatch calls for one match (%s)",
 		e.Requests, e.MatchFetches, e.Stored, e.MaxCalls, e.MaxCallsID)
@@ -369,16 +382,21 @@ func (r soakResult) table() string {
 			fmt.Sprintf("%.1f→%.1f", sl.rss.first/(1<<20), sl.rss.last/(1<<20)), sl.rss.perHour/(1<<20), gor, gorH,
 			fmt.Sprintf("%.0f→%.0f", sl.fds.first, sl.fds.last), sl.fds.perHour, sl.verdict())
 	}
-	b.WriteString("(inc: incarnations, the longest judged without its warm-up; slopes are least squares per hour)\n")
+	fmt.Fprintf(&b, "(inc: incarnations; the longest is judged over the chaos phase without its first %s; slopes are least squares per hour)\n",
+		r.plan.warmup())
 	return b.String()
 }
 
 // writeCSV writes samples.csv, faults.csv, slopes.csv and summary.csv to dir.
 func (r soakResult) writeCSV(dir string, rows []soakSample) error {
 	var s strings.Builder
-	s.WriteString("t_s,process,pid,rss_bytes,open_files,goroutines\n")
+	s.WriteString("t_s,phase,process,pid,rss_bytes,open_files,goroutines\n")
 	for _, x := range rows {
-		fmt.Fprintf(&s, "%.1f,%s,%d,%d,%d,%d\n", x.t, x.proc, x.pid, x.rss, x.fds, x.goroutines)
+		phase := "chaos"
+		if x.t > r.chaos.Seconds() {
+			phase = "settle"
+		}
+		fmt.Fprintf(&s, "%.1f,%s,%s,%d,%d,%d,%d\n", x.t, phase, x.proc, x.pid, x.rss, x.fds, x.goroutines)
 	}
 	var f strings.Builder
 	f.WriteString("t_s,kind,target,length_s,stored_at_start,note\n")
@@ -402,7 +420,7 @@ func (r soakResult) writeCSV(dir string, rows []soakSample) error {
 		{"publish_retries", r.ingests.retries.Load()}, {"players", r.players}, {"matches_listed", e.Listed},
 		{"matches_stored", e.Stored}, {"final_with_reason", e.FinalFailed}, {"timelines", e.Timelines},
 		{"lost", e.Losses}, {"duplicated", e.Duplicates}, {"wrongly_gone", e.WronglyGone}, {"content_mismatches", e.Wrong},
-		{"accounts_syncing", e.Syncing}, {"jobs_open", r.jobsOpen}, {"jobs", r.jobsTotal}, {"client_429s", e.Violations},
+		{"accounts_syncing", e.Syncing}, {"jobs_open", r.jobsOpen}, {"jobs", r.jobsTotal}, {"overlapping_syncs", r.overlaps}, {"client_429s", e.Violations},
 		{"service_429s_injected", e.Faults["service429"]}, {"riot_requests", e.Requests}, {"getmatch_200", e.MatchFetches},
 		{"max_getmatch_calls_per_match", e.MaxCalls}, {"unexpected_exits", r.exits}} {
 		fmt.Fprintf(&m, "%s,%v\n", kv[0], kv[1])

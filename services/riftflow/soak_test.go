@@ -97,6 +97,10 @@ func (p soakPlan) length(kind string) time.Duration {
 	return time.Second
 }
 
+// warmup is the start of each process's life left out of its slopes
+// (caches, pools and GC targets filling up).
+func (p soakPlan) warmup() time.Duration { return max(30*time.Second, p.dur/10) }
+
 // soakDuration is SOAK (a Go duration), 3m by default.
 func soakDuration(t *testing.T) time.Duration {
 	v := os.Getenv("SOAK")
@@ -193,6 +197,15 @@ func TestSoak(t *testing.T) {
 	r := checkEnd(t, e.ctx, e.pool, e.sim, players)
 	jobs := e.query(`SELECT count(*) FROM jobs WHERE status IN ('pending','running')`)
 	jobsTotal := e.query(`SELECT count(*) FROM jobs`)
+	// The sync lock's promise: one sync of an account at a time. Two
+	// finished sync jobs of one account that ran at the same time (by more
+	// than a second) mean a second sync got in (a lapsed lock).
+	overlaps := e.query(`SELECT count(*) FROM jobs a JOIN jobs b ON a.puuid = b.puuid AND a.id < b.id
+WHERE a.type = 'sync' AND b.type = 'sync' AND a.status IN ('completed','failed') AND b.status IN ('completed','failed')
+  AND a.started_at < b.finished_at - interval '1 second' AND b.started_at < a.finished_at - interval '1 second'`)
+	if overlaps != 0 {
+		t.Errorf("%d pairs of sync jobs of one account ran at the same time", overlaps)
+	}
 	if jobs != 0 {
 		t.Errorf("%d jobs left pending or running", jobs)
 		s.logOpenJobs()
@@ -202,9 +215,9 @@ func TestSoak(t *testing.T) {
 	}
 	exits := e.checkProcs()
 
-	slopes := judgeSamples(rows, p)
+	slopes := judgeSamples(rows, p, chaosEnd.Seconds())
 	res := soakResult{plan: p, chaos: chaosEnd, settle: settleTook, settled: settled, faults: s.faults,
-		ingests: &s.ingests, players: players, end: r, jobsOpen: jobs, jobsTotal: jobsTotal, exits: exits, slopes: slopes}
+		ingests: &s.ingests, players: players, end: r, jobsOpen: jobs, jobsTotal: jobsTotal, overlaps: overlaps, exits: exits, slopes: slopes}
 	table := res.table()
 	fmt.Print(table)
 	t.Log("\n" + table)
