@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos soak check vulncheck lint vet fmt clean tools images
+.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -141,6 +141,7 @@ chaos:
 SOAK ?= 60m
 SOAK_OUT ?= $(CURDIR)/.data/soak
 SOAK_TIMEOUT ?= 4h
+.PHONY: soak
 soak:
 	mkdir -p $(SOAK_OUT)
 	set -o pipefail; cd services/riftflow && SOAK=$(SOAK) SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) \

@@ -56,14 +56,15 @@ type soakPlan struct {
 var soakKinds = []string{"postgres-outage", "nats-outage", "kill-nats-node", "partition", "full-disk",
 	"kill-postgres", "kill-service"}
 
-func clampDur(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+// clampDur is d in whole seconds, within [lo, hi].
+func clampDur(d, lo, hi time.Duration) time.Duration { return min(max(d.Round(time.Second), lo), hi) }
 
 // planSoak scales a run of length d: 60m gives a fault every 4 min, a
 // 10-minute NATS outage, a 2-minute Postgres outage over a 1-minute lock
 // TTL; 3m gives a fault every 20 s, a 30 s NATS outage, a 30 s Postgres
 // outage over a 15 s lock TTL.
 func planSoak(d time.Duration) soakPlan {
-	p := soakPlan{dur: d, every: max(20*time.Second, d/15), ingestEvery: 5 * time.Second,
+	p := soakPlan{dur: d, every: max(20*time.Second, (d / 15).Round(time.Second)), ingestEvery: 5 * time.Second,
 		sampleEvery: 5 * time.Second, per: 12, lockTTL: 15 * time.Second}
 	if d >= 20*time.Minute {
 		p.sampleEvery, p.lockTTL = 10*time.Second, time.Minute
