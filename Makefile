@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
+.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit bench-limit-fetchers fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -107,13 +107,25 @@ bench-pipeline: build
 ## BENCH_LIMIT_WINDOWS (5) whole long windows. Cases BENCH_LIMIT_CASES:
 ## dev (20:1,100:120), prod (50:1,2500:60), skew (prod, clocks ±BENCH_LIMIT_SKEW_MS
 ## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s).
-## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min). Table on stdout,
-## CSV + SVG per case in BENCH_LIMIT_OUT.
+## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min; 15 = every
+## cell at once). BENCH_LIMIT_CPU_QUOTA_US=20000 puts each case's fetchers in a
+## cgroup v1 cpu group of 20 % of one core (root), BENCH_LIMIT_HOGS=2 runs two
+## busy loops beside them. Table on stdout (with load average and throttled
+## periods), CSV + SVG per case in BENCH_LIMIT_OUT.
 BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
 BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:
 	mkdir -p $(BENCH_LIMIT_OUT)
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
+
+## bench-limit-fetchers: the real match-fetcher binary, BENCH_LIMIT_N (2,8)
+## processes, in the whole pipeline as OS processes against the simulator on
+## a production-shaped key (50:1,2500:60, escalating blacklist), over
+## BENCH_LIMIT_WINDOWS (5) whole 60 s windows; BENCH_LIMIT_CPU_QUOTA_US and
+## BENCH_LIMIT_HOGS as for bench-limit (~8 min per N).
+bench-limit-fetchers:
+	mkdir -p $(BENCH_LIMIT_OUT)
+	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
 ## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package

@@ -26,9 +26,10 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0
-	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require golang.org/x/time v0.16.0 // indirect
 
 require (
 	dario.cat/mergo v1.0.1 // indirect

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	subj "github.com/riftflow/riftflow/pkg/natsx/subject"
 )
 
 // NATS users, one per service. Each service connects as its own user and
@@ -310,4 +311,40 @@ func NSCScript(s *Set) (string, error) {
 		}
 		fmt.Fprintf(b, " \\\n  --allow-sub '%s'\n", strings.Join(p.Subscribe, ","))
 	})
+}
+
+// ReplayRights is the Allow check of a dead-letter replay
+// (natsx.ReplayFilter.Allow in pkg/natsx) for the permission table expanded for s: a
+// dead letter stored on deadSubject may be republished, with the admin's
+// rights, on target only if a user other than admin that may publish on
+// deadSubject may publish on target too. So a replay gives whoever wrote a
+// dead letter nothing it could not do itself: the persister, which
+// dead-letters fetch results, cannot have a fetch result replayed (it may
+// not publish one), while the fetcher's dead fetch commands go back to
+// lol.match.fetch. Errors: those of Permissions.
+func ReplayRights(s *Set) (func(deadSubject, target string) error, error) {
+	perms, err := Permissions(s)
+	if err != nil {
+		return nil, err
+	}
+	allows := func(p UserPermissions, subject string) bool {
+		return slices.ContainsFunc(p.Publish, func(f string) bool { return subj.Matches(f, subject) })
+	}
+	return func(deadSubject, target string) error {
+		var writers []string
+		for _, p := range perms {
+			if p.User == UserAdmin || !allows(p, deadSubject) {
+				continue
+			}
+			if allows(p, target) {
+				return nil
+			}
+			writers = append(writers, p.User)
+		}
+		if len(writers) == 0 {
+			return fmt.Errorf("no service may publish dead letters on %s", deadSubject)
+		}
+		return fmt.Errorf("%s is outside the publish rights of %s, who may write %s",
+			target, strings.Join(writers, ", "), deadSubject)
+	}, nil
 }

@@ -80,6 +80,21 @@ CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
 // are honoured) with the otelpgx tracer (global OTel provider), and checks
 // the connection. It does not migrate: call Migrate first.
 func Open(ctx context.Context, url string) (*Store, error) {
+	s, err := Dial(url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dial is Open without the check: the pool connects on first use, so a
+// caller that can work without Postgres (the match-fetcher's ledger
+// check) starts while Postgres is down.
+func Dial(url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
@@ -90,7 +105,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		_, err := c.Exec(ctx, stagingDDL)
 		return err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pool: %w", err)
 	}
@@ -98,12 +113,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: pool stats: %w", err)
 	}
-	s := &Store{pool: pool}
-	if err := s.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{pool: pool}, nil
 }
 
 // Default timeouts, applied by Open unless the URL sets them: a stuck

@@ -236,6 +236,11 @@ type chaosOptions struct {
 	// dbPassword is added to DATABASE_URL (trust auth ignores it): the
 	// secrets test checks it never leaks either.
 	dbPassword string
+	// fetchers, if > 0, is the number of match-fetcher processes
+	// (instead of replicas); sim edits the simulator's options (limits,
+	// blacklist) before it starts.
+	fetchers int
+	sim      func(*sim.Options)
 }
 
 // chaosEnv is a running environment.
@@ -317,10 +322,14 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	if fix == "" {
 		fix = sim.FindFixtures()
 	}
-	s, err := sim.New(sim.Options{APIKey: e.key, FixturesDir: fix, Logger: e.log,
+	so := sim.Options{APIKey: e.key, FixturesDir: fix, Logger: e.log,
 		Limits:    sim.RateLimits{App: "1000:10,60000:600"},
 		Synthetic: sim.Synthetic{Players: o.players, MatchesPerPlayer: o.perPlayer, Platform: "na1"},
-		Faults:    o.faults})
+		Faults:    o.faults}
+	if o.sim != nil {
+		o.sim(&so)
+	}
+	s, err := sim.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +460,11 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 		e.o.replicas = 1
 	}
 	for _, svc := range chaosServices {
-		for r := 1; r <= o.replicas; r++ {
+		n := o.replicas
+		if svc == "match-fetcher" && o.fetchers > 0 {
+			n = o.fetchers
+		}
+		for r := 1; r <= n; r++ {
 			name := svc
 			if r > 1 {
 				name = fmt.Sprintf("%s-%d", svc, r)

@@ -55,6 +55,8 @@ Usage:
                                                      matches other stored accounts played in
   riftflow rotate-key [--dry-run]                    after changing RIOT_API_KEY (paused): re-resolve
                                                      every account, rewrite PUUIDs in one transaction
+  riftflow clear-key-rejection [--key-id ID]         resume every process after a key rejection
+                                                     (else each probes Riot with one call, 1m..30m apart)
   riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
                                                      work (and the API answers 503) until --off
   riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
@@ -124,6 +126,8 @@ func Run(ctx context.Context, inv Invocation) int {
 		err = cmdShow(ctx, args[1:], stdout, stderr)
 	case "rotate-key":
 		err = cmdRotateKey(ctx, args[1:], stdout, stderr)
+	case "clear-key-rejection":
+		err = cmdClearKeyRejection(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}

@@ -376,12 +376,36 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runAdmin(ctx, fs, args, stderr, usage, func(c adminConn) error {
 		if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
 			// Dead letters only, optionally those whose payload holds --match.
-			res, err := natsx.Replay(ctx, c.js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: *match, Limit: req.Limit})
+			f, err := deadReplayFilter(bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, "replay-"+randHex(8))
+			if err != nil {
+				return err
+			}
+			f.Stream, f.Contains, f.Limit = req.Stream, *match, req.Limit
+			res, err := natsx.Replay(ctx, c.js, streams.StreamDead, f)
 			fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
+			printRefusals(stdout, res.Refused, res.Refusals)
+			if err == nil && res.Refused > 0 {
+				err = fmt.Errorf("refused %d dead letters (listed above)", res.Refused)
+			}
 			return err
 		}
 		return retryLedger(ctx, c, req, stdout)
 	})
+}
+
+// printRefusals reports the dead letters a replay refused (n in all, the
+// first few reasons), which stay in DEAD for an operator to inspect.
+func printRefusals(w io.Writer, n int, reasons []string) {
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "refused %d dead letters (left in DEAD; forged, or a target their writer may not publish on):\n", n)
+	for _, r := range reasons {
+		fmt.Fprintln(w, "  ", r)
+	}
+	if n > len(reasons) {
+		fmt.Fprintf(w, "   … and %d more\n", n-len(reasons))
+	}
 }
 
 // retryLedger is `riftflow retry` of ledger rows (RetryMatches), printing
@@ -397,6 +421,7 @@ func retryLedger(ctx context.Context, c adminConn, req RetryRequest, stdout io.W
 	for _, r := range res.Reopened {
 		fmt.Fprintln(stdout, "  ", r)
 	}
+	printRefusals(stdout, res.DeadRefused, res.DeadRefusals)
 	return err
 }
 
