@@ -219,6 +219,9 @@ type chaosOptions struct {
 	// beforeServices runs after the schema migration, before the services
 	// start (tablespaces, …).
 	beforeServices func(e *chaosEnv)
+	// beforeNATS runs before the NATS server or cluster starts in
+	// e.dir/nats (mounts under a node's store, …).
+	beforeNATS func(e *chaosEnv)
 	// ownPostgres starts a private Postgres cluster the test can stop and
 	// start (pg_ctl); otherwise a database of the shared test server.
 	ownPostgres bool
@@ -348,6 +351,9 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	}
 
 	// NATS.
+	if o.beforeNATS != nil {
+		o.beforeNATS(e)
+	}
 	if o.nodes == 3 {
 		c, err := natsembed.StartProcCluster(filepath.Join(bins, "nats-node"), 3, filepath.Join(e.dir, "nats"))
 		if err != nil {
@@ -1076,11 +1082,21 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	if r.CallBound == 0 {
 		r.CallBound = 2
 	}
+	r.ServiceExits = e.checkProcs()
+	recordResult(e.t, r)
+	return r
+}
+
+// checkProcs fails the test for every service process that exited on its
+// own (not by our SIGKILL or SIGTERM) or is not running now; it returns
+// the number of such exits.
+func (e *chaosEnv) checkProcs() (exits int) {
+	e.t.Helper()
 	for _, p := range e.procs {
 		p.mu.Lock()
 		for _, x := range p.exits {
 			if x != "signal: killed" && x != "terminated: exit 0" {
-				r.ServiceExits++
+				exits++
 				e.t.Errorf("%s exited on its own: %s", p.name, x)
 			}
 		}
@@ -1091,8 +1107,7 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 			e.t.Errorf("%s is not running at the end", p.name)
 		}
 	}
-	recordResult(e.t, r)
-	return r
+	return exits
 }
 
 // chaosResults collects every case's figures in this test binary, for the
