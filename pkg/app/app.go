@@ -537,7 +537,7 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 			closeAll()
 			return nil, nil, errors.New("DATABASE_URL is not set")
 		}
-		st, err := store.Open(ctx, env.Postgres.URL.Reveal())
+		st, err := store.Open(ctx, env.Postgres.URL.Reveal(), store.MaxConns(env.Postgres.PoolMaxConns))
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("postgres: %w", err)
