@@ -141,6 +141,12 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 		if id := r.PathValue("matchId"); id != "" {
 			mf, hasMF = s.matchFault(method, id)
 		}
+		if hasMF && mf.Kind == FaultServer429N {
+			d.status, d.limitType, d.retry = 429, "server", max(s.faults.ServerRetryAfter, 1)
+			if s.faults.ServerRetryAfter <= 0 {
+				d.retry = 5
+			}
+		}
 		if d.slow > 0 {
 			s.stats.Faults["slow"]++
 		}
@@ -150,6 +156,9 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 			select {
 			case <-time.After(d.slow):
 			case <-r.Context().Done():
+				s.mu.Lock()
+				s.stats.notePerMatch(method, r.PathValue("matchId"), true)
+				s.mu.Unlock()
 				return // client gave up
 			}
 		}
@@ -311,6 +320,7 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 		if method == MethodMatch {
 			s.stats.MatchCalls[r.PathValue("matchId")]++
 		}
+		s.stats.notePerMatch(method, r.PathValue("matchId"), resp.status != 200 || resp.truncate)
 		s.mu.Unlock()
 	}
 	switch {

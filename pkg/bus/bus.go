@@ -269,6 +269,11 @@ type FetchCommand struct {
 	// by `riftflow retry`): its Nats-Msg-Ids carry DedupSuffix so the
 	// stream's duplicate window does not swallow it.
 	Force bool `json:"force,omitempty"`
+	// Hold is the token of the message schedule this command was delivered
+	// from ("" for any other command): the fetch ledger's held_by while the
+	// schedule waited. A command whose fetch is held by another schedule
+	// makes no Riot call.
+	Hold string `json:"hold,omitempty"`
 }
 
 // DedupSuffix is appended to every Nats-Msg-Id derived from c: "" for an

@@ -85,6 +85,10 @@ type SyncStart struct {
 	// Redelivery is true when this is not the first delivery of the sync
 	// command: the job's retries count goes up by one.
 	Redelivery bool
+	// ReplaceReason is the error written on the job of the sync this one
+	// replaces (see BeginSync); "" → "replaced by sync <RequestID> of the
+	// same account".
+	ReplaceReason string
 }
 
 // BeginSync puts the account (created if absent) in syncing for
@@ -93,12 +97,39 @@ type SyncStart struct {
 // when set, force and platform_found. An empty GameName/TagLine (a request by PUUID)
 // keeps the stored Riot ID. Idempotent per request id: calling it again for the
 // sync already recorded changes nothing.
-func (s *Store) BeginSync(ctx context.Context, st SyncStart) error {
+//
+// The sync the account was on before, if its job is still pending or
+// running (its lock lapsed, e.g. through a long outage, and this request
+// took the account over), ends in the same transaction: its job becomes
+// failed with st.ReplaceReason, and replaced names it ("" when nothing was
+// replaced), so the caller can end its progress stream. No job is left
+// running for an account that has moved on.
+func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, err error) {
 	requested := st.RequestedAt
 	if requested.IsZero() {
 		requested = time.Now()
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	reason := st.ReplaceReason
+	if reason == "" {
+		reason = fmt.Sprintf("replaced by sync %s of the same account", st.RequestID)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		replaced = ""
+		var prev string
+		err := tx.QueryRow(ctx, `SELECT coalesce(sync_request_id, '') FROM accounts WHERE puuid = $1 FOR UPDATE`, st.PUUID).Scan(&prev)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("account: %w", err)
+		}
+		if prev != "" && prev != st.RequestID {
+			tag, err := tx.Exec(ctx, `UPDATE jobs SET status = 'failed', error = $2, finished_at = now()
+WHERE id = $1 AND status IN ('pending', 'running')`, prev, reason)
+			if err != nil {
+				return fmt.Errorf("replaced job: %w", err)
+			}
+			if tag.RowsAffected() > 0 {
+				replaced = prev
+			}
+		}
 		if _, err := tx.Exec(ctx, `
 INSERT INTO accounts (puuid, game_name, tag_line, platform, region, sync_status, sync_progress, sync_total,
     sync_request_id, sync_started_at, last_progress_at)
@@ -136,9 +167,9 @@ WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, req
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("store: begin sync %s: %w", st.RequestID, err)
+		return "", fmt.Errorf("store: begin sync %s: %w", st.RequestID, err)
 	}
-	return nil
+	return replaced, nil
 }
 
 // ClaimResult is what ClaimMatches decided.

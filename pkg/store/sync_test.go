@@ -13,7 +13,7 @@ import (
 
 func begin(t *testing.T, s *store.Store, req, puuid string) {
 	t.Helper()
-	if err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
+	if _, err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
 		TagLine: "KR1", Platform: "KR", Region: "asia", Mode: "full", Trigger: "api", RequestedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,5 +257,42 @@ func TestRewritePUUIDs(t *testing.T) {
 	}
 	if _, err := st.RewritePUUIDs(ctx, map[string]string{"x": "y", "y": "z"}); err == nil {
 		t.Error("a chained rewrite was accepted")
+	}
+}
+
+// TestBeginSyncEndsTheJobItReplaces: a sync that takes over an account
+// whose previous sync is still running (its lock lapsed) ends that job as
+// failed with a reason naming the new request and reports it; the same
+// request begun again replaces nothing, and a finished job is left alone.
+func TestBeginSyncEndsTheJobItReplaces(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	begin(t, s, "first", "puuid-replaced")
+	replaced, err := s.BeginSync(ctx, store.SyncStart{RequestID: "second", PUUID: "puuid-replaced", Platform: "KR", Region: "asia", Mode: "latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replaced != "first" {
+		t.Errorf("BeginSync(second) replaced %q, want first", replaced)
+	}
+	j, err := s.JobByID(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != "failed" || j.Error != "replaced by sync second of the same account" || j.FinishedAt.IsZero() {
+		t.Errorf("replaced job: status %s, error %q, finished %v; want failed, the reason, a finish time", j.Status, j.Error, j.FinishedAt)
+	}
+	if again, err := s.BeginSync(ctx, store.SyncStart{RequestID: "second", PUUID: "puuid-replaced", Platform: "KR", Region: "asia"}); err != nil || again != "" {
+		t.Errorf("the same sync begun again: replaced %q, %v; want nothing", again, err)
+	}
+	if _, err := s.ClaimMatches(ctx, "second", "puuid-replaced", nil); err != nil { // nothing to fetch: completed
+		t.Fatal(err)
+	}
+	third, err := s.BeginSync(ctx, store.SyncStart{RequestID: "third", PUUID: "puuid-replaced", Platform: "KR", Region: "asia", ReplaceReason: "custom"})
+	if err != nil || third != "" {
+		t.Errorf("a sync after a completed one: replaced %q, %v; want nothing", third, err)
+	}
+	if j, _ := s.JobByID(ctx, "second"); j.Status != "completed" {
+		t.Errorf("completed job became %s", j.Status)
 	}
 }

@@ -9,6 +9,9 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -108,6 +111,14 @@ type Scheduler struct {
 	cfg  ScheduleConfig
 	d    SchedulerDeps
 	jobs []scheduledJob
+	// runs counts finished runs of this replica by job type and result
+	// (riftflow_scheduled_job_runs_total{job_type, result="completed"|"failed"}).
+	runs metric.Int64Counter
+}
+
+// runAttrs are the metric attributes of a finished run of job.
+func runAttrs(job, result string) metric.AddOption {
+	return metric.WithAttributes(attribute.String("job.type", job), attribute.String("result", result))
 }
 
 type scheduledJob struct {
@@ -146,7 +157,21 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{cfg: cfg, d: d, jobs: jobs}, nil
+	s := &Scheduler{cfg: cfg, d: d, jobs: jobs}
+	s.runs, err = otel.Meter("riftflow/scheduler").Int64Counter("riftflow.scheduled_job.runs",
+		metric.WithDescription("Finished runs of a scheduled job on this replica, by job.type (jobs.type) and result (completed, failed)."),
+		metric.WithUnit("{run}"))
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: metric: %w", err)
+	}
+	// Every series exists from the start at 0, so increase() sees the
+	// first failure of a job too.
+	for _, j := range s.jobs {
+		for _, result := range []string{"completed", "failed"} {
+			s.runs.Add(context.Background(), 0, runAttrs(j.name, result))
+		}
+	}
+	return s, nil
 }
 
 // fill sets design 002's defaults in the fields left empty.
@@ -314,7 +339,8 @@ func JobID(job string, at time.Time) string { return fmt.Sprintf("%s-%d", job, a
 // scheduled time at, if this replica wins at's cron-locks key; ran is false
 // when another replica (or an earlier call) owns it. The run is logged in
 // the jobs table with id JobID(job, at): running, then completed or failed
-// with the reason (failed when any account failed; the others are done).
+// with the reason (failed when any account failed; the others are done),
+// and counted in riftflow_scheduled_job_runs_total{job_type, result}.
 func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran bool, err error) {
 	var run func(context.Context, time.Time) (map[string]any, error)
 	switch job {
@@ -365,6 +391,7 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 		if runErr != nil {
 			fin.Status, fin.Error = "failed", runErr.Error()
 		}
+		s.runs.Add(context.WithoutCancel(ctx), 1, runAttrs(job, fin.Status))
 		if detail != nil {
 			fin.Detail, _ = json.Marshal(detail)
 		}

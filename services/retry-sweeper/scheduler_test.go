@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -200,5 +204,64 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	}
 	if st, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); st != "completed" {
 		t.Errorf("this run: %s, want completed", st)
+	}
+}
+
+// A failing scheduled job is visible to Prometheus, not only in the job
+// log: riftflow_scheduled_job_runs_total counts each finished run by job
+// type and result, every series starting at 0. The rank job of a replica
+// without a Riot client (no RIOT_API_KEY) fails; the latest sync completes.
+func TestScheduledJobRunsMetric(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Hour)
+	s := newSchedulers(t, 1, func() time.Time { return at }, map[string]string{"SCHEDULE_ENABLE": "false"})
+	// After the test environment's telemetry set its own provider.
+	reader := sdkmetric.NewManualReader()
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	inf := *s.Infra
+	inf.Now = s.now
+	inf.Riot = nil
+	inf.Env.Riot.APIKey = ""
+	sc, err := sweeper.SchedulerFromInfra(t.Context(), &inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := func() map[string]int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "riftflow.scheduled_job.runs" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					job, _ := dp.Attributes.Value("job.type")
+					result, _ := dp.Attributes.Value("result")
+					got[job.AsString()+"/"+result.AsString()] = dp.Value
+				}
+			}
+		}
+		return got
+	}
+	if got := runs(); len(got) != 8 || got[sweeper.JobRankDaily+"/failed"] != 0 {
+		t.Fatalf("before any run: %v, want 4 jobs x 2 results at 0", got)
+	}
+	if ran, err := sc.RunJob(t.Context(), sweeper.JobRankDaily, at); !ran || err == nil || !strings.Contains(err.Error(), "no Riot client") {
+		t.Fatalf("rank job without a Riot client: ran %v, err %v; want a failure", ran, err)
+	}
+	if ran, err := sc.RunJob(t.Context(), sweeper.JobLatestAll, at); !ran || err != nil {
+		t.Fatalf("latest sync: ran %v, err %v", ran, err)
+	}
+	got := runs()
+	for key, want := range map[string]int64{sweeper.JobRankDaily + "/failed": 1, sweeper.JobRankDaily + "/completed": 0,
+		sweeper.JobLatestAll + "/completed": 1, sweeper.JobLatestAll + "/failed": 0} {
+		if got[key] != want {
+			t.Errorf("runs %s = %d, want %d (all: %v)", key, got[key], want, got)
+		}
 	}
 }

@@ -3,7 +3,10 @@
 // (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
-//     last attempt is older than StaleAfter (10 min), in batches of 100
+//     last attempt and hold (a message schedule the fetch waits in, which
+//     the match-fetcher records in the ledger) ended more than StaleAfter
+//     (10 min) ago, oldest first, at most MaxPerRun (100) per sweep, read
+//     in pages of BatchSize (100)
 //     (a pending fetch, whose in-process retries ended on a 5xx or timeout
 //     streak, waits StaleAfter·2^k after its k-th sweep retry, at most
 //     RetryMax: it is retried for as long as Riot fails, never made final),
@@ -45,6 +48,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -61,6 +65,8 @@ type Store interface {
 	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
+	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	Ping(ctx context.Context) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
 }
@@ -79,6 +85,9 @@ type Config struct {
 	// healthy running syncs' locks are renewed every LockTTL/3.
 	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// MaxPerRun is the most fetches one sweep re-publishes (seed 000's
+	// cap): the oldest due first; the rest wait for the next sweep.
+	MaxPerRun int `env:"SWEEP_MAX_PER_RUN" envDefault:"100"`
 	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
 	// that many 404s becomes permanently_unfetchable instead of being
 	// re-published; a row with that many other failures is pending (see
@@ -116,7 +125,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	config.Fill(&cfg, Config{
 		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxAttempts: 5,
+		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
 		RetryMax: 6 * time.Hour,
 	})
 	d.Base.Fill("retry-sweeper")
@@ -131,14 +140,16 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+				// Paused while Postgres is down, as every writer is: an
+				// outage costs an advisory no deliveries.
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
 	if s.d.Rejections != nil {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
 				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
 	g.Go(func() error { s.heartbeat(ctx); return nil })
@@ -172,10 +183,25 @@ func (s *Service) heartbeat(ctx context.Context) {
 
 // RenewLocks renews the sync lock of every healthy running sync once and
 // returns how many it renewed.
+//
+// While Postgres does not answer (an error, or no answer within
+// LockTTL/3: a black-holed connection would otherwise stall the heartbeat
+// past the TTL), it renews every lock held instead (synclock.KeepAll): no
+// sync can progress or finish during the outage, and a lock left to lapse
+// would let a second sync of the same account in while the first still
+// has work in the pipeline. Such locks lapse one TTL after Postgres
+// answers again, unless their sync is healthy. The error is returned
+// with the count.
 func (s *Service) RenewLocks(ctx context.Context) (int, error) {
-	running, err := s.d.Store.RunningSyncs(ctx)
+	qctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
+	running, err := s.d.Store.RunningSyncs(qctx)
+	cancel()
 	if err != nil {
-		return 0, err
+		if ctx.Err() != nil || store.KindOf(err) != fault.Transient {
+			return 0, err
+		}
+		n, kerr := synclock.KeepAll(ctx, s.d.Locks, s.cfg.LockTTL)
+		return n, errors.Join(fmt.Errorf("running syncs unreadable, every held sync lock kept (%d): %w", n, err), kerr)
 	}
 	floors := map[string]queueFloor{}
 	n := 0
@@ -190,6 +216,10 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// renewTimeout bounds the heartbeat's read of the running syncs: a third
+// of the lock's TTL, so a stalled Postgres still leaves time to renew.
+func (s *Service) renewTimeout() time.Duration { return max(s.cfg.LockTTL/3, 100*time.Millisecond) }
 
 // healthy reports whether a sync on region whose last progress was at last
 // is still at work: it progressed within StuckAfter, or the region's FETCH
@@ -221,6 +251,9 @@ type Report struct {
 	StillQueued int
 	// Waiting counts pending rows left alone until their backoff is over.
 	Waiting int
+	// Capped is set when the sweep stopped at MaxPerRun re-publishes; the
+	// due rows after them wait for the next sweep.
+	Capped bool
 	// ResultsBehind is set when FETCHED held a result older than
 	// QueueSlack: the persister is behind (or paused on a Postgres
 	// outage), the ledger is not current, and nothing was re-published or
@@ -268,7 +301,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.ResultsBehind = true
 		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
 	}
-	for !rep.ResultsBehind {
+	for !rep.ResultsBehind && !rep.Capped {
 		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
@@ -279,6 +312,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
+			if rep.Republished >= s.cfg.MaxPerRun {
+				rep.Capped = true
+				break
+			}
 			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
 				// Riot answered 404 MaxAttempts times (the fetcher's own
 				// final result was lost): gone. Any other streak is never
@@ -333,6 +370,13 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
 				return rep, err
 			}
+			// The re-publish holds the fetch from now: the row is not due
+			// again for StaleAfter, and then only once the queue has moved
+			// past this command (QueueSlack), so a command still waiting
+			// behind a backlog is not re-published every sweep.
+			if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
+				s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
+			}
 			rep.Republished++
 		}
 		if len(due) < s.cfg.BatchSize {
@@ -360,7 +404,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
-		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
+		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
 			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
 	}
 	return rep, nil
@@ -383,9 +427,10 @@ func (s *Service) PendingDelay(retryCount int) time.Duration {
 	return min(d, s.cfg.RetryMax)
 }
 
-// resultsLag is the age (by the NATS server's clock) of the oldest
-// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
-// when it is empty.
+// resultsLag is the age (on the NATS server's clock, natsx.StoredAge: this
+// host's clock may be off from the server's) of the oldest FetchResult
+// still in the FETCHED work queue, i.e. not yet persisted; 0 when it is
+// empty.
 func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
 	if err != nil {
@@ -398,13 +443,16 @@ func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
 	}
-	return max(time.Since(m.Time), 0), nil
+	return natsx.StoredAge(st.CachedInfo(), m.Time), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.
 type queueFloor struct {
-	queued bool      // some command for the region is still in the stream
-	oldest time.Time // the publish time of the oldest one
+	queued bool // some command for the region is still in the stream
+	// oldest is the publish time of the oldest one on this host's clock
+	// (Now less its age on the server's clock), comparable with the
+	// ledger's times, which hosts write.
+	oldest time.Time
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
@@ -418,6 +466,7 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
+	now := s.d.Now()
 	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
 	if retries {
 		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
@@ -430,8 +479,8 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		if err != nil {
 			return queueFloor{}, fmt.Errorf("sweeper: oldest message on %s: %w", subj, err)
 		}
-		if !fl.queued || m.Time.Before(fl.oldest) {
-			fl = queueFloor{queued: true, oldest: m.Time}
+		if at := now.Add(-natsx.StoredAge(st.CachedInfo(), m.Time)); !fl.queued || at.Before(fl.oldest) {
+			fl = queueFloor{queued: true, oldest: at}
 		}
 	}
 	return fl, nil

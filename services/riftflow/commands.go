@@ -466,12 +466,36 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runAdmin(ctx, fs, args, stderr, usage, func(c adminConn) error {
 		if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
 			// Dead letters only, optionally those whose payload holds --match.
-			res, err := natsx.Replay(ctx, c.js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: *match, Limit: req.Limit})
+			f, err := deadReplayFilter(bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, "replay-"+randHex(8))
+			if err != nil {
+				return err
+			}
+			f.Stream, f.Contains, f.Limit = req.Stream, *match, req.Limit
+			res, err := natsx.Replay(ctx, c.js, streams.StreamDead, f)
 			fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
+			printRefusals(stdout, res.Refused, res.Refusals)
+			if err == nil && res.Refused > 0 {
+				err = fmt.Errorf("refused %d dead letters (listed above)", res.Refused)
+			}
 			return err
 		}
 		return retryLedger(ctx, c, req, stdout)
 	})
+}
+
+// printRefusals reports the dead letters a replay refused (n in all, the
+// first few reasons), which stay in DEAD for an operator to inspect.
+func printRefusals(w io.Writer, n int, reasons []string) {
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "refused %d dead letters (left in DEAD; forged, or a target their writer may not publish on):\n", n)
+	for _, r := range reasons {
+		fmt.Fprintln(w, "  ", r)
+	}
+	if n > len(reasons) {
+		fmt.Fprintf(w, "   … and %d more\n", n-len(reasons))
+	}
 }
 
 // retryLedger is `riftflow retry` of ledger rows (RetryMatches), printing
@@ -487,6 +511,7 @@ func retryLedger(ctx context.Context, c adminConn, req RetryRequest, stdout io.W
 	for _, r := range res.Reopened {
 		fmt.Fprintln(stdout, "  ", r)
 	}
+	printRefusals(stdout, res.DeadRefused, res.DeadRefusals)
 	return err
 }
 
@@ -693,20 +718,26 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 // cmdShow is `riftflow show`: the read API's answers from the CLI, read
 // from Postgres (DATABASE_URL): --match ID [--timeline] prints the stored
 // MatchDto (or TimelineDto) as Riot sent it; --puuid P prints the player
-// and a page of their matches (--limit, --cursor as the API's).
+// and a page of their matches, or with --ranks their league snapshots, or
+// with --reports their weekly reports (--limit, --cursor as the API's).
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	match := fs.String("match", "", "a match ID")
 	timeline := fs.Bool("timeline", false, "with --match: the timeline")
 	puuid := fs.String("puuid", "", "a player")
-	limit := fs.Int("limit", 20, "with --puuid: matches per page (1..100)")
+	ranks := fs.Bool("ranks", false, "with --puuid: their daily league-v4 snapshots instead of matches")
+	reports := fs.Bool("reports", false, "with --puuid: their weekly reports instead of matches")
+	limit := fs.Int("limit", 20, "with --puuid: rows per page (1..100)")
 	cursor := fs.String("cursor", "", "with --puuid: the next page's cursor")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if (*match == "") == (*puuid == "") {
-		return errors.New("usage: riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]")
+	if (*match == "") == (*puuid == "") || (*ranks && *reports) || (*match != "" && (*ranks || *reports)) {
+		return errors.New("usage: riftflow show --match ID [--timeline] | --puuid P [--ranks | --reports] [--limit N] [--cursor C]")
+	}
+	if *limit < 1 || *limit > 100 {
+		return fmt.Errorf("--limit %d: want 1..100", *limit)
 	}
 	env, err := app.LoadEnv()
 	if err != nil {
@@ -729,22 +760,51 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err = stdout.Write(append(body, '\n'))
 		return err
 	}
-	page, err := decodeCursor(*cursor)
-	if err != nil {
-		return err
-	}
 	acct, err := st.AccountStatus(ctx, *puuid)
 	if err != nil {
 		return err
 	}
-	ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
-	if err != nil {
-		return err
+	out := map[string]any{"player": acct}
+	switch {
+	case *ranks || *reports:
+		page, err := decodeDayCursor(*cursor)
+		if err != nil {
+			return err
+		}
+		if *ranks {
+			rs, err := st.RankSnapshots(ctx, *puuid, page, *limit)
+			if err != nil {
+				return err
+			}
+			out["ranks"] = rs
+			if len(rs) == *limit {
+				out["next"] = encodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
+			}
+		} else {
+			rs, err := st.WeeklyReports(ctx, *puuid, page, *limit)
+			if err != nil {
+				return err
+			}
+			out["reports"] = rs
+			if len(rs) == *limit {
+				out["next"] = encodeDayCursor(rs[len(rs)-1].WeekStart, "")
+			}
+		}
+	default:
+		page, err := decodeCursor(*cursor)
+		if err != nil {
+			return err
+		}
+		ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
+		if err != nil {
+			return err
+		}
+		mp := newMatchesPage(ms, *limit)
+		out["matches"] = mp.Matches
+		if mp.Next != "" {
+			out["next"] = mp.Next
+		}
 	}
-	out := struct {
-		Player store.AccountStatus `json:"player"`
-		matchesPage
-	}{Player: acct, matchesPage: newMatchesPage(ms, *limit)}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
