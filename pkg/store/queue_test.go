@@ -41,7 +41,7 @@ func TestQueueSyncPositions(t *testing.T) {
 	if got := positions(); got["a/pending"] != 1 || got["b/pending"] != 1 || got["c/pending"] != 2 || len(got) != 3 {
 		t.Errorf("positions %v, want a 1 and c 2 (interactive), b 1 (background)", got)
 	}
-	if err := s.BeginSync(ctx, store.SyncStart{RequestID: "a", PUUID: "p1", Platform: "euw1", Region: "europe", Mode: "latest"}); err != nil {
+	if _, err := s.BeginSync(ctx, store.SyncStart{RequestID: "a", PUUID: "p1", Platform: "euw1", Region: "europe", Mode: "latest"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := positions(); got["a/running"] != 0 || got["c/pending"] != 1 {

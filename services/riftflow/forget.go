@@ -58,16 +58,20 @@ func ForgetPlayer(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 	}
 	res.Removed = f
 	needles := [][]byte{[]byte(puuid)}
-	keys := map[string]string{streams.BucketCursors: puuid, streams.BucketSyncLocks: puuid}
+	// riot-ids holds the player's Riot ID and, when a request named no
+	// platform, their active platform.
+	keys := [][2]string{{streams.BucketCursors, puuid}, {streams.BucketSyncLocks, puuid},
+		{streams.BucketRiotIDs, resolver.PlatformCacheKey(puuid)}}
 	if f.GameName != "" {
-		keys[streams.BucketRiotIDs] = resolver.CacheKey(riot.RiotID{GameName: f.GameName, TagLine: f.TagLine})
+		keys = append(keys, [2]string{streams.BucketRiotIDs, resolver.CacheKey(riot.RiotID{GameName: f.GameName, TagLine: f.TagLine})})
 	}
-	for bucket, key := range keys {
+	for _, k := range keys {
+		bucket, key := k[0], k[1]
 		n, err := eraseSubject(ctx, js, "KV_"+bucket, "$KV."+bucket+"."+key)
 		if err != nil {
 			return res, fmt.Errorf("erase %s/%s: %w", bucket, key, err)
 		}
-		if n > 0 {
+		if n > 0 && !slices.Contains(res.KVKeys, bucket) {
 			res.KVKeys = append(res.KVKeys, bucket)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -134,6 +135,15 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 		if _, err := inf.JS.Publish(ctx, dead, payload); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The player's active platform, as the resolver caches it for a
+	// request that names none.
+	riotIDs, err := inf.KV(ctx, streams.BucketRiotIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := riotIDs.Put(ctx, resolver.PlatformCacheKey(p.PUUID), []byte("na1")); err != nil {
+		t.Fatal(err)
 	}
 	dump := func() []byte {
 		t.Helper()
