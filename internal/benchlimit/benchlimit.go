@@ -439,9 +439,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	return res, nil
 }
 
-// short measures a short run (Case.Duration): Used and Served over the
-// Duration from the first request, against a perfect client, and a plot
-// of its first and last 10 s (<name>.svg).
+// short measures a short run (Case.Duration): Served is the requests of
+// the shortest window's instances that started within the Duration from
+// the first request, Used that ÷ what a perfect client sends from the
+// first request to the end of the last of them; and a plot of the first
+// and last 10 s (<name>.svg).
 func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.WindowInstance, lims [][2]int) error {
 	short := lims[0]
 	for _, l := range lims {
@@ -456,12 +458,17 @@ func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.Wi
 	first := h[0].Start
 	d := r.Case.Duration
 	r.Served, r.Windows = 0, 0
+	var last time.Time
 	for _, w := range h {
 		if w.Start.Sub(first) < d {
 			r.Served += w.Count
+			r.Windows++
+			last = w.Start
 		}
 	}
-	r.Used = float64(r.Served) / float64(PerfectClient(lims, d))
+	// Against a perfect client over the same time: from the first request
+	// to the end of the last window counted.
+	r.Used = float64(r.Served) / float64(PerfectClient(lims, last.Add(time.Duration(short[1])*time.Second).Sub(first)))
 	r.LongSecs, r.LongLimit = short[1], short[0]
 	limits := map[int]int{}
 	for _, l := range lims {
