@@ -224,11 +224,11 @@ func setupBucket(ctx context.Context, binDir, url string) error {
 
 // Run runs one case and returns what it measured. The processes it starts
 // are stopped when it returns.
-func Run(ctx context.Context, env Env, c Case) (Result, error) {
+func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 	if c.Workers <= 0 {
 		c.Workers = 8
 	}
-	res := Result{Case: c}
+	res = Result{Case: c}
 	logf := func(format string, a ...any) {
 		if env.Log != nil {
 			fmt.Fprintf(env.Log, "%s %s N=%d: %s\n", time.Now().UTC().Format("15:04:05"), c.Name, c.N, fmt.Sprintf(format, a...))
