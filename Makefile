@@ -106,7 +106,9 @@ bench-pipeline: build
 ## against the simulator (app + method limits, escalating blacklist), over
 ## BENCH_LIMIT_WINDOWS (5) whole long windows. Cases BENCH_LIMIT_CASES:
 ## dev (20:1,100:120), prod (50:1,2500:60), skew (prod, clocks ±BENCH_LIMIT_SKEW_MS
-## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s).
+## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s);
+## cold only when named (BENCH_LIMIT_CASES=cold: a BENCH_LIMIT_COLD_S = 30 s cold start on
+## 30:1,1200:60 against a perfect client, SVG of its first and last 10 s).
 ## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min; 15 = every
 ## cell at once). BENCH_LIMIT_CPU_QUOTA_US=20000 puts each case's fetchers in a
 ## cgroup v1 cpu group of 20 % of one core (root), BENCH_LIMIT_HOGS=2 runs two

@@ -224,11 +224,11 @@ func setupBucket(ctx context.Context, binDir, url string) error {
 
 // Run runs one case and returns what it measured. The processes it starts
 // are stopped when it returns.
-func Run(ctx context.Context, env Env, c Case) (Result, error) {
+func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 	if c.Workers <= 0 {
 		c.Workers = 8
 	}
-	res := Result{Case: c}
+	res = Result{Case: c}
 	logf := func(format string, a ...any) {
 		if env.Log != nil {
 			fmt.Fprintf(env.Log, "%s %s N=%d: %s\n", time.Now().UTC().Format("15:04:05"), c.Name, c.N, fmt.Sprintf(format, a...))
@@ -439,9 +439,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	return res, nil
 }
 
-// short measures a short run (Case.Duration): Used and Served over the
-// Duration from the first request, against a perfect client, and a plot
-// of its first and last 10 s (<name>.svg).
+// short measures a short run (Case.Duration): Served is the requests of
+// the shortest window's instances that started within the Duration from
+// the first request, Used that ÷ what a perfect client sends from the
+// first request to the end of the last of them; and a plot of the first
+// and last 10 s (<name>.svg).
 func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.WindowInstance, lims [][2]int) error {
 	short := lims[0]
 	for _, l := range lims {
@@ -456,12 +458,17 @@ func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.Wi
 	first := h[0].Start
 	d := r.Case.Duration
 	r.Served, r.Windows = 0, 0
+	var last time.Time
 	for _, w := range h {
 		if w.Start.Sub(first) < d {
 			r.Served += w.Count
+			r.Windows++
+			last = w.Start
 		}
 	}
-	r.Used = float64(r.Served) / float64(PerfectClient(lims, d))
+	// Against a perfect client over the same time: from the first request
+	// to the end of the last window counted.
+	r.Used = float64(r.Served) / float64(PerfectClient(lims, last.Add(time.Duration(short[1])*time.Second).Sub(first)))
 	r.LongSecs, r.LongLimit = short[1], short[0]
 	limits := map[int]int{}
 	for _, l := range lims {

@@ -268,6 +268,9 @@ type countingTransport struct {
 	stats *RiotStats
 }
 
+// Unwrap is the transport it counts for (riot's send check looks through it).
+func (t countingTransport) Unwrap() http.RoundTripper { return t.next }
+
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.stats.Requests.Add(1)
 	resp, err := t.next.RoundTrip(r)
@@ -308,7 +311,7 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	stats := &RiotStats{}
 	rc := riot.Config{APIKey: cfg.APIKey.Reveal(), BaseURL: cfg.BaseURL, Timeout: cfg.Timeout(), Logger: log,
 		BreakerTimeout: cfg.BreakerTimeout,
-		HTTPClient:     &http.Client{Transport: countingTransport{next: http.DefaultTransport, stats: stats}}}
+		HTTPClient:     &http.Client{Transport: countingTransport{next: riot.NewTransport(0), stats: stats}}}
 	var lim ceilinged
 	var client atomic.Pointer[riot.Client] // set below; the watcher may clear it
 	if cfg.SharedRateLimit && js != nil {

@@ -208,7 +208,11 @@ func (e *engine) margin(b *bucket, w *window) time.Duration {
 // count-1 reply proved that Riot's window ends sooner (w.riotEnd, plus the
 // error bound of this process's clock offset). Callers hold mu.
 func (e *engine) end(b *bucket, w *window) time.Time {
-	end := w.start.Add(w.length + e.margin(b, w))
+	start := w.start
+	if w.lateStart.After(start) {
+		start = w.lateStart // a late first send moved Riot's possible start (permit.Send)
+	}
+	end := start.Add(w.length + e.margin(b, w))
 	if !w.riotEnd.IsZero() {
 		_, offErr := e.st.clock()
 		if c := w.riotEnd.Add(offErr); c.Before(end) {
@@ -261,6 +265,12 @@ type window struct {
 	// KV window's settled list (kvStore.settle).
 	epoch int64
 	pend  settleVal
+	// sentFor is the start of the window in which this process last sent
+	// a request (permit.Send): equal to start once it has sent in this
+	// window. lateStart is the later start that a late first send gave
+	// the window (Riot's window may open only then); engine.end counts
+	// from it.
+	sentFor, lateStart time.Time
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -461,7 +471,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	for _, w := range b.windows {
 		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
 			dropped := max(w.leased, 0)
-			w.start, w.count, w.leased, w.riotEnd = time.Time{}, 0, 0, time.Time{}
+			w.start, w.count, w.leased, w.riotEnd, w.lateStart = time.Time{}, 0, 0, time.Time{}, time.Time{}
 			// Requests still in flight at the rollover may reach Riot after
 			// its window reset and count in its next one: they count in
 			// ours too, or a window granted in full could overshoot by the
@@ -759,20 +769,94 @@ func (e *engine) deadline(p *permit, now time.Time) time.Time {
 // as it is written within the send allowance (Options.SendAllowance).
 // Past the deadline the permit is returned to its budget as by Cancel and
 // Send reports false: the caller must not send it, and acquires again.
+//
+// A request that is the first this process sends in one of its windows,
+// more than half the margin after the window's start, may be the one
+// that opens Riot's window, late: Riot's window would then end after ours
+// and a next window of ours would grant into it. Send first moves the
+// window's start (for Shared, in KV, with compare-and-set, before the
+// request goes) to now − margin/2, so that it ends no earlier than Riot's
+// can. If that fails (the KV window moved on, or KV is unreachable), the
+// grant is returned as expired (fail closed).
 func (p *permit) Send() bool {
 	e := p.e
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	now := e.now()
-	if p.deadline.IsZero() || now.Before(p.deadline) {
-		p.sentAt = now
-		return true
+	if !p.deadline.IsZero() && !now.Before(p.deadline) {
+		p.expire()
+		e.mu.Unlock()
+		return false
 	}
+	late := e.lateOpens(p, now)
+	e.mu.Unlock()
+	for _, l := range late {
+		if err := e.st.opening(l.b, l.w, l.m, l.start); err != nil {
+			e.o.Logger.Debug("ratelimit: late first send not recorded; grant returned", "route", p.r.name, "err", err)
+			e.mu.Lock()
+			p.expire()
+			e.mu.Unlock()
+			return false
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now = e.now()
+	if len(late) > 0 && !p.deadline.IsZero() && !now.Before(p.deadline) {
+		p.expire()
+		return false
+	}
+	for _, l := range late {
+		if l.w.start.Equal(l.m.start) && l.start.After(l.w.lateStart) {
+			l.w.lateStart, l.w.sentFor = l.start, l.w.start
+		}
+	}
+	p.sentAt = now
+	return true
+}
+
+// expire returns p unsent (Send past its deadline). Callers hold mu.
+func (p *permit) expire() {
 	p.once.Do(func() {
-		e.met.expired(p.c)
-		e.cancel(p)
+		p.e.met.expired(p.c)
+		p.e.cancel(p)
 	})
-	return false
+}
+
+// lateOpen is a window that a late first send opens (permit.Send): its
+// start must move to start.
+type lateOpen struct {
+	b     *bucket
+	w     *window
+	m     mark
+	start time.Time
+}
+
+// lateOpens marks p's windows as sent in by this process and returns
+// those where p is this process's first request, sent more than half the
+// margin after the window's start (rounded up to KV's milliseconds).
+// A window whose start moved since p's grant was realigned by a count-1
+// reply: Riot's window is open, nothing to move. Callers hold mu.
+func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
+	var out []lateOpen
+	for _, x := range []struct {
+		b     *bucket
+		marks []mark
+	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
+		for i, w := range x.b.windows {
+			if i >= len(x.marks) || x.marks[i].start.IsZero() || !w.start.Equal(x.marks[i].start) || w.sentFor.Equal(w.start) {
+				continue
+			}
+			half := e.margin(x.b, w) / 2
+			if !now.After(w.start.Add(half)) {
+				w.sentFor = w.start
+				continue
+			}
+			start := now.Add(-half)
+			start = time.UnixMilli(start.Add(time.Millisecond - 1).UnixMilli())
+			out = append(out, lateOpen{b: x.b, w: w, m: x.marks[i], start: start})
+		}
+	}
+	return out
 }
 
 // Written implements riot.Permit: the time since Send is a sample of this

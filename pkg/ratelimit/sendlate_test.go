@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,35 +24,51 @@ type clockedRiot struct {
 	limit  int
 	length time.Duration
 
+	// answering, if set, runs for each request after Riot counted it and
+	// before its answer leaves.
+	answering func(*http.Request)
+
 	mu       sync.Mutex
 	start    time.Time
-	count    int
+	n        int
 	arrivals int
 	tooMany  int
 }
 
-func (f *clockedRiot) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (f *clockedRiot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	status := f.count(w.Header())
+	if hook := f.answering; hook != nil {
+		hook(r) // before the answer leaves: the caller is still waiting
+	}
+	if status != http.StatusOK {
+		w.WriteHeader(status)
+		return
+	}
+	_, _ = w.Write([]byte("[]"))
+}
+
+// count counts one arrival on f's clock and sets the answer's headers; it
+// returns the status.
+func (f *clockedRiot) count(h http.Header) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
 	f.arrivals++
 	if f.start.IsZero() || !now.Before(f.start.Add(f.length)) {
-		f.start, f.count = now, 0
+		f.start, f.n = now, 0
 	}
-	f.count++
+	f.n++
 	sec := strconv.Itoa(int(f.length / time.Second))
-	h := riotHeaders(strconv.Itoa(f.limit)+":"+sec, strconv.Itoa(f.count)+":"+sec, "100:"+sec, "1:"+sec)
-	for k, v := range h {
-		w.Header()[k] = v
+	for k, v := range riotHeaders(strconv.Itoa(f.limit)+":"+sec, strconv.Itoa(f.n)+":"+sec, "100:"+sec, "1:"+sec) {
+		h[k] = v
 	}
-	if f.count > f.limit {
+	if f.n > f.limit {
 		f.tooMany++
-		w.Header().Set("X-Rate-Limit-Type", "application")
-		w.Header().Set("Retry-After", "10")
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
+		h.Set("X-Rate-Limit-Type", "application")
+		h.Set("Retry-After", "10")
+		return http.StatusTooManyRequests
 	}
-	_, _ = w.Write([]byte("[]"))
+	return http.StatusOK
 }
 
 // stallOnce is a riot.Limiter that, on its first grant, runs stall before
@@ -84,13 +101,102 @@ const lateIDs = riot.MethodMatchIDsByPUUID
 // counts 4 of 4 and answers no 429.
 func TestSharedLateGrantNeverSent(t *testing.T) {
 	clk := newManualClock()
+	a, b, newClient, f := lateSendSetup(t, clk, "late-send")
+	cb := newClient(b)
+	send := func(c *riot.Client, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := c.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-"+strconv.Itoa(i), riot.MatchIDsQuery{}); err != nil {
+				t.Fatalf("b's call %d: %v", i, err)
+			}
+		}
+	}
+	clk.at(20 * time.Second)
+	send(cb, 3)
+
+	var stalled atomic.Bool
+	ca := newClient(&stallOnce{Limiter: a, stall: func() {
+		stalled.Store(true)
+		clk.at(30*time.Second + 500*time.Millisecond)
+		send(cb, 4)
+	}})
+	clk.at(29*time.Second + 500*time.Millisecond)
+	_, err := ca.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-a", riot.MatchIDsQuery{})
+	if !stalled.Load() {
+		t.Fatal("a was not granted at 29.5 s")
+	}
+	var re *riot.Error
+	if !errors.As(err, &re) || re.Kind != riot.KindRateLimited || re.Status != 0 {
+		t.Fatalf("a's late call: %v, want the limiter's rate-limit wait (nothing sent)", err)
+	}
+	if arrivals, tooMany := f.counts(); tooMany != 0 || arrivals != 7 {
+		t.Fatalf("Riot saw %d requests and answered %d 429s; want 7 and 0 (a's late grant never sent)", arrivals, tooMany)
+	}
+	var expired int64
+	for _, c := range a.Counters() {
+		expired += c.Expired
+	}
+	if expired != 1 {
+		t.Fatalf("a counted %d expired grants, want 1", expired)
+	}
+}
+
+// TestSharedLateFirstSendMovesWindow: a's request, granted at 20 s when
+// a fresh 4 per 10 s window starts, stalls until 25 s, still within its
+// send deadline, and is the window's first to reach Riot: Riot's window
+// runs from 25 s to 35 s. Without more, the KV window [20 s, 30 s) would
+// end at 30 s and b would send 4 more into Riot's window at 30.5 s (5 of
+// 4, a 429). Send moves the KV window's start to 25 s − margin/2 before
+// a's request goes, so b's calls at 30.5 s wait for the window's end.
+func TestSharedLateFirstSendMovesWindow(t *testing.T) {
+	clk := newManualClock()
+	a, b, newClient, f := lateSendSetup(t, clk, "late-first")
+	cb := newClient(b)
+	clk.at(20 * time.Second)
+	ca := newClient(&stallOnce{Limiter: a, stall: func() { clk.at(25 * time.Second) }})
+	sent := 0
+	var once sync.Once
+	f.answering = func(r *http.Request) {
+		if !strings.Contains(r.URL.Path, "puuid-a") {
+			return
+		}
+		// a's answer is slow to come back (a is starved): b acts first.
+		once.Do(func() {
+			clk.at(30*time.Second + 500*time.Millisecond)
+			for i := range 4 {
+				_, err := cb.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-"+strconv.Itoa(i), riot.MatchIDsQuery{})
+				var re *riot.Error
+				switch {
+				case err == nil:
+					sent++
+				case errors.As(err, &re) && re.Kind == riot.KindRateLimited && re.Status == 0:
+				default:
+					t.Errorf("b's call %d: %v", i, err)
+				}
+			}
+		})
+	}
+	if _, err := ca.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-a", riot.MatchIDsQuery{}); err != nil {
+		t.Fatal(err)
+	}
+	if arrivals, tooMany := f.counts(); tooMany != 0 || sent > 3 {
+		t.Fatalf("b sent %d at 30.5 s into Riot's window begun at 25 s by a (%d requests, %d 429s); want at most the 3 left and no 429", sent, arrivals, tooMany)
+	}
+}
+
+// lateSendSetup starts two Shared limiters, a and b, on one KV bucket with
+// the injected clock, teaches them a 4 per 10 s application budget for
+// match-v5.getMatchIdsByPUUID on asia (at 0 s, without a request to the
+// fake), and returns a riot.Client factory for the fake Riot on clk.
+func lateSendSetup(t *testing.T, clk *manualClock, keyID string) (a, b *Shared, newClient func(riot.Limiter) *riot.Client, f *clockedRiot) {
+	t.Helper()
 	newJS := startNATS(t)
-	o := SharedOptions{KeyID: "late-send", StatsEvery: -1, ClockSync: -1,
+	o := SharedOptions{KeyID: keyID, StatsEvery: -1, ClockSync: -1,
 		Options: Options{Now: clk.Now, MaxWait: time.Second, InitialMargin: time.Millisecond}}
 	o.ProcID = "a"
-	a := newShared(t, newJS(), o)
+	a = newShared(t, newJS(), o)
 	o.ProcID = "b"
-	b := newShared(t, newJS(), o)
+	b = newShared(t, newJS(), o)
 	call := riot.Call{Route: "asia", Method: lateIDs}
 	p, err := a.Acquire(t.Context(), call)
 	if err != nil {
@@ -105,7 +211,7 @@ func TestSharedLateGrantNeverSent(t *testing.T) {
 		return n == 2
 	})
 
-	f := &clockedRiot{now: clk.Now, limit: 4, length: 10 * time.Second}
+	f = &clockedRiot{now: clk.Now, limit: 4, length: 10 * time.Second}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	client := func(lim riot.Limiter) *riot.Client {
@@ -115,44 +221,12 @@ func TestSharedLateGrantNeverSent(t *testing.T) {
 		}
 		return c
 	}
-	cb := client(b)
-	send := func(c *riot.Client, n int) {
-		t.Helper()
-		for i := range n {
-			if _, err := c.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-"+strconv.Itoa(i), riot.MatchIDsQuery{}); err != nil {
-				t.Fatalf("b's call %d: %v", i, err)
-			}
-		}
-	}
-	clk.at(20 * time.Second)
-	send(cb, 3)
+	return a, b, client, f
+}
 
-	var stalled atomic.Bool
-	ca := client(&stallOnce{Limiter: a, stall: func() {
-		stalled.Store(true)
-		clk.at(30*time.Second + 500*time.Millisecond)
-		send(cb, 4)
-	}})
-	clk.at(29*time.Second + 500*time.Millisecond)
-	_, err = ca.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-a", riot.MatchIDsQuery{})
-	if !stalled.Load() {
-		t.Fatal("a was not granted at 29.5 s")
-	}
-	var re *riot.Error
-	if !errors.As(err, &re) || re.Kind != riot.KindRateLimited || re.Status != 0 {
-		t.Fatalf("a's late call: %v, want the limiter's rate-limit wait (nothing sent)", err)
-	}
+// counts is what f saw: requests and 429s.
+func (f *clockedRiot) counts() (arrivals, tooMany int) {
 	f.mu.Lock()
-	arrivals, tooMany := f.arrivals, f.tooMany
-	f.mu.Unlock()
-	if tooMany != 0 || arrivals != 7 {
-		t.Fatalf("Riot saw %d requests and answered %d 429s; want 7 and 0 (a's late grant never sent)", arrivals, tooMany)
-	}
-	var expired int64
-	for _, c := range a.Counters() {
-		expired += c.Expired
-	}
-	if expired != 1 {
-		t.Fatalf("a counted %d expired grants, want 1", expired)
-	}
+	defer f.mu.Unlock()
+	return f.arrivals, f.tooMany
 }

@@ -807,6 +807,41 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	}()
 }
 
+// errMovedOn: the KV window a grant came from has been replaced.
+var errMovedOn = errors.New("ratelimit: the KV window of the grant has moved on")
+
+// opening moves the start of the KV window that m's request was counted
+// in to at least start, synchronously (permit.Send): the request may open
+// Riot's window as late as that, and no process may start the next
+// window before this one's end counted from there. The window must still
+// be m's (its epoch, not ended); otherwise, or when KV fails, the request
+// is not sent.
+func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error {
+	st.e.mu.Lock()
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	st.e.mu.Unlock()
+	key := st.base(b, "win") + "." + sec
+	ctx, cancel := st.ctx()
+	defer cancel()
+	ms := start.UnixMilli()
+	ok := false
+	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+		ok = cur.epoch() == m.ep || cur.Start == m.start.UnixMilli()
+		if !ok || cur.Start >= ms {
+			return false
+		}
+		cur.Ep, cur.Start = cur.epoch(), ms
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errMovedOn
+	}
+	return nil
+}
+
 // casWin reads the KV window at key, lets edit change it (false: leave it
 // as it is) and writes it back with compare-and-set, again on a conflict,
 // up to 10 times. It reports whether it wrote; err is a KV error or too

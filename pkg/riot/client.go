@@ -58,8 +58,12 @@ type Config struct {
 	// Limiter admits every request. Required.
 	Limiter Limiter
 	// HTTPClient sends requests; default a client with no timeout of its own
-	// (Timeout applies per attempt). Its Transport must not add
-	// Accept-Encoding handling of its own; the client decodes gzip itself.
+	// (Timeout applies per attempt) on NewTransport. Its Transport must not
+	// add Accept-Encoding handling of its own; the client decodes gzip
+	// itself. Build it on NewTransport (a wrapper may expose it with
+	// Unwrap() http.RoundTripper): its connections check each request's
+	// grant in their first Write; on another *http.Transport the check runs
+	// when the connection is handed over, and before any other transport.
 	HTTPClient *http.Client
 	// Logger receives the one error log when the key is rejected. Default slog.Default().
 	Logger *slog.Logger
@@ -230,7 +234,7 @@ func New(cfg Config) (*Client, error) {
 		tracer:        otel.Tracer("riftflow/riot"),
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{}
+		c.hc = &http.Client{Transport: NewTransport(0)}
 	}
 	if c.hc.CheckRedirect == nil {
 		// Go's client copies custom headers, X-Riot-Token included, to
