@@ -14,9 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -345,5 +349,39 @@ func TestReadCacheOversizedBody(t *testing.T) {
 	kv, _ := h.st.Infra.JS.KeyValue(h.ctx, streams.BucketReadCache)
 	if _, err := kv.Get(h.ctx, matchCacheKey("t", "NA1_5")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the oversized body is in the bucket: %v", err)
+	}
+}
+
+// TestReadCacheHeapBound (issue 27 finding 7, measured): 100 distinct
+// GETs of the largest recorded timeline (1.7 MB of JSON) grow the heap by
+// at most twice the in-process bound (4 MiB here; the 100 gzip bodies
+// are 10.6 MB), where a cache of 2,000 whole bodies held all 164 MiB of
+// them.
+func TestReadCacheHeapBound(t *testing.T) {
+	body, err := os.ReadFile(filepath.Join("..", "..", "testdata", "riot-fixtures", "timeline", "NA1_3988447001.json"))
+	if err != nil {
+		t.Skip("no recorded fixtures:", err)
+	}
+	const budget, gets = 4 << 20, 100
+	c := newReadCache(context.Background(), nil, budget, slog.Default())
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range gets {
+		if _, err := c.get(context.Background(), fmt.Sprintf("t.NA1_%d", i), MatchCacheTTL, func(context.Context) ([]byte, error) {
+			return bytes.Clone(body), nil // as Postgres hands a fresh copy each time
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.local.CleanUp()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d distinct %d-byte timelines: heap +%.1f MiB, in process %d entries, %.1f MiB (bound %d MiB); whole bodies would be %.0f MiB",
+		gets, len(body), float64(growth)/(1<<20), c.local.EstimatedSize(), float64(c.local.WeightedSize())/(1<<20), budget>>20,
+		float64(gets*len(body))/(1<<20))
+	if growth > 2*budget || c.local.WeightedSize() > budget {
+		t.Errorf("heap grew by %d bytes, in process %d bytes; want at most %d and %d", growth, c.local.WeightedSize(), 2*budget, budget)
 	}
 }
