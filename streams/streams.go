@@ -66,6 +66,9 @@ const (
 	BucketRateLimit = "ratelimit"
 	BucketCronLocks = "cron-locks"
 	BucketControl   = "control"
+	// BucketReadCache is the HTTP API's read cache, shared by its
+	// replicas: per-key TTLs (design 002's lifetimes), gzip bodies.
+	BucketReadCache = "read-cache"
 )
 
 // Object store buckets.

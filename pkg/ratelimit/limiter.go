@@ -38,6 +38,18 @@ type Options struct {
 	// start and Riot's (the first request's trip) and the jitter of later
 	// trips (see docs/rate-limiting.md).
 	InitialMargin time.Duration
+	// SendAllowance is the least time kept between a grant's send
+	// deadline and the end of the windows it was counted in (default
+	// 100 ms, one CFS period of a Kubernetes CPU limit). Every grant
+	// carries a deadline, the earliest start + length of the windows it
+	// was counted in minus the allowance, and a request is written only if
+	// Permit.Send, called immediately before it goes on the wire, finds
+	// the deadline not passed (the riot.Client does). The allowance is
+	// the larger of this and the longest time this process took, in the
+	// last 30 to 60 s, from Send to the request written (Permit.Written),
+	// at most a quarter of the window; no window grants during its last
+	// allowance.
+	SendAllowance time.Duration
 	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
 	RetryAfterMargin time.Duration
 	// BackoffStart and BackoffMax shape the exponential pause after a 429
@@ -73,6 +85,9 @@ func (o *Options) defaults() {
 	if o.RetryAfterMargin <= 0 {
 		o.RetryAfterMargin = 500 * time.Millisecond
 	}
+	if o.SendAllowance <= 0 {
+		o.SendAllowance = 100 * time.Millisecond
+	}
 	if o.BackoffStart <= 0 {
 		o.BackoffStart = time.Second
 	}
@@ -107,6 +122,50 @@ func (s *rttStat) add(r time.Duration) {
 		s.srtt += (r - s.srtt) / 8
 	}
 	s.n++
+}
+
+// lagSpan is the period of sendLag's sliding maximum.
+const lagSpan = 30 * time.Second
+
+// sendLag is the longest time from Permit.Send to the request written
+// (Permit.Written) seen in the current and the previous lagSpan.
+type sendLag struct {
+	cur, prev time.Duration
+	since     time.Time
+}
+
+func (l *sendLag) roll(now time.Time) {
+	switch d := now.Sub(l.since); {
+	case d >= 2*lagSpan:
+		l.cur, l.prev, l.since = 0, 0, now
+	case d >= lagSpan:
+		l.cur, l.prev, l.since = 0, l.cur, l.since.Add(lagSpan)
+	}
+}
+
+func (l *sendLag) add(d time.Duration, now time.Time) {
+	l.roll(now)
+	l.cur = max(l.cur, d)
+}
+
+func (l *sendLag) max(now time.Time) time.Duration {
+	l.roll(now)
+	return max(l.cur, l.prev)
+}
+
+// allowance is the time before the end of w that a grant's send deadline
+// keeps clear (Options.SendAllowance): the larger of the configured floor
+// and the longest measured send lag, at most a quarter of the window.
+// Callers hold mu.
+func (e *engine) allowance(w *window, now time.Time) time.Duration {
+	return min(max(e.o.SendAllowance, e.lag.max(now)), w.length/maxMarginDiv)
+}
+
+// closes is when w stops granting: start + length − allowance. A grant's
+// send deadline is the earliest closes of the windows it was counted in.
+// Callers hold mu.
+func (e *engine) closes(w *window, now time.Time) time.Time {
+	return w.start.Add(w.length - e.allowance(w, now))
 }
 
 // minMargin is the resolution of window starts in KV (Unix ms).
@@ -276,6 +335,7 @@ type engine struct {
 	st       store
 	rejected int // HTTP status that rejected the key, 0 if none
 	met      *metrics
+	lag      sendLag // Send to written, for the send allowance
 }
 
 func newEngine(o Options) *engine {
@@ -316,6 +376,13 @@ func (l *Local) RejectKey(status int) {
 // type, refusals, time waited) per route and method.
 func (l *Local) Counters() []CallStats { return l.e.met.counters() }
 
+// ClearKeyRejection clears a rejection (RejectKey): Acquire grants again.
+func (l *Local) ClearKeyRejection() {
+	l.e.mu.Lock()
+	l.e.acceptKey()
+	l.e.mu.Unlock()
+}
+
 // KeyRejected reports whether the key was rejected, and the status that did.
 func (l *Local) KeyRejected() (bool, int) {
 	l.e.mu.Lock()
@@ -341,6 +408,14 @@ func (e *engine) rejectKey(status int) bool {
 		}
 	}
 	return first
+}
+
+// acceptKey clears a rejection; it reports whether there was one. Callers
+// hold mu. (rejectKey emptied the queues, so no waiter needs waking.)
+func (e *engine) acceptKey() bool {
+	was := e.rejected != 0
+	e.rejected = 0
+	return was
 }
 
 func (e *engine) route(name string) *route {
@@ -392,6 +467,14 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 			// ours too, or a window granted in full could overshoot by the
 			// stragglers (store.rolled).
 			e.st.rolled(b, w, dropped, now)
+		}
+		if !w.start.IsZero() && !now.Before(e.closes(w, now)) {
+			// Closed: a grant now would carry a deadline already passed
+			// (permit.Send). Nothing more until the window rolls.
+			if end := e.end(b, w); res != blocked || end.After(until) {
+				res, until = blocked, end
+			}
+			continue
 		}
 		wres, wuntil := e.st.reserve(b, w, e.end(b, w), now)
 		switch {
@@ -594,6 +677,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					r.newBurst(now)
 				}
 				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
+				w.p.deadline = e.deadline(w.p, now)
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -645,6 +729,63 @@ type permit struct {
 	appMarks []mark    // where it stands in each app window it was counted in
 	mMarks   []mark
 	once     sync.Once
+	// deadline is the latest time Send lets the request go (zero: none,
+	// for a request granted while its limits were unknown): the earliest
+	// closes of the windows it was counted in. sentAt is when Send let it
+	// go (mu).
+	deadline, sentAt time.Time
+}
+
+// deadline is p's send deadline, granted at now: the earliest closes of
+// the windows p was counted in (zero if none). Callers hold mu.
+func (e *engine) deadline(p *permit, now time.Time) time.Time {
+	var d time.Time
+	for _, b := range []*bucket{p.r.app, p.mb} {
+		for _, w := range b.windows {
+			if w.start.IsZero() {
+				continue
+			}
+			if c := e.closes(w, now); d.IsZero() || c.Before(d) {
+				d = c
+			}
+		}
+	}
+	return d
+}
+
+// Send implements riot.Permit: the request may go on the wire if its send
+// deadline has not passed on the limiter's clock. A request that checked
+// in time reaches Riot before the windows it was counted in end, as long
+// as it is written within the send allowance (Options.SendAllowance).
+// Past the deadline the permit is returned to its budget as by Cancel and
+// Send reports false: the caller must not send it, and acquires again.
+func (p *permit) Send() bool {
+	e := p.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	if p.deadline.IsZero() || now.Before(p.deadline) {
+		p.sentAt = now
+		return true
+	}
+	p.once.Do(func() {
+		e.met.expired(p.c)
+		e.cancel(p)
+	})
+	return false
+}
+
+// Written implements riot.Permit: the time since Send is a sample of this
+// process's send lag, which the send allowance keeps clear.
+func (p *permit) Written() {
+	e := p.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !p.sentAt.IsZero() {
+		now := e.now()
+		e.lag.add(now.Sub(p.sentAt), now)
+		p.sentAt = time.Time{}
+	}
 }
 
 // Cancel implements riot.Permit: the reservation returns to the budget.

@@ -55,6 +55,9 @@ func TestReadState(t *testing.T) {
 	if k.KeyID != "k0123abcd" {
 		t.Errorf("key id %q", k.KeyID)
 	}
+	if since := time.Since(k.RejectedAt); k.RejectedAt.IsZero() || since < 0 || since > time.Minute {
+		t.Errorf("RejectedAt = %v, want the time of the rejection", k.RejectedAt)
+	}
 	var app, meth *BudgetState
 	for i := range k.Budgets {
 		switch k.Budgets[i].Method {

@@ -18,9 +18,12 @@
 //  5. advances the cursor only when every listed match was published (a
 //     complete listing, or the first latest sync of an account).
 //
-// A latest sync takes the newest count matches whatever their age; a full
-// sync those of the last lookback_days days. A forced sync (force) also
-// takes stored matches and has them refetched and overwritten.
+// A latest sync takes the newest count matches Riot still serves (listed
+// from now − MatchRetention at most); a full sync those of the last
+// lookback_days days, cut at the same limit. A forced sync (force), in
+// either mode, also takes stored matches and has them refetched and
+// overwritten; a forced latest sync lists from the newest match, not from
+// the cursor.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -120,6 +123,12 @@ type Config struct {
 	// that ended since are listed by the first latest sync after it, whose
 	// window reaches Overlap before the cursor. Negative disables it.
 	MatchIDsCacheTTL time.Duration
+	// MatchRetention is how long Riot serves a match (MATCH_RETENTION_DAYS,
+	// default 730 days). No listing starts before now − MatchRetention:
+	// Riot lists older match IDs but answers 404 for them, so a window
+	// that reached past it only bought calls that cannot succeed (and a
+	// latest sync, with no start at all, bought five each).
+	MatchRetention time.Duration
 }
 
 // Deps are the lister's collaborators.
@@ -152,7 +161,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, errors.New("lister: JS, Consumer, Locks, Cursors, Riot and Store are required")
 	}
 	config.Fill(&cfg, Config{LockTTL: 5 * time.Minute, Overlap: 2 * time.Hour, RetryDelay: 5 * time.Second, Concurrency: 4,
-		InteractiveConcurrency: 2})
+		InteractiveConcurrency: 2, MatchRetention: 730 * 24 * time.Hour})
 	if cfg.MatchIDsCacheTTL == 0 { // negative: off
 		cfg.MatchIDsCacheTTL = 5 * time.Minute
 	}
@@ -264,7 +273,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	st := store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy, PlatformFound: cmd.PlatformFound,
 		Redelivery: natsx.Delivery(m) > 1,
 	}
 	st.ReplaceReason = fmt.Sprintf("replaced by sync %s of the same account", cmd.RequestID)
@@ -334,7 +343,7 @@ func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Log
 		return listWindow{}, natsx.Retry(fmt.Errorf("read the NATS server's clock: %w", err)), false
 	}
 	now := s.d.Now().Add(offset)
-	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, now), cur: cur, curRev: curRev}
+	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, s.cfg.MatchRetention, now), cur: cur, curRev: curRev}
 	return w, natsx.Result{}, true
 }
 
@@ -465,18 +474,27 @@ func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res 
 	}
 }
 
-// Window is the match-list startTime (epoch SECONDS; 0 = no lower bound)
-// of a sync: a full sync reaches back cmd.Lookback days; a latest sync
-// lists the newest matches whatever their age, from the cursor (less
-// overlap) when the account has one and with no lower bound otherwise.
-func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Time) int64 {
-	if cmd.Mode != bus.ModeLatest {
-		return now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+// Window is the match-list startTime (epoch SECONDS) of a sync: a full
+// sync reaches back cmd.Lookback days; a latest sync lists the newest
+// matches, from the cursor (less overlap) when the account has one. A
+// forced latest sync ignores the cursor: it takes the newest count
+// matches, stored ones included, and refetches them. No window starts
+// before now − retention (retention > 0), the oldest match Riot still
+// serves: "the newest N" of an account without a cursor is the newest N of
+// those, and a lookback past it is cut there. Riot honours startTime, so
+// an expired match is never listed and never called for.
+func Window(cmd bus.SyncCommand, cur Cursor, overlap, retention time.Duration, now time.Time) int64 {
+	var start int64
+	switch {
+	case cmd.Mode != bus.ModeLatest:
+		start = now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	case cur.ListedUntilS > 0 && !cmd.Force:
+		start = max(cur.ListedUntilS-int64(overlap/time.Second), 0)
 	}
-	if cur.ListedUntilS > 0 {
-		return max(cur.ListedUntilS-int64(overlap/time.Second), 0)
+	if retention > 0 {
+		start = max(start, now.Add(-retention).Unix())
 	}
-	return 0
+	return start
 }
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {

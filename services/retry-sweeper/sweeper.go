@@ -3,7 +3,10 @@
 // (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
-//     last attempt is older than StaleAfter (10 min), in batches of 100
+//     last attempt and hold (a message schedule the fetch waits in, which
+//     the match-fetcher records in the ledger) ended more than StaleAfter
+//     (10 min) ago, oldest first, at most MaxPerRun (100) per sweep, read
+//     in pages of BatchSize (100)
 //     (a pending fetch, whose in-process retries ended on a 5xx or timeout
 //     streak, waits StaleAfter·2^k after its k-th sweep retry, at most
 //     RetryMax: it is retried for as long as Riot fails, never made final),
@@ -64,6 +67,8 @@ type Store interface {
 	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
+	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	Ping(ctx context.Context) error
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
@@ -81,6 +86,9 @@ type Config struct {
 	// healthy running syncs' locks are renewed every LockTTL/3.
 	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// MaxPerRun is the most fetches one sweep re-publishes (seed 000's
+	// cap): the oldest due first; the rest wait for the next sweep.
+	MaxPerRun int `env:"SWEEP_MAX_PER_RUN" envDefault:"100"`
 	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
 	// that many 404s becomes permanently_unfetchable instead of being
 	// re-published; a row with that many other failures is pending (see
@@ -122,7 +130,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	config.Fill(&cfg, Config{
 		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxAttempts: 5,
+		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
 		RetryMax: 6 * time.Hour, ExpireEvery: 5 * time.Minute, ExpireMargin: time.Hour,
 	})
 	d.Base.Fill("retry-sweeper")
@@ -137,7 +145,9 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+				// Paused while Postgres is down, as every writer is: an
+				// outage costs an advisory no deliveries.
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
 	g.Go(func() error { s.heartbeat(ctx); return nil })
@@ -240,6 +250,9 @@ type Report struct {
 	StillQueued int
 	// Waiting counts pending rows left alone until their backoff is over.
 	Waiting int
+	// Capped is set when the sweep stopped at MaxPerRun re-publishes; the
+	// due rows after them wait for the next sweep.
+	Capped bool
 	// ResultsBehind is set when FETCHED held a result older than
 	// QueueSlack: the persister is behind (or paused on a Postgres
 	// outage), the ledger is not current, and nothing was re-published or
@@ -287,7 +300,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.ResultsBehind = true
 		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
 	}
-	for !rep.ResultsBehind {
+	for !rep.ResultsBehind && !rep.Capped {
 		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
@@ -298,6 +311,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
+			if rep.Republished >= s.cfg.MaxPerRun {
+				rep.Capped = true
+				break
+			}
 			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
 				// Riot answered 404 MaxAttempts times (the fetcher's own
 				// final result was lost): gone. Any other streak is never
@@ -352,6 +369,13 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
 				return rep, err
 			}
+			// The re-publish holds the fetch from now: the row is not due
+			// again for StaleAfter, and then only once the queue has moved
+			// past this command (QueueSlack), so a command still waiting
+			// behind a backlog is not re-published every sweep.
+			if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
+				s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
+			}
 			rep.Republished++
 		}
 		if len(due) < s.cfg.BatchSize {
@@ -379,7 +403,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
-		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
+		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
 			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
 	}
 	return rep, nil

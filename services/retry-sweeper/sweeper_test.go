@@ -67,13 +67,14 @@ func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 		t.Fatalf("FETCH held %v, want %s once (its own retry) and %s once (re-published)", got, queued, lost)
 	}
 	// The queue is empty now and queued's row is still not final (say its
-	// result was lost): the next sweep re-publishes it.
+	// result was lost): the next sweep re-publishes it. lost was
+	// re-published by the first sweep, which holds it for StaleAfter.
 	rep, err = s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.StillQueued != 0 || rep.Republished != 2 {
-		t.Fatalf("sweep with an empty queue: %+v, want both rows re-published", rep)
+	if rep.StillQueued != 0 || rep.Republished != 1 {
+		t.Fatalf("sweep with an empty queue: %+v, want %s re-published, %s held by its re-publish", rep, queued, lost)
 	}
 	if got := read(); got[queued] != 1 {
 		t.Fatalf("FETCH held %v after the second sweep", got)
@@ -118,6 +119,93 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 	}
 }
 
+// One sweep re-publishes at most MaxPerRun (100) fetches, the oldest
+// first; the rest wait for the next sweep (seed 000), which does not
+// re-publish the first ones again: their re-publish holds them.
+func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	now := time.Now()
+	var ledger []store.LedgerUpdate
+	for i := range 150 {
+		ledger = append(ledger, store.LedgerUpdate{MatchID: fmt.Sprintf("NA1_%d", 7000+i), Kind: "match", Status: "temporary_failure",
+			Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-2*time.Hour + time.Duration(i)*time.Second)})
+	}
+	if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, BatchSize: 40},
+		func() time.Time { return now })
+	rep, err := s.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := drainFetchQueue(e)
+	if rep.Republished != 100 || !rep.Capped || len(got) != 100 {
+		t.Fatalf("first sweep: %+v, %d commands queued; want 100 re-published and capped", rep, len(got))
+	}
+	for i, c := range got {
+		if want := fmt.Sprintf("NA1_%d", 7000+i); c.MatchID != want {
+			t.Fatalf("command %d is %s, want %s (oldest first)", i, c.MatchID, want)
+		}
+	}
+	rep, err = s.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = drainFetchQueue(e)
+	if rep.Republished != 50 || rep.Capped || len(got) != 50 || got[0].MatchID != "NA1_7100" {
+		t.Fatalf("second sweep: %+v, %d commands queued; want the other 50", rep, len(got))
+	}
+}
+
+// A fetch held by a message schedule (a rate-limit wait the fetcher
+// recorded with store.Hold) is not due while the hold lasts, however old
+// its last attempt or listing: it is re-published only StaleAfter after
+// the schedule should have fired.
+func TestSweeperLeavesHeldFetch(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	st, ctx := e.Infra.Store, t.Context()
+	now := time.Now()
+	const id = "NA1_9700"
+	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+		{MatchID: id, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-3 * time.Hour)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Hold(ctx, id, "match", now.Add(time.Hour), "token-1"); err != nil {
+		t.Fatal(err)
+	}
+	at := now
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
+		func() time.Time { return at })
+	for _, tc := range []struct {
+		at   time.Time
+		want int
+	}{{now, 0}, {now.Add(time.Hour + 5*time.Minute), 0}, {now.Add(time.Hour + 11*time.Minute), 1}} {
+		at = tc.at
+		rep, err := s.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Republished != tc.want {
+			t.Fatalf("sweep at hold%+v: %+v, want %d re-published", tc.at.Sub(now.Add(time.Hour)), rep, tc.want)
+		}
+	}
+}
+
+// drainFetchQueue takes (acks) every fetch command waiting in the
+// americas queue, in stream order.
+func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
+	var all []bus.FetchCommand
+	for {
+		got := fetchQueue(e)
+		if len(got) == 0 {
+			return all
+		}
+		all = append(all, got...)
+	}
+}
+
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
 	t, inf := e.T, e.Infra
@@ -144,7 +232,7 @@ func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
+	b, err := cons.Fetch(100, jetstream.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

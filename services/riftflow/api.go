@@ -1,7 +1,9 @@
 package riftflow
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -40,6 +42,8 @@ import (
 //	DELETE /v1/admin/accounts/{puuid}   [admin] erase a player (ForgetPlayer): 200 what was removed, 404
 //	GET  /v1/players/{puuid}            [read] a player: account, sync state, counts
 //	GET  /v1/players/{puuid}/matches?limit=&cursor=  [read] their stored matches, newest first, paged
+//	GET  /v1/players/{puuid}/ranks?limit=&cursor=    [read] their daily league-v4 snapshots, newest first, paged
+//	GET  /v1/players/{puuid}/reports?limit=&cursor=  [read] their weekly reports, newest first, paged
 //	GET  /v1/matches/{match_id}         [read] the stored MatchDto as Riot sent it (ETag, 1-day cache)
 //	GET  /v1/matches/{match_id}/timeline  [read] the stored TimelineDto
 //	GET  /openapi.json                  [read] the OpenAPI document of these routes
@@ -92,16 +96,21 @@ type APILimits struct {
 type APIEnv struct {
 	StaleAfter time.Duration `env:"LOGIN_SYNC_STALE_AFTER" envDefault:"1h"`
 	Limits     APILimits
+	ReadCache  ReadCacheEnv
 }
 
 // NewAPI builds the API over a running stack's infrastructure (its Store
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
 func NewAPI(inf *app.Infra) *API {
-	a := &API{inf: inf, StaleAfter: time.Hour, cache: newReadCache(),
+	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
+	memory := int64(defaultReadCacheMemory)
 	if err := config.Parse(&e); err == nil {
+		if e.ReadCache.MemoryBytes >= 0 {
+			memory = e.ReadCache.MemoryBytes
+		}
 		if e.StaleAfter > 0 {
 			a.StaleAfter = e.StaleAfter
 		}
@@ -110,6 +119,11 @@ func NewAPI(inf *app.Infra) *API {
 		}
 	}
 	a.Limits.Keepalive = 15 * time.Second
+	log := slog.Default()
+	if inf.Log != nil {
+		log = inf.Logger("api")
+	}
+	a.cache = newReadCache(context.Background(), inf.JS, memory, log)
 	if inf.Store != nil {
 		a.tokens = NewTokens(inf.Store)
 	}
@@ -191,6 +205,8 @@ func (a *API) routeTable() []route {
 		{"DELETE /v1/admin/accounts/{puuid}", ScopeAdmin, http.HandlerFunc(a.deleteAccount)},
 		{"GET /v1/players/{puuid}", ScopeRead, http.HandlerFunc(a.getPlayer)},
 		{"GET /v1/players/{puuid}/matches", ScopeRead, http.HandlerFunc(a.getPlayerMatches)},
+		{"GET /v1/players/{puuid}/ranks", ScopeRead, http.HandlerFunc(a.getPlayerRanks)},
+		{"GET /v1/players/{puuid}/reports", ScopeRead, http.HandlerFunc(a.getPlayerReports)},
 		{"GET /v1/matches/{match_id}", ScopeRead, http.HandlerFunc(a.getMatch)},
 		{"GET /v1/matches/{match_id}/timeline", ScopeRead, http.HandlerFunc(a.getTimeline)},
 		{"GET /openapi.json", ScopeRead, http.HandlerFunc(a.getOpenAPI)},
