@@ -28,7 +28,7 @@
 // sync's work, not until its next finished match.
 //
 // Every ExpireEvery it ends visibly (a rejected job, a Rejection) the
-// requests that wait undelivered in INGEST or SYNC so long that the
+// requests that wait in INGEST or SYNC so long that the
 // stream's max_age would soon drop them in silence (Expire).
 //
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
@@ -100,7 +100,7 @@ type Config struct {
 	// ExpireEvery is how often waiting requests about to expire from
 	// INGEST or SYNC are ended visibly (see Expire). Default 5m.
 	ExpireEvery time.Duration `env:"SWEEP_EXPIRE_EVERY" envDefault:"5m"`
-	// ExpireMargin: a request still waiting undelivered this long before
+	// ExpireMargin: a request still waiting in its stream this long before
 	// its stream's max_age would drop it is ended (rejected, 503) instead.
 	// Keep it well above ExpireEvery. Default 1h.
 	ExpireMargin time.Duration `env:"SWEEP_EXPIRE_MARGIN" envDefault:"1h"`
