@@ -50,7 +50,8 @@ type Grant struct {
 	// consumers.
 	Ordered []string
 	// Messages lists streams whose messages the user gets and deletes by
-	// sequence or subject (the retry-sweeper's advisory handling).
+	// sequence or subject (the retry-sweeper's advisory handling, and its
+	// ending of requests that wait until they would expire).
 	Messages []string
 	// Info lists streams whose state (STREAM.INFO: messages, bytes) the
 	// user reads (the match-fetcher's backpressure on FETCHED).
@@ -97,6 +98,7 @@ var Grants = []Grant{
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
 		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
+			"{prefix}.ingest.rejected",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},
 		Messages: []string{StreamIngest, StreamSync, StreamFetch, StreamFetched},
 		KVWrite:  []string{BucketSyncLocks, BucketCronLocks, BucketRateLimit}},

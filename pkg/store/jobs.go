@@ -63,6 +63,22 @@ ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retr
 	return nil
 }
 
+// EndWaitingJob records j (a final status: rejected or failed) for a
+// request that never ran: it creates the jobs row, or overwrites one still
+// pending (a request queued and never started), merging j.Detail into its
+// detail. A job that started or finished already is left unchanged.
+// It reports whether j was recorded.
+func (s *Store) EndWaitingJob(ctx context.Context, j Job) (bool, error) {
+	tag, err := s.pool.Exec(ctx, jobInsert+`
+ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,
+    puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}')
+WHERE jobs.status = 'pending'`, j.insertArgs()...)
+	if err != nil {
+		return false, fmt.Errorf("store: end waiting job %s: %w", j.ID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 // AbandonJobs records as failed, with reason, every job of type jobType
 // still running that started before startedBefore: its process exited
 // mid-run (a crash leaves no other trace). Returns how many.

@@ -28,6 +28,11 @@ import (
 // does not exist, or no longer matches the request (ResetSync).
 var ErrNotFound = errors.New("store: not found")
 
+// ErrRequestEnded is BeginSync's error for a request whose job was
+// rejected before its sync began (e.g. it expired waiting in its stream):
+// it must not run.
+var ErrRequestEnded = errors.New("store: the request was rejected before its sync began")
+
 // Ledger statuses (match_fetches.status); the same strings as bus.Outcome.
 const (
 	StatusUnfetched              = "unfetched"

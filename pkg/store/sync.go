@@ -104,6 +104,9 @@ type SyncStart struct {
 // failed with st.ReplaceReason, and replaced names it ("" when nothing was
 // replaced), so the caller can end its progress stream. No job is left
 // running for an account that has moved on.
+//
+// A request whose job is already rejected (it expired waiting, see the
+// retry-sweeper) does not begin: the error wraps ErrRequestEnded.
 func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, err error) {
 	requested := st.RequestedAt
 	if requested.IsZero() {
@@ -115,6 +118,14 @@ func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, e
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		replaced = ""
+		var ended bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND status = 'rejected')`,
+			st.RequestID).Scan(&ended); err != nil {
+			return fmt.Errorf("job: %w", err)
+		}
+		if ended {
+			return ErrRequestEnded
+		}
 		var prev string
 		err := tx.QueryRow(ctx, `SELECT coalesce(sync_request_id, '') FROM accounts WHERE puuid = $1 FOR UPDATE`, st.PUUID).Scan(&prev)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

@@ -296,3 +296,35 @@ func TestBeginSyncEndsTheJobItReplaces(t *testing.T) {
 		t.Errorf("completed job became %s", j.Status)
 	}
 }
+
+// TestBeginSyncRefusesARejectedRequest: a request whose job was rejected
+// while it waited (it expired in its stream) never begins, even when its
+// command is handed on afterwards.
+func TestBeginSyncRefusesARejectedRequest(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "expired-req", Type: "sync", Status: "rejected", Error: "expired: waited"}); err != nil || !ended {
+		t.Fatalf("EndWaitingJob: %v %v", ended, err)
+	}
+	_, err := s.BeginSync(ctx, store.SyncStart{RequestID: "expired-req", PUUID: "puuid-expired", Platform: "KR", Region: "asia"})
+	if !errors.Is(err, store.ErrRequestEnded) {
+		t.Fatalf("BeginSync of a rejected request: %v, want ErrRequestEnded", err)
+	}
+	if j, _ := s.JobByID(ctx, "expired-req"); j.Status != "rejected" {
+		t.Errorf("job became %s", j.Status)
+	}
+	// EndWaitingJob ends a pending job, never a started one.
+	if err := s.RecordJob(ctx, store.Job{ID: "queued", Type: "sync", Status: "pending"}); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "queued", Type: "sync", Status: "rejected", Error: "expired"}); err != nil || !ended {
+		t.Errorf("pending job: ended %v %v, want true", ended, err)
+	}
+	begin(t, s, "started", "puuid-started")
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "started", Type: "sync", Status: "rejected", Error: "expired"}); err != nil || ended {
+		t.Errorf("running job: ended %v %v, want false", ended, err)
+	}
+	if j, _ := s.JobByID(ctx, "started"); j.Status != "running" {
+		t.Errorf("running job became %s", j.Status)
+	}
+}

@@ -281,6 +281,13 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		st.ReplaceReason = abandonedReason(cmd.RequestID)
 	}
 	replaced, err := s.d.Store.BeginSync(ctx, st)
+	if errors.Is(err, store.ErrRequestEnded) {
+		// Rejected while it waited (it expired in its stream): its
+		// followers heard so already; it never runs.
+		log.WarnContext(ctx, "sync command of a request already rejected; dropped")
+		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+		return natsx.Ack(), false
+	}
 	if err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err))), false

@@ -27,6 +27,10 @@
 // StuckAfter or work still queued for it), so a lock lives as long as the
 // sync's work, not until its next finished match.
 //
+// Every ExpireEvery it ends visibly (a rejected job, a Rejection) the
+// requests that wait in INGEST or SYNC so long that the
+// stream's max_age would soon drop them in silence (Expire).
+//
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
 // nothing ends silently, and reads lol.ingest.rejected on EVENTS
@@ -69,6 +73,7 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
+	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment
@@ -96,6 +101,13 @@ type Config struct {
 	// RetryMax caps the wait between sweep retries of a pending fetch
 	// (StaleAfter doubling per failed sweep retry). Default 6h.
 	RetryMax time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
+	// ExpireEvery is how often waiting requests about to expire from
+	// INGEST or SYNC are ended visibly (see Expire). Default 5m.
+	ExpireEvery time.Duration `env:"SWEEP_EXPIRE_EVERY" envDefault:"5m"`
+	// ExpireMargin: a request still waiting in its stream this long before
+	// its stream's max_age would drop it is ended (rejected, 503) instead.
+	// Keep it well above ExpireEvery. Default 1h.
+	ExpireMargin time.Duration `env:"SWEEP_EXPIRE_MARGIN" envDefault:"1h"`
 }
 
 // Deps are the sweeper's collaborators.
@@ -126,7 +138,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	config.Fill(&cfg, Config{
 		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
 		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
-		RetryMax: 6 * time.Hour,
+		RetryMax: 6 * time.Hour, ExpireEvery: 5 * time.Minute, ExpireMargin: time.Hour,
 	})
 	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
@@ -153,6 +165,7 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { s.heartbeat(ctx); return nil })
+	g.Go(func() error { s.expireLoop(ctx); return nil })
 	g.Go(func() error {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
