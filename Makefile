@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: kube-build kube-up kube-down kube-e2e all version build run test test-short bench bench-baseline bench-pipeline bench-limit fuzz chaos check vulncheck lint vet fmt clean tools images
+.PHONY: kube-build kube-up kube-down kube-e2e all version build run test test-short bench bench-baseline bench-pipeline bench-limit bench-limit-fetchers fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -106,14 +106,28 @@ bench-pipeline: build
 ## against the simulator (app + method limits, escalating blacklist), over
 ## BENCH_LIMIT_WINDOWS (5) whole long windows. Cases BENCH_LIMIT_CASES:
 ## dev (20:1,100:120), prod (50:1,2500:60), skew (prod, clocks ±BENCH_LIMIT_SKEW_MS
-## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s).
-## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min). Table on stdout,
-## CSV + SVG per case in BENCH_LIMIT_OUT.
+## = 500 ms), natskill (prod, nats-server kill -9 for BENCH_LIMIT_KILL_S = 30 s);
+## cold only when named (BENCH_LIMIT_CASES=cold: a BENCH_LIMIT_COLD_S = 30 s cold start on
+## 30:1,1200:60 against a perfect client, SVG of its first and last 10 s).
+## BENCH_LIMIT_PARALLEL cases at once (default 8, dev first: ~17 min; 15 = every
+## cell at once). BENCH_LIMIT_CPU_QUOTA_US=20000 puts each case's fetchers in a
+## cgroup v1 cpu group of 20 % of one core (root), BENCH_LIMIT_HOGS=2 runs two
+## busy loops beside them. Table on stdout (with load average and throttled
+## periods), CSV + SVG per case in BENCH_LIMIT_OUT.
 BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
 BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:
 	mkdir -p $(BENCH_LIMIT_OUT)
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
+
+## bench-limit-fetchers: the real match-fetcher binary, BENCH_LIMIT_N (2,8)
+## processes, in the whole pipeline as OS processes against the simulator on
+## a production-shaped key (50:1,2500:60, escalating blacklist), over
+## BENCH_LIMIT_WINDOWS (5) whole 60 s windows; BENCH_LIMIT_CPU_QUOTA_US and
+## BENCH_LIMIT_HOGS as for bench-limit (~8 min per N).
+bench-limit-fetchers:
+	mkdir -p $(BENCH_LIMIT_OUT)
+	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
 ## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package
@@ -130,6 +144,22 @@ fuzz:
 ## chaos: the full fault-injection suite (a short version runs in make test)
 chaos:
 	set -o pipefail; cd services/riftflow && RIFTFLOW_CHAOS=full $(GO) test -count=1 -timeout 180m -run Chaos -v . | grep -v -E "^\s+time=|^\s+harness_test"
+
+## soak: the whole pipeline as separate processes (2 of each service, a
+## 3-node NATS cluster, a private Postgres) on the simulator with Riot
+## faults, a steady stream of ingests and a nemesis (kill -9 of a service,
+## a NATS node, Postgres; NATS and Postgres outages; partitions; a full
+## disk) for SOAK (default 60m), then the end-state check and the RSS,
+## goroutine and open-file slopes of every process. Table on stdout, CSV in
+## SOAK_OUT. make test runs a 3-minute version (docs/chaos.md, "The soak").
+SOAK ?= 60m
+SOAK_OUT ?= $(CURDIR)/.data/soak
+SOAK_TIMEOUT ?= 4h
+.PHONY: soak
+soak:
+	mkdir -p $(SOAK_OUT)
+	set -o pipefail; cd services/riftflow && SOAK=$(SOAK) SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) \
+		-run '^TestSoak$$' -v . 2>&1 | grep -v -E "^\s+time=|^\s+harness_test" | tee $(SOAK_OUT)/soak.out
 
 ## images: one container image per binary (riftflow/<binary>:$(VERSION)) from the
 ## single Dockerfile: static binaries built here, FROM scratch, so no registry is needed

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	subj "github.com/riftflow/riftflow/pkg/natsx/subject"
 )
 
 // NATS users, one per service. Each service connects as its own user and
@@ -49,7 +50,8 @@ type Grant struct {
 	// consumers.
 	Ordered []string
 	// Messages lists streams whose messages the user gets and deletes by
-	// sequence or subject (the retry-sweeper's advisory handling).
+	// sequence or subject (the retry-sweeper's advisory handling, and its
+	// ending of requests that wait until they would expire).
 	Messages []string
 	// Info lists streams whose state (STREAM.INFO: messages, bytes) the
 	// user reads (the match-fetcher's backpressure on FETCHED).
@@ -57,6 +59,9 @@ type Grant struct {
 	// KVRead and KVWrite list KV buckets read (get, watch, list keys) and
 	// written (put, create, update, delete; includes read).
 	KVRead, KVWrite []string
+	// KVErase lists KV buckets whose stream the user purges by subject (an
+	// erasure of one key that leaves no KV purge marker naming it).
+	KVErase []string
 	// Objects lists object stores read and written.
 	Objects []string
 	// All allows every subject (the admin user).
@@ -91,20 +96,24 @@ var Grants = []Grant{
 		KVWrite: []string{BucketSyncLocks},
 		Objects: []string{ObjectPayloads}},
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerRetrySweeper},
+		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
+			"{prefix}.ingest.rejected",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},
 		Messages: []string{StreamIngest, StreamSync, StreamFetch, StreamFetched},
 		KVWrite:  []string{BucketSyncLocks, BucketCronLocks, BucketRateLimit}},
 	// The CLI/API user also serves the admin routes: the pause switch
 	// (control), retry (fetch commands) and forget (locks, cursors, the
-	// Riot ID cache).
+	// Riot ID cache, the read cache, and the player's EVENTS and DEAD
+	// messages).
 	{User: UserCLI,
 		Publish:   []string{"{prefix}.ingest.request", "{prefix}.ingest.request.background", "{prefix}.ingest.rejected", "{prefix}.match.fetch.>"},
 		Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"},
-		Ordered:   []string{StreamEvents},
+		Ordered:   []string{StreamEvents, StreamDead},
+		Messages:  []string{StreamEvents, StreamDead},
+		KVErase:   []string{BucketRiotIDs, BucketSyncLocks, BucketCursors},
 		KVRead:    []string{BucketRateLimit},
-		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors}},
+		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors, BucketReadCache}},
 	{User: UserWeb, Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"}},
 	{User: UserAdmin, All: true},
 }
@@ -213,6 +222,13 @@ func (g Grant) expand(s *Set) (UserPermissions, error) {
 	for _, b := range g.KVWrite {
 		pub("$KV." + b + ".>")
 	}
+	for _, b := range g.KVErase {
+		if !slices.ContainsFunc(s.Buckets, func(c jetstream.KeyValueConfig) bool { return c.Bucket == b }) {
+			return p, fmt.Errorf("no KV bucket %q declared", b)
+		}
+		get("KV_" + b)
+		pub("$JS.API.STREAM.PURGE.KV_" + b)
+	}
 	for _, b := range g.Objects {
 		if !slices.ContainsFunc(s.Objects, func(c jetstream.ObjectStoreConfig) bool { return c.Bucket == b }) {
 			return p, fmt.Errorf("no object store %q declared", b)
@@ -310,4 +326,40 @@ func NSCScript(s *Set) (string, error) {
 		}
 		fmt.Fprintf(b, " \\\n  --allow-sub '%s'\n", strings.Join(p.Subscribe, ","))
 	})
+}
+
+// ReplayRights is the Allow check of a dead-letter replay
+// (natsx.ReplayFilter.Allow in pkg/natsx) for the permission table expanded for s: a
+// dead letter stored on deadSubject may be republished, with the admin's
+// rights, on target only if a user other than admin that may publish on
+// deadSubject may publish on target too. So a replay gives whoever wrote a
+// dead letter nothing it could not do itself: the persister, which
+// dead-letters fetch results, cannot have a fetch result replayed (it may
+// not publish one), while the fetcher's dead fetch commands go back to
+// lol.match.fetch. Errors: those of Permissions.
+func ReplayRights(s *Set) (func(deadSubject, target string) error, error) {
+	perms, err := Permissions(s)
+	if err != nil {
+		return nil, err
+	}
+	allows := func(p UserPermissions, subject string) bool {
+		return slices.ContainsFunc(p.Publish, func(f string) bool { return subj.Matches(f, subject) })
+	}
+	return func(deadSubject, target string) error {
+		var writers []string
+		for _, p := range perms {
+			if p.User == UserAdmin || !allows(p, deadSubject) {
+				continue
+			}
+			if allows(p, target) {
+				return nil
+			}
+			writers = append(writers, p.User)
+		}
+		if len(writers) == 0 {
+			return fmt.Errorf("no service may publish dead letters on %s", deadSubject)
+		}
+		return fmt.Errorf("%s is outside the publish rights of %s, who may write %s",
+			target, strings.Join(writers, ", "), deadSubject)
+	}, nil
 }

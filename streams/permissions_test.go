@@ -115,3 +115,33 @@ func TestPermissionsTable(t *testing.T) {
 		t.Error("a grant on an undeclared bucket was accepted")
 	}
 }
+
+// TestReplayRights: a dead letter is replayed only where one of the
+// non-admin users that may write its dead-letter subject may publish.
+func TestReplayRights(t *testing.T) {
+	set, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, err := ReplayRights(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dead, target string
+		ok           bool
+	}{
+		{"lol.dead.FETCH", "lol.match.fetch.europe", true},      // the fetcher's own commands
+		{"lol.dead.SYNC", "lol.sync.euw1", true},                // the sweeper may publish syncs
+		{"lol.dead.FETCHED", "lol.match.fetched.europe", false}, // only the fetcher publishes results
+		{"lol.dead.FETCHED", "lol.match.failed.europe", false},
+		{"lol.dead.FETCHED", "lol.match.fetch.europe", true}, // a re-fetch (the sweeper may)
+		{"lol.dead.INGEST", "lol.ingest.request", true},
+		{"lol.dead.INGEST", "$KV.control.paused", false},
+		{"lol.other", "lol.match.fetch.europe", false}, // nobody writes dead letters there
+	} {
+		if err := allow(c.dead, c.target); (err == nil) != c.ok {
+			t.Errorf("allow(%s, %s) = %v, want ok=%v", c.dead, c.target, err, c.ok)
+		}
+	}
+}

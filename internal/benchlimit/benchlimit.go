@@ -68,6 +68,11 @@ type Case struct {
 	// fetchers start, and restarts it on the same store and port after
 	// KillFor.
 	KillAt, KillFor time.Duration
+	// Duration, if > 0, makes a short run instead: the case ends this long
+	// after the first request, and Used is measured over the shortest
+	// window from that first request (Result.ColdUse); the plot shows its
+	// first 10 s (the cold start) beside its last 10 s.
+	Duration time.Duration
 	// Match makes the fetchers call getMatch and getTimeline, as the
 	// match-fetcher does; by default they call two methods with small
 	// answers (see cmd/limitfetcher).
@@ -82,6 +87,10 @@ type Env struct {
 	OutDir string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
+	// CPUQuotaUS, if > 0, puts each case's fetchers together in their
+	// own cgroup v1 cpu group limited to CPUQuotaUS per 100 ms period
+	// (20000: 20 % of one core), as a Kubernetes CPU limit does (root).
+	CPUQuotaUS int
 }
 
 // Result is what one case measured.
@@ -107,6 +116,14 @@ type Result struct {
 	// Outage is when the NATS node was down (zero without a kill).
 	OutageFrom, OutageTo time.Time
 	Elapsed              time.Duration
+	// Load is the mean 1-minute load average sampled during the case,
+	// LoadMax the highest.
+	Load, LoadMax float64
+	// Throttled is the share of CFS periods in which the fetchers' cgroup
+	// was throttled (Env.CPUQuotaUS; 0 without), ThrottledFor the total
+	// time it was.
+	Throttled    float64
+	ThrottledFor time.Duration
 }
 
 // Build compiles the nats-server and limitfetcher binaries into dir, from
@@ -207,11 +224,11 @@ func setupBucket(ctx context.Context, binDir, url string) error {
 
 // Run runs one case and returns what it measured. The processes it starts
 // are stopped when it returns.
-func Run(ctx context.Context, env Env, c Case) (Result, error) {
+func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 	if c.Workers <= 0 {
 		c.Workers = 8
 	}
-	res := Result{Case: c}
+	res = Result{Case: c}
 	logf := func(format string, a ...any) {
 		if env.Log != nil {
 			fmt.Fprintf(env.Log, "%s %s N=%d: %s\n", time.Now().UTC().Format("15:04:05"), c.Name, c.N, fmt.Sprintf(format, a...))
@@ -281,6 +298,20 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	if c.Match {
 		calls = "match"
 	}
+	var cg *Cgroup
+	if env.CPUQuotaUS > 0 {
+		if cg, err = NewCgroup(fmt.Sprintf("bench-limit-%s-%d", name, os.Getpid()), env.CPUQuotaUS, 100000); err != nil {
+			return res, err
+		}
+		defer func() {
+			thr, per, ns := cg.Throttled()
+			if per > 0 {
+				res.Throttled = float64(thr) / float64(per)
+			}
+			res.ThrottledFor = time.Duration(ns)
+			_ = cg.Remove()
+		}()
+	}
 	var fetchers []*proc
 	defer func() {
 		var wg sync.WaitGroup
@@ -304,19 +335,33 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 			return res, err
 		}
 		fetchers = append(fetchers, f)
+		if cg != nil {
+			if err := cg.Add(f.cmd.Process.Pid); err != nil {
+				return res, err
+			}
+		}
 	}
 	logf("%d fetchers started (skew ±%d ms)", c.N, c.SkewMS)
 
 	killed := c.KillAt <= 0
 	longLen := time.Duration(res.LongSecs) * time.Second
 	deadline := t0.Add(time.Duration(c.Windows+3)*longLen + c.KillFor)
+	if c.Duration > 0 {
+		deadline = t0.Add(c.Duration + 15*time.Second) // the first request comes after the processes start
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var loads int
 	for {
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-tick.C:
+		}
+		if l := LoadAvg(); l > 0 {
+			res.Load += l
+			res.LoadMax = max(res.LoadMax, l)
+			loads++
 		}
 		if !killed && time.Since(t0) >= c.KillAt {
 			killed = true
@@ -335,7 +380,11 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 			res.OutageTo = time.Now()
 			logf("nats-server restarted on its store")
 		}
-		if n := len(since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
+		if c.Duration > 0 {
+			if first := firstStart(s.WindowHistory(region, "", lims[0][1]), t0); (!first.IsZero() && time.Since(first) > c.Duration+time.Second) || time.Now().After(deadline) {
+				break
+			}
+		} else if n := len(Since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
 			break
 		}
 		for _, f := range fetchers {
@@ -347,22 +396,16 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 		}
 	}
 	res.Elapsed = time.Since(t0)
-	st := s.Stats()
+	if loads > 0 {
+		res.Load /= float64(loads)
+	}
 	hist := map[int][]sim.WindowInstance{}
 	for _, l := range lims {
 		hist[l[1]] = s.WindowHistory(region, "", l[1])
 	}
-	var fill float64
-	res.Used, fill, res.Gap, res.Windows = WindowUse(hist[res.LongSecs], t0, res.LongLimit, longLen)
-	res.Windows = max(0, res.Windows-1)
-	res.Served = int(fill*float64(res.LongLimit*res.Windows) + 0.5)
-	res.TooMany = st.RateLimited
-	res.Blacklisted = st.BlacklistEvents
-	for m := range methodLimits {
-		res.Forbidden += st.MethodCount(m, 403)
-	}
-	for _, b := range st.Buckets {
-		res.Over = max(res.Over, b.MaxCount-b.Limit)
+	res.Measure(s.Stats(), hist[res.LongSecs], t0, methodLimits)
+	if c.Duration > 0 {
+		return res, res.short(env, name, t0, hist, lims)
 	}
 	if !res.OutageFrom.IsZero() {
 		check := func(h []sim.WindowInstance, limit, secs int) {
@@ -392,8 +435,94 @@ func Run(ctx context.Context, env Env, c Case) (Result, error) {
 	if err := WriteWindowSVG(path+".svg", title, t0, hist[res.LongSecs], res.LongLimit); err != nil {
 		return res, err
 	}
-	logf("used %.3f over %d windows, 429s %v, over %d", res.Used, res.Windows, res.TooMany, res.Over)
+	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
 	return res, nil
+}
+
+// short measures a short run (Case.Duration): Served is the requests of
+// the shortest window's instances that started within the Duration from
+// the first request, Used that ÷ what a perfect client sends from the
+// first request to the end of the last of them; and a plot of the first
+// and last 10 s (<name>.svg).
+func (r *Result) short(env Env, name string, t0 time.Time, hist map[int][]sim.WindowInstance, lims [][2]int) error {
+	short := lims[0]
+	for _, l := range lims {
+		if l[1] < short[1] {
+			short = l
+		}
+	}
+	h := Since(hist[short[1]], t0)
+	if len(h) == 0 {
+		return errors.New("no request reached the simulator")
+	}
+	first := h[0].Start
+	d := r.Case.Duration
+	r.Served, r.Windows = 0, 0
+	var last time.Time
+	for _, w := range h {
+		if w.Start.Sub(first) < d {
+			r.Served += w.Count
+			r.Windows++
+			last = w.Start
+		}
+	}
+	// Against a perfect client over the same time: from the first request
+	// to the end of the last window counted.
+	r.Used = float64(r.Served) / float64(PerfectClient(lims, last.Add(time.Duration(short[1])*time.Second).Sub(first)))
+	r.LongSecs, r.LongLimit = short[1], short[0]
+	limits := map[int]int{}
+	for _, l := range lims {
+		limits[l[1]] = l[0]
+	}
+	path := filepath.Join(env.OutDir, name)
+	if err := WriteWindowCSV(path+".csv", first, hist, limits); err != nil {
+		return err
+	}
+	const span = 10 * time.Second
+	title := fmt.Sprintf("%s, N=%d, app %s: requests per %d s window, first 10 s (cold start) and last 10 s of %s", r.Case.Name, r.Case.N, r.Case.Key.App, short[1], d)
+	return WriteStartSVG(path+".svg", title, first, d-span, span, h, short[0], time.Duration(short[1])*time.Second)
+}
+
+// PerfectClient is how many requests a client that knew lims (Riot's
+// "n:secs" pairs) from the start could send in d from its first request:
+// each window full from its start, windows back to back.
+func PerfectClient(lims [][2]int, d time.Duration) int {
+	best := -1
+	for _, l := range lims {
+		win := time.Duration(l[1]) * time.Second
+		n := l[0] * int((d+win-1)/win)
+		if best < 0 || n < best {
+			best = n
+		}
+	}
+	return best
+}
+
+// firstStart is the start of the first instance since t0 (zero if none).
+func firstStart(h []sim.WindowInstance, t0 time.Time) time.Time {
+	if k := Since(h, t0); len(k) > 0 {
+		return k[0].Start
+	}
+	return time.Time{}
+}
+
+// Measure fills r from the simulator's stats st and the instances long
+// of the tightest (long) window since t0: the whole windows' use, their
+// requests, 429s by type, blacklistings, 403s of methods and the largest
+// count over a limit.
+func (r *Result) Measure(st sim.Stats, long []sim.WindowInstance, t0 time.Time, methods map[string]string) {
+	var fill float64
+	r.Used, fill, r.Gap, r.Windows = WindowUse(long, t0, r.LongLimit, time.Duration(r.LongSecs)*time.Second)
+	r.Windows = max(0, r.Windows-1)
+	r.Served = int(fill*float64(r.LongLimit*r.Windows) + 0.5)
+	r.TooMany = st.RateLimited
+	r.Blacklisted = st.BlacklistEvents
+	for m := range methods {
+		r.Forbidden += st.MethodCount(m, 403)
+	}
+	for _, b := range st.Buckets {
+		r.Over = max(r.Over, b.MaxCount-b.Limit)
+	}
 }
 
 // matchesOf returns the regional route and the IDs of the simulator's
@@ -430,8 +559,8 @@ func playersOf(s *sim.Sim, region string) []string {
 	return out
 }
 
-// since keeps the instances that started at or after t0.
-func since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
+// Since keeps the instances that started at or after t0.
+func Since(h []sim.WindowInstance, t0 time.Time) []sim.WindowInstance {
 	var kept []sim.WindowInstance
 	for _, w := range h {
 		if !w.Start.Before(t0) {

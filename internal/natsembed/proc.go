@@ -138,6 +138,16 @@ func (c *ProcCluster) Running(i int) bool {
 	}
 }
 
+// Pid returns the process id of node i, or 0 when it does not run.
+func (c *ProcCluster) Pid(i int) int {
+	if !c.Running(i) {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs[i].Process.Pid
+}
+
 // WaitJetStream polls node i until its JetStream API answers (the meta
 // group has a leader), or ctx ends.
 func (c *ProcCluster) WaitJetStream(ctx context.Context, i int) error {

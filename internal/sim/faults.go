@@ -48,6 +48,7 @@ const (
 	FaultNotFound     = "404"       // always 404 (data not found)
 	FaultNotFoundN    = "404-n"     // 404 for the first N calls, then the real answer
 	FaultUnavailableN = "503-n"     // 503 for the first N calls, then the real answer
+	FaultServer429N   = "429-n"     // 429 with X-Rate-Limit-Type: server and Retry-After: Faults.ServerRetryAfter (default 5) for the first N calls, then the real answer
 	FaultPoison       = "poison"    // 200 with a body that is not valid JSON
 	FaultTruncated    = "truncated" // 200 whose body stops halfway (Content-Length promises more; the client sees an unexpected EOF)
 	FaultOversized    = "oversized" // 200 with a valid but huge body (payload + padding field of N bytes, default 16 MiB)
@@ -72,7 +73,7 @@ type faultState struct {
 func (s *Sim) SetFaults(f Faults) error {
 	for id, mf := range f.Match {
 		switch mf.Kind {
-		case FaultNotFound, FaultNotFoundN, FaultUnavailableN, FaultPoison, FaultTruncated, FaultOversized,
+		case FaultNotFound, FaultNotFoundN, FaultUnavailableN, FaultServer429N, FaultPoison, FaultTruncated, FaultOversized,
 			FaultGzipBomb, FaultDeepJSON, FaultNUL:
 		default:
 			return fmt.Errorf("sim: match fault %q: unknown kind %q", id, mf.Kind)
@@ -154,7 +155,7 @@ func (s *Sim) matchFault(method, id string) (mf MatchFault, ok bool) {
 		return mf, false
 	}
 	switch mf.Kind {
-	case FaultNotFoundN, FaultUnavailableN:
+	case FaultNotFoundN, FaultUnavailableN, FaultServer429N:
 		k := method + "|" + id
 		s.fstate.calls[k]++
 		if s.fstate.calls[k] > mf.N {

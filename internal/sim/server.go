@@ -64,6 +64,7 @@ func (s *Sim) routes() *http.ServeMux {
 	}
 	api("/{route}/riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}", MethodAccountByRiotID, scopeAccount, s.getByRiotID)
 	api("/{route}/riot/account/v1/accounts/by-puuid/{puuid}", MethodAccountByPUUID, scopeAccount, s.getAccountByPUUID)
+	api("/{route}/riot/account/v1/region/by-game/{game}/by-puuid/{puuid}", MethodActiveRegion, scopeAccount, s.getActiveRegion)
 	api("/{route}/lol/match/v5/matches/by-puuid/{puuid}/ids", MethodMatchIDs, scopeMatch, s.getMatchIDs)
 	api("/{route}/lol/match/v5/matches/{matchId}", MethodMatch, scopeMatch, s.getMatch)
 	api("/{route}/lol/match/v5/matches/{matchId}/timeline", MethodTimeline, scopeMatch, s.getTimeline)
@@ -140,6 +141,12 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 		if id := r.PathValue("matchId"); id != "" {
 			mf, hasMF = s.matchFault(method, id)
 		}
+		if hasMF && mf.Kind == FaultServer429N {
+			d.status, d.limitType, d.retry = 429, "server", max(s.faults.ServerRetryAfter, 1)
+			if s.faults.ServerRetryAfter <= 0 {
+				d.retry = 5
+			}
+		}
 		if d.slow > 0 {
 			s.stats.Faults["slow"]++
 		}
@@ -149,6 +156,9 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 			select {
 			case <-time.After(d.slow):
 			case <-r.Context().Done():
+				s.mu.Lock()
+				s.stats.notePerMatch(method, r.PathValue("matchId"), true)
+				s.mu.Unlock()
 				return // client gave up
 			}
 		}
@@ -310,6 +320,7 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 		if method == MethodMatch {
 			s.stats.MatchCalls[r.PathValue("matchId")]++
 		}
+		s.stats.notePerMatch(method, r.PathValue("matchId"), resp.status != 200 || resp.truncate)
 		s.mu.Unlock()
 	}
 	switch {
@@ -390,6 +401,31 @@ func (s *Sim) getAccountByPUUID(r *http.Request, _ string, _ time.Time) response
 		return decryptError(r.PathValue("puuid"))
 	}
 	return jsonResp(accountDTO{p.PUUID, p.GameName, p.TagLine})
+}
+
+// accountRegionDTO is account-v1 AccountRegionDTO.
+type accountRegionDTO struct {
+	PUUID  string `json:"puuid"`
+	Game   string `json:"game"`
+	Region string `json:"region"`
+}
+
+// getActiveRegion is account-v1 getActiveRegion: the player's platform (the
+// one of their newest match) for game lol or tft; another game is 400, an
+// unknown PUUID the decrypt error.
+func (s *Sim) getActiveRegion(r *http.Request, _ string, _ time.Time) response {
+	game := r.PathValue("game")
+	if game != "lol" && game != "tft" {
+		return riotError(400, "Bad Request - Invalid game "+game)
+	}
+	p := s.data.players[r.PathValue("puuid")]
+	if p == nil {
+		return decryptError(r.PathValue("puuid"))
+	}
+	if p.Platform == "" {
+		return riotError(404, "Data not found - No active region found for player")
+	}
+	return jsonResp(accountRegionDTO{p.PUUID, game, p.Platform})
 }
 
 // matchlistEpoch is 2021-06-16T00:00:00Z: "the matchlist started storing

@@ -7,6 +7,8 @@
 // API reference at https://developer.riotgames.com/apis):
 //   - routing: regional routes (americas, asia, europe, sea) for account-v1
 //     and match-v5, platforms (na1, jp1, ...) for league-v4 and summoner-v4;
+//     account-v1 getActiveRegion answers a player's platform (that of their
+//     newest match);
 //     a match is only found on the region of its ID prefix;
 //   - auth with the X-Riot-Token header or the api_key query: missing → 401,
 //     wrong → 403;
@@ -66,6 +68,7 @@ import (
 const (
 	MethodAccountByRiotID = "account-v1.getByRiotId"
 	MethodAccountByPUUID  = "account-v1.getByPuuid"
+	MethodActiveRegion    = "account-v1.getActiveRegion"
 	MethodMatchIDs        = "match-v5.getMatchIdsByPUUID"
 	MethodMatch           = "match-v5.getMatch"
 	MethodTimeline        = "match-v5.getTimeline"

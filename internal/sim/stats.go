@@ -33,6 +33,38 @@ type Stats struct {
 	// MatchCalls counts getMatch answers (any status, rate-limit 429s
 	// included) per match ID: Riot calls per match.
 	MatchCalls map[string]int64 `json:"matchCalls,omitempty"`
+	// PerMatch counts, per match ID, the getMatch and getTimeline requests
+	// that reached the simulator and how many of them failed: answered
+	// with any status but 200, a truncated 200, or given up by the client
+	// before its delayed (Slow) answer (a timeout).
+	PerMatch map[string]MatchCallCount `json:"perMatch,omitempty"`
+}
+
+// MatchCallCount is one match's entry in Stats.PerMatch.
+type MatchCallCount struct {
+	Match          int64 `json:"match"`
+	MatchFailed    int64 `json:"matchFailed"`
+	Timeline       int64 `json:"timeline"`
+	TimelineFailed int64 `json:"timelineFailed"`
+}
+
+// notePerMatch counts one request of method for match id in PerMatch.
+// Caller holds the sim's lock.
+func (st *statsState) notePerMatch(method, id string, failed bool) {
+	if id == "" || (method != MethodMatch && method != MethodTimeline) {
+		return
+	}
+	c := st.PerMatch[id]
+	f := int64(0)
+	if failed {
+		f = 1
+	}
+	if method == MethodMatch {
+		c.Match, c.MatchFailed = c.Match+1, c.MatchFailed+f
+	} else {
+		c.Timeline, c.TimelineFailed = c.Timeline+1, c.TimelineFailed+f
+	}
+	st.PerMatch[id] = c
 }
 
 // Count returns Requests[route][method][status].
@@ -53,7 +85,7 @@ type statsState struct{ Stats }
 
 func (st *statsState) reset() {
 	st.Stats = Stats{Requests: map[string]map[string]map[string]int64{}, RateLimited: map[string]int64{}, Faults: map[string]int64{},
-		MatchCalls: map[string]int64{}}
+		MatchCalls: map[string]int64{}, PerMatch: map[string]MatchCallCount{}}
 }
 
 func (st *statsState) record(route, method string, status int, bytes int64) {
@@ -87,6 +119,7 @@ func (s *Sim) Stats() Stats {
 	out.RateLimited = maps.Clone(s.stats.RateLimited)
 	out.Faults = maps.Clone(s.stats.Faults)
 	out.MatchCalls = maps.Clone(s.stats.MatchCalls)
+	out.PerMatch = maps.Clone(s.stats.PerMatch)
 	out.Blacklisted = s.blacklisted(s.now())
 	out.Buckets = s.limits.stats()
 	sort.Slice(out.Buckets, func(i, j int) bool {

@@ -268,6 +268,9 @@ type countingTransport struct {
 	stats *RiotStats
 }
 
+// Unwrap is the transport it counts for (riot's send check looks through it).
+func (t countingTransport) Unwrap() http.RoundTripper { return t.next }
+
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.stats.Requests.Add(1)
 	resp, err := t.next.RoundTrip(r)
@@ -296,7 +299,9 @@ func ShortHash(s string) string {
 
 // NewRiot builds the Riot client on a limiter shared through NATS KV (or a
 // local one when cfg.SharedRateLimit is off). A 401/403 seen by any process
-// stops every process using the key.
+// stops every process using the key (two answers in a row from a key
+// endpoint prove it, riot.Config.KeyRejectAfter); a probe that finds the
+// key accepted again, or `riftflow clear-key-rejection`, restarts them all.
 func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *slog.Logger) (*riot.Client, riot.Limiter, *RiotStats, error) {
 	if cfg.APIKey == "" {
 		return nil, nil, nil, errors.New("RIOT_API_KEY is not set")
@@ -306,16 +311,27 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	stats := &RiotStats{}
 	rc := riot.Config{APIKey: cfg.APIKey.Reveal(), BaseURL: cfg.BaseURL, Timeout: cfg.Timeout(), Logger: log,
 		BreakerTimeout: cfg.BreakerTimeout,
-		HTTPClient:     &http.Client{Transport: countingTransport{next: http.DefaultTransport, stats: stats}}}
-	var lim riot.Limiter
+		HTTPClient:     &http.Client{Transport: countingTransport{next: riot.NewTransport(0), stats: stats}}}
+	var lim ceilinged
+	var client atomic.Pointer[riot.Client] // set below; the watcher may clear it
 	if cfg.SharedRateLimit && js != nil {
-		sh, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: KeyID(cfg.APIKey.Reveal())})
+		sh, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: KeyID(cfg.APIKey.Reveal()),
+			OnKeyCleared: func() {
+				if c := client.Load(); c != nil {
+					c.AcceptKey()
+				}
+			}})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("shared rate limiter: %w", err)
 		}
 		rc.OnKeyRejected = func(status int) {
 			if err := sh.RejectKey(status); err != nil {
 				log.Error("could not share the key rejection", "err", err)
+			}
+		}
+		rc.OnKeyAccepted = func() {
+			if err := sh.ClearKeyRejection(); err != nil {
+				log.Error("could not share that the key is accepted again", "err", err)
 			}
 		}
 		lim = sh
@@ -326,11 +342,12 @@ func NewRiot(ctx context.Context, cfg config.Riot, js jetstream.JetStream, log *
 	if err := config.Parse(&ceil); err != nil {
 		return nil, nil, nil, err
 	}
-	rc.Limiter = WithCeilings(lim, ceil, cfg.RateLimitMaxWait)
+	rc.Limiter = WithCeilings(lim, ceil)
 	c, err := riot.New(rc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	client.Store(c)
 	return c, lim, stats, nil
 }
 
@@ -544,6 +561,15 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 		}
 	}
 	return inf, closeAll, nil
+}
+
+// QueuedSync is the pending job (store.QueueSync) of an ingest request
+// accepted by the HTTP API, the CLI or the scheduler: puuid is its PUUID
+// when known ("" for a Riot ID not resolved yet).
+func QueuedSync(req bus.IngestRequest, puuid string) store.SyncRequest {
+	return store.SyncRequest{RequestID: req.RequestID, PUUID: puuid, RiotID: req.RiotID, Platform: req.Platform,
+		Mode: string(req.Mode), Trigger: req.Trigger, Priority: string(req.Priority), Force: req.Force,
+		RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt}
 }
 
 // Reject refuses a request for good: it publishes a bus.Rejection with

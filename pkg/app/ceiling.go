@@ -1,79 +1,46 @@
 package app
 
 import (
-	"context"
 	"time"
 
-	"golang.org/x/time/rate"
-
+	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
 // Ceilings are design 002's own per-second and per-minute limits, set
 // below Riot's (RIOT_MAX_PER_SECOND, RIOT_MAX_PER_MINUTE; 0 = none). They
-// count every Riot request of this process, whatever the route or method,
-// before the rate limiter that follows Riot's headers: with N replicas of
-// a service, give each its share.
+// count every Riot request made with the key, whatever the route or
+// method, by every process that shares the rate limiter (as BullMQ's
+// global rate limit did): with the shared limiter they are KV windows of
+// the key (ratelimit.Shared.Ceiling), so N replicas together stay under
+// them; with RIOT_SHARED_RATELIMIT=false, each process alone.
 type Ceilings struct {
 	PerSecond int `env:"RIOT_MAX_PER_SECOND" envDefault:"0"`
 	PerMinute int `env:"RIOT_MAX_PER_MINUTE" envDefault:"0"`
 }
 
-// ceilingLimiter enforces Ceilings in front of another riot.Limiter.
-type ceilingLimiter struct {
-	next    riot.Limiter
-	buckets []*rate.Limiter
-	maxWait time.Duration
-	now     func() time.Time
-}
-
-// WithCeilings wraps next with c's ceilings (token buckets of golang.org/x/time/rate,
-// a burst of one window's count); a wait longer than maxWait or ctx's
-// deadline is a *riot.Error of KindRateLimited with RetryAt, as the
-// Limiter contract asks. No ceiling set: next itself.
-func WithCeilings(next riot.Limiter, c Ceilings, maxWait time.Duration) riot.Limiter {
-	l := &ceilingLimiter{next: next, maxWait: maxWait, now: time.Now}
+// Limits are c's windows: PerSecond per 1 s, PerMinute per 60 s (none
+// for a 0).
+func (c Ceilings) Limits() []ratelimit.Limit {
+	var ls []ratelimit.Limit
 	if c.PerSecond > 0 {
-		l.buckets = append(l.buckets, rate.NewLimiter(rate.Limit(c.PerSecond), c.PerSecond))
+		ls = append(ls, ratelimit.Limit{N: c.PerSecond, Window: time.Second})
 	}
 	if c.PerMinute > 0 {
-		l.buckets = append(l.buckets, rate.NewLimiter(rate.Every(time.Minute/time.Duration(c.PerMinute)), c.PerMinute))
+		ls = append(ls, ratelimit.Limit{N: c.PerMinute, Window: time.Minute})
 	}
-	if len(l.buckets) == 0 {
-		return next
-	}
-	return l
+	return ls
 }
 
-// Acquire implements riot.Limiter.
-func (l *ceilingLimiter) Acquire(ctx context.Context, c riot.Call) (riot.Permit, error) {
-	now := l.now()
-	var wait time.Duration
-	res := make([]*rate.Reservation, 0, len(l.buckets))
-	for _, b := range l.buckets {
-		r := b.ReserveN(now, 1)
-		res = append(res, r)
-		wait = max(wait, r.DelayFrom(now))
-	}
-	cancel := func() {
-		for _, r := range res {
-			r.CancelAt(now)
-		}
-	}
-	if dl, ok := ctx.Deadline(); wait > l.maxWait || (ok && now.Add(wait).After(dl)) {
-		cancel()
-		return nil, &riot.Error{Kind: riot.KindRateLimited, Op: c.Method, RetryAt: now.Add(wait),
-			Msg: "riftflow's own ceiling (RIOT_MAX_PER_SECOND / RIOT_MAX_PER_MINUTE)"}
-	}
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			cancel()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-	return l.next.Acquire(ctx, c)
+// ceilinged is a limiter that can put key-wide ceilings in front of itself
+// (ratelimit.Local, ratelimit.Shared).
+type ceilinged interface {
+	riot.Limiter
+	Ceiling([]ratelimit.Limit) riot.Limiter
 }
+
+// WithCeilings puts c's ceilings in front of lim's budgets, counted where
+// lim counts (every process of the key for ratelimit.Shared); a wait
+// longer than the limiter's MaxWait or ctx's deadline is a *riot.Error of
+// KindRateLimited with RetryAt. No ceiling set: lim itself.
+func WithCeilings(lim ceilinged, c Ceilings) riot.Limiter { return lim.Ceiling(c.Limits()) }

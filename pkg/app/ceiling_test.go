@@ -1,51 +1,69 @@
 package app
 
 import (
-	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/streamstest"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
-type countingLimiter struct{ n int }
-
-type nopPermit struct{}
-
-func (nopPermit) Done(int, http.Header) {}
-func (nopPermit) Cancel()               {}
-
-func (l *countingLimiter) Acquire(context.Context, riot.Call) (riot.Permit, error) {
-	l.n++
-	return nopPermit{}, nil
-}
-
-// TestCeilings: with RIOT_MAX_PER_MINUTE 3, the fourth request in a minute
-// is refused as rate-limited with a RetryAt about 20 s ahead (never sent to
-// the next limiter); with no ceiling the limiter is not wrapped.
-func TestCeilings(t *testing.T) {
-	next := &countingLimiter{}
-	if got := WithCeilings(next, Ceilings{}, time.Second); got != riot.Limiter(next) {
-		t.Fatal("no ceiling set, yet the limiter was wrapped")
+// TestCeilingsAcrossProcesses: RIOT_MAX_PER_MINUTE=3 caps the key, not
+// each process (design 002's BULLMQ_GLOBAL_RATE). Two Riot clients built
+// as two services build them (NewRiot), each on its own NATS connection,
+// share the ratelimit KV bucket: together they send 3 requests within a
+// minute, and every later call is refused as rate-limited without being
+// sent. Per-process ceilings sent 3 each.
+func TestCeilingsAcrossProcesses(t *testing.T) {
+	t.Setenv("RIOT_MAX_PER_MINUTE", "3")
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := hits.Add(1)
+		w.Header().Set("X-App-Rate-Limit", "100:10")
+		w.Header().Set("X-App-Rate-Limit-Count", strconv.FormatInt(n, 10)+":10")
+		w.Header().Set("X-Method-Rate-Limit", "100:10")
+		_, _ = w.Write([]byte("[]"))
+	}))
+	t.Cleanup(srv.Close)
+	s := natstest.Server(t)
+	cfg := config.Riot{APIKey: "RGAPI-ceiling-test", BaseURL: srv.URL + "/{route}", TimeoutMS: 2000,
+		RateLimitMaxWait: 200 * time.Millisecond, SharedRateLimit: true, BackoffStart: time.Second, BackoffMax: time.Minute,
+		BreakerTimeout: time.Second}
+	log := slog.New(slog.DiscardHandler)
+	var clients []*riot.Client
+	for i := range 2 {
+		_, js := natstest.Connect(t, s)
+		if i == 0 {
+			streamstest.Bucket(t, js, "ratelimit")
+		}
+		c, _, _, err := NewRiot(t.Context(), cfg, js, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
 	}
-	lim := WithCeilings(next, Ceilings{PerSecond: 10, PerMinute: 3}, time.Second)
-	call := riot.Call{Route: "americas", Method: "match-v5.getMatch"}
-	for i := 0; i < 3; i++ {
-		if _, err := lim.Acquire(t.Context(), call); err != nil {
-			t.Fatalf("request %d: %v", i+1, err)
+	sent, refused := 0, 0
+	for i := range 8 {
+		_, err := clients[i%2].MatchIDsByPUUID(t.Context(), "americas", "puuid", riot.MatchIDsQuery{})
+		var re *riot.Error
+		switch {
+		case err == nil:
+			sent++
+		case errors.As(err, &re) && re.Kind == riot.KindRateLimited && re.Status == 0:
+			refused++
+		default:
+			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	_, err := lim.Acquire(t.Context(), call)
-	var re *riot.Error
-	if !errors.As(err, &re) || re.Kind != riot.KindRateLimited {
-		t.Fatalf("fourth request in a minute: %v, want KindRateLimited", err)
-	}
-	if d := time.Until(re.RetryAt); d < 15*time.Second || d > 21*time.Second {
-		t.Errorf("RetryAt in %v, want about 20 s (one token per 20 s)", d)
-	}
-	if next.n != 3 {
-		t.Errorf("%d requests reached the next limiter, want 3", next.n)
+	if hits.Load() != 3 || sent != 3 || refused != 5 {
+		t.Fatalf("Riot saw %d requests (%d calls answered, %d refused) from two processes under RIOT_MAX_PER_MINUTE=3, want 3 (3, 5)", hits.Load(), sent, refused)
 	}
 }

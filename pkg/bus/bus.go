@@ -231,6 +231,10 @@ type SyncCommand struct {
 	Force bool `json:"force,omitempty"`
 	// RequestedBy is the requester's free-text name (jobs.requested_by).
 	RequestedBy string `json:"requested_by,omitempty"`
+	// PlatformFound is true when the request named no platform and the
+	// resolver found Platform through account-v1 getActiveRegion (recorded
+	// in jobs.detail.platform_found).
+	PlatformFound bool `json:"platform_found,omitempty"`
 }
 
 // FetchCommand asks the match-fetcher to fetch one MatchDto or TimelineDto.
@@ -265,6 +269,11 @@ type FetchCommand struct {
 	// by `riftflow retry`): its Nats-Msg-Ids carry DedupSuffix so the
 	// stream's duplicate window does not swallow it.
 	Force bool `json:"force,omitempty"`
+	// Hold is the token of the message schedule this command was delivered
+	// from ("" for any other command): the fetch ledger's held_by while the
+	// schedule waited. A command whose fetch is held by another schedule
+	// makes no Riot call.
+	Hold string `json:"hold,omitempty"`
 }
 
 // DedupSuffix is appended to every Nats-Msg-Id derived from c: "" for an

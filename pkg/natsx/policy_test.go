@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/fault"
@@ -313,5 +316,69 @@ func TestReplayFindsTextInHeaders(t *testing.T) {
 	m, err := st.GetLastMsgForSubject(ctx, "w.x")
 	if err != nil || m.Header.Get("Riftflow-Fetch-Result") == "" || len(m.Data) != 4 {
 		t.Fatalf("replayed %v %v", m, err)
+	}
+}
+
+// TestReplayRefusesForgedTargets: a dead letter chooses its own headers, so
+// Replay takes its source stream from the letter's subject and refuses a
+// target under "$" (a JetStream API call), one outside the source stream's
+// subjects, a letter whose header claims another stream, and one Allow
+// refuses; each stays in DEAD with its reason, and the honest one is
+// replayed.
+func TestReplayRefusesForgedTargets(t *testing.T) {
+	_, _, js := startJS(t)
+	st, _ := wqConsumer(t, js, jetstream.ConsumerConfig{})
+	dst, _ := deadStream(t, js)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "V", Subjects: []string{"v.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	forge := func(subject, target, claimed string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = []byte("forged " + target)
+		m.Header.Set(DeadSubjectHeader, target)
+		if claimed != "" {
+			m.Header.Set(DeadStreamHeader, claimed)
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge("dead.W", "$JS.API.STREAM.DELETE.W", "W")
+	forge("dead.W", "v.x", "W")      // another stream's subject
+	forge("dead.V", "w.a", "V")      // claims V, targets W
+	forge("dead.W", "w.b", "V")      // its header claims another stream
+	forge("dead.W.x", "w.c", "W")    // not <prefix>.<stream>
+	forge("dead.W", "w.>", "W")      // a wildcard
+	forge("dead.W", "w.denied", "W") // Allow refuses it
+	forge("dead.W", "w.honest", "W") // the one honest letter
+	allow := func(dead, target string) error {
+		if target == "w.denied" {
+			return errors.New("not yours")
+		}
+		return nil
+	}
+	res, err := Replay(ctx, js, "DEAD", ReplayFilter{Allow: allow})
+	if err != nil || res.Replayed != 1 || res.Refused != 7 || len(res.Refusals) != 7 {
+		t.Fatalf("Replay = %+v, %v; want 1 replayed, 7 refused", res, err)
+	}
+	for _, want := range []string{"a system subject", "not a subject of stream W", "not a subject of stream V",
+		"claims stream V", "is not <dead-letter prefix>.<stream>", "a wildcard", "not yours"} {
+		if !slices.ContainsFunc(res.Refusals, func(r string) bool { return strings.Contains(r, want) }) {
+			t.Errorf("no refusal says %q: %q", want, res.Refusals)
+		}
+	}
+	if _, err := js.Stream(ctx, "W"); err != nil {
+		t.Fatalf("stream W after the replay: %v", err)
+	}
+	if info, _ := st.Info(ctx); info.State.Msgs != 1 {
+		t.Fatalf("%d messages in W, want the honest one", info.State.Msgs)
+	}
+	if m, err := st.GetLastMsgForSubject(ctx, "w.honest"); err != nil || string(m.Data) != "forged w.honest" {
+		t.Fatalf("honest letter: %v %v", m, err)
+	}
+	if info, _ := dst.Info(ctx); info.State.Msgs != 7 {
+		t.Fatalf("%d dead letters left, want the 7 refused", info.State.Msgs)
 	}
 }

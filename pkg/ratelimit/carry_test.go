@@ -10,9 +10,9 @@ import (
 
 // lateLeaseSetup starts two Shared instances, a and b, on one KV bucket
 // with a 4 per 10 s app budget, learned at 0 s. At 20 s a fresh window
-// starts: a is granted two requests (a1, a2), and, at 29.9 s, b is granted
+// starts: a is granted two requests (a1, a2), and, at 29.8 s, b is granted
 // p, the window's last token. It returns a1, a2 and p, with the clock at
-// 29.9 s.
+// 29.8 s.
 func lateLeaseSetup(t *testing.T, keyID string, clk *manualClock) (a, b *Shared, a1, a2, p riot.Permit) {
 	t.Helper()
 	newJS := startNATS(t)
@@ -27,10 +27,10 @@ func lateLeaseSetup(t *testing.T, keyID string, clk *manualClock) (a, b *Shared,
 	if len(as) != 2 {
 		t.Fatalf("a granted %d at the window's start, want 2", len(as))
 	}
-	clk.at(29*time.Second + 900*time.Millisecond)
+	clk.at(29*time.Second + 800*time.Millisecond)
 	ps := grants(t, b, 1)
 	if len(ps) != 1 {
-		t.Fatal("b was not granted a token at 29.9 s")
+		t.Fatal("b was not granted a token at 29.8 s")
 	}
 	return a, b, as[0], as[1], ps[0]
 }
@@ -59,7 +59,7 @@ func grantsBoth(t *testing.T, a, b *Shared) int {
 
 // TestSharedRollKeepsOtherProcessesLateTokens: process a's two requests,
 // granted at 20 s in the KV window [20 s, 30 s), reach Riot only after 30 s
-// (a loaded host). Process b's p, granted at 29.9 s, reaches Riot after its
+// (a loaded host). Process b's p, granted at 29.8 s, reaches Riot after its
 // window reset and is answered with count 1: b rolls the KV window. a's two
 // requests land in the window p began, after p. Riot's window then holds
 // p, a1, a2 and whatever is granted after the roll: at most 4. Rolling to
@@ -109,10 +109,10 @@ func TestSharedRollFreesSettledTokens(t *testing.T) {
 		n, _ := wv.unsettled(clk.t0().Add(21 * time.Second).UnixMilli())
 		return ok && n == 2
 	})
-	clk.at(29*time.Second + 900*time.Millisecond)
+	clk.at(29*time.Second + 800*time.Millisecond)
 	ps := grants(t, b, 1)
 	if len(ps) != 1 {
-		t.Fatal("b was not granted a token at 29.9 s")
+		t.Fatal("b was not granted a token at 29.8 s")
 	}
 	rollAt(t, a, clk, key, ps[0])
 	if after := grantsBoth(t, a, b); after != 3 {

@@ -27,6 +27,15 @@
 // closed when the KV bucket is unreachable: it grants only tokens already
 // leased.
 //
+// A grant cannot be used late: every permit carries a send deadline (the
+// earliest start + length − send allowance of its windows), and
+// Permit.Send, which riot.Client calls in its HTTP transport immediately
+// before the request goes on the wire, returns an expired permit unsent
+// (the client acquires again). A late first send in a window moves the
+// window's start, in KV for Shared, before the request goes. Local.Ceiling
+// and Shared.Ceiling add key-wide ceilings (RIOT_MAX_PER_SECOND,
+// RIOT_MAX_PER_MINUTE) counted like Riot's budgets.
+//
 // The design, its trade-offs and measured figures are in
 // docs/rate-limiting.md.
 package ratelimit

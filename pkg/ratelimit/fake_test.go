@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/streamstest"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -242,33 +242,8 @@ func startNATS(t testing.TB) func() jetstream.JetStream {
 		_, js := natstest.Connect(t, s)
 		return js
 	}
-	createBucket(t, newJS())
+	streamstest.Bucket(t, newJS(), "ratelimit")
 	return newJS
-}
-
-// createBucket creates the rate-limit KV bucket as streams/streams.json
-// declares it (as `riftflow streams apply` does).
-func createBucket(t testing.TB, js jetstream.JetStream) {
-	t.Helper()
-	raw, err := os.ReadFile("../../streams/streams.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var decl struct {
-		Buckets []jetstream.KeyValueConfig `json:"buckets"`
-	}
-	if err := json.Unmarshal(raw, &decl); err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range decl.Buckets {
-		if b.Bucket == "ratelimit" {
-			if _, err := js.CreateOrUpdateKeyValue(t.Context(), b); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatal("streams.json declares no ratelimit bucket")
 }
 
 func newShared(t testing.TB, js jetstream.JetStream, o SharedOptions) *Shared {

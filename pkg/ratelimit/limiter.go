@@ -38,6 +38,18 @@ type Options struct {
 	// start and Riot's (the first request's trip) and the jitter of later
 	// trips (see docs/rate-limiting.md).
 	InitialMargin time.Duration
+	// SendAllowance is the least time kept between a grant's send
+	// deadline and the end of the windows it was counted in (default
+	// 100 ms, one CFS period of a Kubernetes CPU limit). Every grant
+	// carries a deadline, the earliest start + length of the windows it
+	// was counted in minus the allowance, and a request is written only if
+	// Permit.Send, called immediately before it goes on the wire, finds
+	// the deadline not passed (the riot.Client does). The allowance is
+	// the larger of this and the longest time this process took, in the
+	// last 30 to 60 s, from Send to the request written (Permit.Written),
+	// at most a quarter of the window; no window grants during its last
+	// allowance.
+	SendAllowance time.Duration
 	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
 	RetryAfterMargin time.Duration
 	// BackoffStart and BackoffMax shape the exponential pause after a 429
@@ -73,6 +85,9 @@ func (o *Options) defaults() {
 	if o.RetryAfterMargin <= 0 {
 		o.RetryAfterMargin = 500 * time.Millisecond
 	}
+	if o.SendAllowance <= 0 {
+		o.SendAllowance = 100 * time.Millisecond
+	}
 	if o.BackoffStart <= 0 {
 		o.BackoffStart = time.Second
 	}
@@ -107,6 +122,50 @@ func (s *rttStat) add(r time.Duration) {
 		s.srtt += (r - s.srtt) / 8
 	}
 	s.n++
+}
+
+// lagSpan is the period of sendLag's sliding maximum.
+const lagSpan = 30 * time.Second
+
+// sendLag is the longest time from Permit.Send to the request written
+// (Permit.Written) seen in the current and the previous lagSpan.
+type sendLag struct {
+	cur, prev time.Duration
+	since     time.Time
+}
+
+func (l *sendLag) roll(now time.Time) {
+	switch d := now.Sub(l.since); {
+	case d >= 2*lagSpan:
+		l.cur, l.prev, l.since = 0, 0, now
+	case d >= lagSpan:
+		l.cur, l.prev, l.since = 0, l.cur, l.since.Add(lagSpan)
+	}
+}
+
+func (l *sendLag) add(d time.Duration, now time.Time) {
+	l.roll(now)
+	l.cur = max(l.cur, d)
+}
+
+func (l *sendLag) max(now time.Time) time.Duration {
+	l.roll(now)
+	return max(l.cur, l.prev)
+}
+
+// allowance is the time before the end of w that a grant's send deadline
+// keeps clear (Options.SendAllowance): the larger of the configured floor
+// and the longest measured send lag, at most a quarter of the window.
+// Callers hold mu.
+func (e *engine) allowance(w *window, now time.Time) time.Duration {
+	return min(max(e.o.SendAllowance, e.lag.max(now)), w.length/maxMarginDiv)
+}
+
+// closes is when w stops granting: start + length − allowance. A grant's
+// send deadline is the earliest closes of the windows it was counted in.
+// Callers hold mu.
+func (e *engine) closes(w *window, now time.Time) time.Time {
+	return w.start.Add(w.length - e.allowance(w, now))
 }
 
 // minMargin is the resolution of window starts in KV (Unix ms).
@@ -149,7 +208,11 @@ func (e *engine) margin(b *bucket, w *window) time.Duration {
 // count-1 reply proved that Riot's window ends sooner (w.riotEnd, plus the
 // error bound of this process's clock offset). Callers hold mu.
 func (e *engine) end(b *bucket, w *window) time.Time {
-	end := w.start.Add(w.length + e.margin(b, w))
+	start := w.start
+	if w.lateStart.After(start) {
+		start = w.lateStart // a late first send moved Riot's possible start (permit.Send)
+	}
+	end := start.Add(w.length + e.margin(b, w))
 	if !w.riotEnd.IsZero() {
 		_, offErr := e.st.clock()
 		if c := w.riotEnd.Add(offErr); c.Before(end) {
@@ -202,6 +265,12 @@ type window struct {
 	// KV window's settled list (kvStore.settle).
 	epoch int64
 	pend  settleVal
+	// sentFor is the start of the window in which this process last sent
+	// a request (permit.Send): equal to start once it has sent in this
+	// window. lateStart is the later start that a late first send gave
+	// the window (Riot's window may open only then); engine.end counts
+	// from it.
+	sentFor, lateStart time.Time
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -276,6 +345,7 @@ type engine struct {
 	st       store
 	rejected int // HTTP status that rejected the key, 0 if none
 	met      *metrics
+	lag      sendLag // Send to written, for the send allowance
 }
 
 func newEngine(o Options) *engine {
@@ -316,6 +386,13 @@ func (l *Local) RejectKey(status int) {
 // type, refusals, time waited) per route and method.
 func (l *Local) Counters() []CallStats { return l.e.met.counters() }
 
+// ClearKeyRejection clears a rejection (RejectKey): Acquire grants again.
+func (l *Local) ClearKeyRejection() {
+	l.e.mu.Lock()
+	l.e.acceptKey()
+	l.e.mu.Unlock()
+}
+
 // KeyRejected reports whether the key was rejected, and the status that did.
 func (l *Local) KeyRejected() (bool, int) {
 	l.e.mu.Lock()
@@ -341,6 +418,14 @@ func (e *engine) rejectKey(status int) bool {
 		}
 	}
 	return first
+}
+
+// acceptKey clears a rejection; it reports whether there was one. Callers
+// hold mu. (rejectKey emptied the queues, so no waiter needs waking.)
+func (e *engine) acceptKey() bool {
+	was := e.rejected != 0
+	e.rejected = 0
+	return was
 }
 
 func (e *engine) route(name string) *route {
@@ -386,12 +471,20 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	for _, w := range b.windows {
 		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
 			dropped := max(w.leased, 0)
-			w.start, w.count, w.leased, w.riotEnd = time.Time{}, 0, 0, time.Time{}
+			w.start, w.count, w.leased, w.riotEnd, w.lateStart = time.Time{}, 0, 0, time.Time{}, time.Time{}
 			// Requests still in flight at the rollover may reach Riot after
 			// its window reset and count in its next one: they count in
 			// ours too, or a window granted in full could overshoot by the
 			// stragglers (store.rolled).
 			e.st.rolled(b, w, dropped, now)
+		}
+		if !w.start.IsZero() && !now.Before(e.closes(w, now)) {
+			// Closed: a grant now would carry a deadline already passed
+			// (permit.Send). Nothing more until the window rolls.
+			if end := e.end(b, w); res != blocked || end.After(until) {
+				res, until = blocked, end
+			}
+			continue
 		}
 		wres, wuntil := e.st.reserve(b, w, e.end(b, w), now)
 		switch {
@@ -594,6 +687,7 @@ func (e *engine) dispatch(r *route, now time.Time) {
 					r.newBurst(now)
 				}
 				w.p = &permit{e: e, r: r, mb: mb, c: w.c, at: now, appMarks: e.take(r.app, now), mMarks: e.take(mb, now)}
+				w.p.deadline = e.deadline(w.p, now)
 				e.met.granted(w.c)
 				close(w.ready)
 				progressed = true
@@ -645,6 +739,137 @@ type permit struct {
 	appMarks []mark    // where it stands in each app window it was counted in
 	mMarks   []mark
 	once     sync.Once
+	// deadline is the latest time Send lets the request go (zero: none,
+	// for a request granted while its limits were unknown): the earliest
+	// closes of the windows it was counted in. sentAt is when Send let it
+	// go (mu).
+	deadline, sentAt time.Time
+}
+
+// deadline is p's send deadline, granted at now: the earliest closes of
+// the windows p was counted in (zero if none). Callers hold mu.
+func (e *engine) deadline(p *permit, now time.Time) time.Time {
+	var d time.Time
+	for _, b := range []*bucket{p.r.app, p.mb} {
+		for _, w := range b.windows {
+			if w.start.IsZero() {
+				continue
+			}
+			if c := e.closes(w, now); d.IsZero() || c.Before(d) {
+				d = c
+			}
+		}
+	}
+	return d
+}
+
+// Send implements riot.Permit: the request may go on the wire if its send
+// deadline has not passed on the limiter's clock. A request that checked
+// in time reaches Riot before the windows it was counted in end, as long
+// as it is written within the send allowance (Options.SendAllowance).
+// Past the deadline the permit is returned to its budget as by Cancel and
+// Send reports false: the caller must not send it, and acquires again.
+//
+// A request that is the first this process sends in one of its windows,
+// more than half the margin after the window's start, may be the one
+// that opens Riot's window, late: Riot's window would then end after ours
+// and a next window of ours would grant into it. Send first moves the
+// window's start (for Shared, in KV, with compare-and-set, before the
+// request goes) to now − margin/2, so that it ends no earlier than Riot's
+// can. If that fails (the KV window moved on, or KV is unreachable), the
+// grant is returned as expired (fail closed).
+func (p *permit) Send() bool {
+	e := p.e
+	e.mu.Lock()
+	now := e.now()
+	if !p.deadline.IsZero() && !now.Before(p.deadline) {
+		p.expire()
+		e.mu.Unlock()
+		return false
+	}
+	late := e.lateOpens(p, now)
+	e.mu.Unlock()
+	for _, l := range late {
+		if err := e.st.opening(l.b, l.w, l.m, l.start); err != nil {
+			e.o.Logger.Debug("ratelimit: late first send not recorded; grant returned", "route", p.r.name, "err", err)
+			e.mu.Lock()
+			p.expire()
+			e.mu.Unlock()
+			return false
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now = e.now()
+	if len(late) > 0 && !p.deadline.IsZero() && !now.Before(p.deadline) {
+		p.expire()
+		return false
+	}
+	for _, l := range late {
+		if l.w.start.Equal(l.m.start) && l.start.After(l.w.lateStart) {
+			l.w.lateStart, l.w.sentFor = l.start, l.w.start
+		}
+	}
+	p.sentAt = now
+	return true
+}
+
+// expire returns p unsent (Send past its deadline). Callers hold mu.
+func (p *permit) expire() {
+	p.once.Do(func() {
+		p.e.met.expired(p.c)
+		p.e.cancel(p)
+	})
+}
+
+// lateOpen is a window that a late first send opens (permit.Send): its
+// start must move to start.
+type lateOpen struct {
+	b     *bucket
+	w     *window
+	m     mark
+	start time.Time
+}
+
+// lateOpens marks p's windows as sent in by this process and returns
+// those where p is this process's first request, sent more than half the
+// margin after the window's start (rounded up to KV's milliseconds).
+// A window whose start moved since p's grant was realigned by a count-1
+// reply: Riot's window is open, nothing to move. Callers hold mu.
+func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
+	var out []lateOpen
+	for _, x := range []struct {
+		b     *bucket
+		marks []mark
+	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
+		for i, w := range x.b.windows {
+			if i >= len(x.marks) || x.marks[i].start.IsZero() || !w.start.Equal(x.marks[i].start) || w.sentFor.Equal(w.start) {
+				continue
+			}
+			half := e.margin(x.b, w) / 2
+			if !now.After(w.start.Add(half)) {
+				w.sentFor = w.start
+				continue
+			}
+			start := now.Add(-half)
+			start = time.UnixMilli(start.Add(time.Millisecond - 1).UnixMilli())
+			out = append(out, lateOpen{b: x.b, w: w, m: x.marks[i], start: start})
+		}
+	}
+	return out
+}
+
+// Written implements riot.Permit: the time since Send is a sample of this
+// process's send lag, which the send allowance keeps clear.
+func (p *permit) Written() {
+	e := p.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !p.sentAt.IsZero() {
+		now := e.now()
+		e.lag.add(now.Sub(p.sentAt), now)
+		p.sentAt = time.Time{}
+	}
 }
 
 // Cancel implements riot.Permit: the reservation returns to the budget.

@@ -22,6 +22,7 @@ import (
 //	riftflow.ratelimit.granted       counter   {route, method, priority}
 //	riftflow.ratelimit.429           counter   {route, method, type}  type: application|method|service|server|none|other
 //	riftflow.ratelimit.refused       counter   {route, method}        Acquire returned KindRateLimited
+//	riftflow.ratelimit.expired       counter   {route, method}        a grant past its send deadline, returned unsent (Permit.Send)
 //	riftflow.ratelimit.wait          histogram seconds {route, priority}
 //	riftflow.ratelimit.budget_used   gauge     count/limit of the tightest window {route, method} (method "app" for the app budget)
 //	riftflow.ratelimit.key_rejected  counter   {status, source}       the key was rejected (401/403); source "local" (this process saw it) or "shared" (another replica did)
@@ -29,8 +30,8 @@ import (
 // The same counts are kept in memory per (route, method) for Counters and
 // for the per-process record Shared writes to KV (riftflow status).
 type metrics struct {
-	cGranted, tooMany, refused, rejected metric.Int64Counter
-	wait                                 metric.Float64Histogram
+	cGranted, tooMany, refused, rejected, cExpired metric.Int64Counter
+	wait                                           metric.Float64Histogram
 
 	mu    sync.Mutex
 	calls map[[2]string]*CallStats
@@ -49,6 +50,10 @@ type CallStats struct {
 	// Refused counts Acquire calls that returned KindRateLimited (the wait
 	// would pass the deadline): the caller rescheduled.
 	Refused int64 `json:"refused,omitempty"`
+	// Expired counts grants returned unsent because the request reached
+	// the transport after the grant's send deadline (and was acquired
+	// again).
+	Expired int64 `json:"expired,omitempty"`
 	// WaitSeconds is the total time granted calls spent queued in Acquire.
 	WaitSeconds float64 `json:"waitS,omitempty"`
 	// Pauses counts 429 pauses started here and PausedSeconds their total
@@ -64,6 +69,7 @@ func newMetrics(e *engine) *metrics {
 	x.tooMany, _ = m.Int64Counter("riftflow.ratelimit.429", metric.WithDescription("429 answers from Riot by X-Rate-Limit-Type"))
 	x.refused, _ = m.Int64Counter("riftflow.ratelimit.refused", metric.WithDescription("Acquire calls refused because the wait would pass the deadline or MaxWait"))
 	x.rejected, _ = m.Int64Counter("riftflow.ratelimit.key_rejected", metric.WithDescription("Riot API key rejections (401/403): every call with the key stops"))
+	x.cExpired, _ = m.Int64Counter("riftflow.ratelimit.expired", metric.WithDescription("Grants returned unsent: the request reached the transport after the grant's send deadline"))
 	x.wait, _ = m.Float64Histogram("riftflow.ratelimit.wait", metric.WithUnit("s"), metric.WithDescription("Time spent waiting in Acquire"))
 	g, err := m.Float64ObservableGauge("riftflow.ratelimit.budget_used", metric.WithDescription("count/limit of the tightest window of each budget"))
 	if err == nil {
@@ -113,6 +119,15 @@ func (m *metrics) rateLimited(c riot.Call, _ string) {
 	m.refused.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", c.Route), attribute.String("method", c.Method)))
 	m.mu.Lock()
 	m.call(c.Route, c.Method).Refused++
+	m.mu.Unlock()
+}
+
+// expired counts a grant returned unsent because its send deadline had
+// passed when the request reached the transport (permit.Send).
+func (m *metrics) expired(c riot.Call) {
+	m.cExpired.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", c.Route), attribute.String("method", c.Method)))
+	m.mu.Lock()
+	m.call(c.Route, c.Method).Expired++
 	m.mu.Unlock()
 }
 

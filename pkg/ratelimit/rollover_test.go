@@ -39,9 +39,15 @@ func riotHeaders(app, appCount, method, methodCount string) http.Header {
 // before one is refused (at most max).
 func grants(t *testing.T, lim riot.Limiter, max int) []riot.Permit {
 	t.Helper()
+	return grantsOf(t, lim, getMatch, max)
+}
+
+// grantsOf is grants for call c.
+func grantsOf(t *testing.T, lim riot.Limiter, c riot.Call, max int) []riot.Permit {
+	t.Helper()
 	var ps []riot.Permit
 	for len(ps) < max {
-		p, err := lim.Acquire(context.Background(), getMatch)
+		p, err := lim.Acquire(context.Background(), c)
 		if err != nil {
 			if !isRateLimited(err) {
 				t.Fatal(err)
@@ -82,7 +88,7 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 	p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
 	m := appMargin(lim.e)
 	end := 10*time.Second + m
-	clk.at(end - time.Millisecond)
+	clk.at(lastGrant(lim.e))
 	straggler := grants(t, lim, 1)[0]
 	clk.at(end + time.Millisecond)
 	next := grants(t, lim, 1)[0] // our next window starts here, counting the straggler too
@@ -142,16 +148,16 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 
 // lastAfterReset plays the end of a 3:10 window begun at 0 s with one
 // request: at 5 s, second is granted one more, answered with count 2; just
-// before the window's end (10 s plus the margin of e), last is granted the
-// one left and no more; its answer comes 20 ms after that end with count 1
-// (it reached Riot after Riot's window reset).
+// before the window closes (lastGrant), last is granted the one left and no
+// more; its answer comes 20 ms after the window's end (10 s plus the margin
+// of e) with count 1 (it reached Riot after Riot's window reset).
 func lastAfterReset(t *testing.T, clk *manualClock, second, last riot.Limiter, e *engine) {
 	t.Helper()
 	const app, meth = "3:10", "100:10"
 	clk.at(5 * time.Second)
 	grants(t, second, 1)[0].Done(200, riotHeaders(app, "2:10", meth, "2:10"))
 	end := 10*time.Second + appMargin(e)
-	clk.at(end - time.Millisecond)
+	clk.at(lastGrant(e))
 	ps := grants(t, last, 2)
 	if len(ps) != 1 {
 		t.Fatalf("granted %d at the window's end, want the 1 left", len(ps))
@@ -179,6 +185,13 @@ func holdsUntilRiotsEnd(t *testing.T, clk *manualClock, lim riot.Limiter, riotEn
 	if got := grants(t, lim, 5); len(got) != 3 {
 		t.Fatalf("granted %d at the end Riot's count-1 reply proved (not start + 10 s + margin), want 3", len(got))
 	}
+}
+
+// lastGrant is the last instant a 10 s window begun at 0 s grants: 1 ms
+// before it closes, its send allowance before its nominal end
+// (engine.closes).
+func lastGrant(e *engine) time.Duration {
+	return 10*time.Second - e.o.SendAllowance - time.Millisecond
 }
 
 // appMargin is the margin of the first app window of route asia.

@@ -60,6 +60,12 @@ type SharedOptions struct {
 	// (see ReadState). Negative StatsEvery disables it.
 	ProcID     string
 	StatsEvery time.Duration
+	// OnKeyCleared, if set, is called (from the KV watcher's goroutine)
+	// when another process or an operator clears the key's rejection
+	// (ClearKeyRejection, `riftflow clear-key-rejection`) while this one
+	// had it: the Riot client's own flag is cleared with it
+	// (riot.Client.AcceptKey).
+	OnKeyCleared func()
 }
 
 // Shared is a riot.Limiter whose budgets are shared, through a JetStream KV
@@ -195,19 +201,10 @@ func (st *kvStore) syncClock(ctx context.Context) error {
 	return nil
 }
 
-// staleReads is how many times measureClock reads its write again when the
-// read comes from a replica that has not applied it yet, readRetry apart.
-const (
-	staleReads = 10
-	readRetry  = 20 * time.Millisecond
-)
-
 // measureClock takes one sample of the offset of the NATS server's clock
 // from now: it writes key and reads back the entry's timestamp, which the
 // server stamped when it stored the write. ok is false when another writer
-// got in between (no sample). A KV bucket answers reads from any replica
-// (direct get): on a replicated bucket the read may not see the write yet
-// (not found, or an older revision), and is retried.
+// got in between or the read-back does not see the write yet (no sample).
 func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now func() time.Time) (smp clockSample, ok bool, err error) {
 	t1 := now()
 	rev, err := kv.Put(ctx, key, []byte("t"))
@@ -215,18 +212,11 @@ func measureClock(ctx context.Context, kv jetstream.KeyValue, key string, now fu
 	if err != nil {
 		return smp, false, err
 	}
-	var ent jetstream.KeyValueEntry
-	for i := 0; ; i++ {
-		ent, err = kv.Get(ctx, key)
-		stale := errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && ent.Revision() < rev
-		if !stale || i == staleReads {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return smp, false, ctx.Err()
-		case <-time.After(readRetry):
-		}
+	ent, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		// A direct get served by a replica that has not applied the Put
+		// yet (R3 buckets): no sample, as for another writer's revision.
+		return smp, false, nil
 	}
 	if err != nil {
 		return smp, false, err
@@ -348,6 +338,31 @@ func (s *Shared) RejectKey(status int) error {
 	return err
 }
 
+// ClearKeyRejection clears the key's rejection here and in KV (a probe
+// found the key accepted again): every replica's watcher clears its own.
+// Errors: the KV delete failed (this process is cleared anyway).
+func (s *Shared) ClearKeyRejection() error {
+	s.e.mu.Lock()
+	s.e.acceptKey()
+	s.e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.st.o.KVTimeout)
+	defer cancel()
+	return ClearRejection(ctx, s.st.kv, s.st.o.KeyID)
+}
+
+// ClearRejection deletes the shared rejection of the key keyID from the
+// rate-limit bucket kv, so that every process using the key sends calls
+// again (each Shared limiter's watcher clears its flag and calls
+// SharedOptions.OnKeyCleared). If the key is still refused, two 401/403
+// answers from key endpoints reject it again. Deleting a key that is not
+// rejected is no error.
+func ClearRejection(ctx context.Context, kv jetstream.KeyValue, keyID string) error {
+	if err := kv.Delete(ctx, keyID+".rejected"); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("ratelimit: clear the rejection of key %s: %w", keyID, err)
+	}
+	return nil
+}
+
 // KeyRejected reports whether any replica rejected the key, and the status.
 func (s *Shared) KeyRejected() (bool, int) {
 	s.e.mu.Lock()
@@ -366,6 +381,18 @@ func (s *Shared) watch(w jetstream.KeyWatcher) {
 		k := strings.TrimPrefix(ent.Key(), p)
 		// <route>.pause.app | <route>.pause.m.<method> | <route>.limits... | <route>.probe...
 		parts := strings.SplitN(k, ".", 3)
+		if ent.Operation() != jetstream.KeyValuePut && k == "rejected" {
+			s.e.mu.Lock()
+			cleared := s.e.acceptKey()
+			s.e.mu.Unlock()
+			if cleared {
+				s.e.o.Logger.Warn("ratelimit: Riot API key rejection cleared; calls with it resume", "key_id", s.st.o.KeyID)
+				if s.st.o.OnKeyCleared != nil {
+					s.st.o.OnKeyCleared()
+				}
+			}
+			continue
+		}
 		if ent.Operation() != jetstream.KeyValuePut {
 			// A released probe lock: whoever waited for it may probe now.
 			if len(parts) == 3 && parts[1] == "probe" {
@@ -780,6 +807,41 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	}()
 }
 
+// errMovedOn: the KV window a grant came from has been replaced.
+var errMovedOn = errors.New("ratelimit: the KV window of the grant has moved on")
+
+// opening moves the start of the KV window that m's request was counted
+// in to at least start, synchronously (permit.Send): the request may open
+// Riot's window as late as that, and no process may start the next
+// window before this one's end counted from there. The window must still
+// be m's (its epoch, not ended); otherwise, or when KV fails, the request
+// is not sent.
+func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error {
+	st.e.mu.Lock()
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	st.e.mu.Unlock()
+	key := st.base(b, "win") + "." + sec
+	ctx, cancel := st.ctx()
+	defer cancel()
+	ms := start.UnixMilli()
+	ok := false
+	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+		ok = cur.epoch() == m.ep || cur.Start == m.start.UnixMilli()
+		if !ok || cur.Start >= ms {
+			return false
+		}
+		cur.Ep, cur.Start = cur.epoch(), ms
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errMovedOn
+	}
+	return nil
+}
+
 // casWin reads the KV window at key, lets edit change it (false: leave it
 // as it is) and writes it back with compare-and-set, again on a conflict,
 // up to 10 times. It reports whether it wrote; err is a KV error or too
@@ -838,6 +900,10 @@ type leaseJob struct {
 	// measured margin, 0 before any answer was timed) is stored with it.
 	margin, shareMargin time.Duration
 	offErr              time.Duration // the error bound of this process's clock offset
+	// allow is this process's send allowance (engine.allowance): no token
+	// is taken from a window within allow of its nominal end, where a
+	// grant's send deadline would already have passed.
+	allow time.Duration
 	// results
 	start    time.Time
 	got, g   int
@@ -1015,7 +1081,8 @@ func (st *kvStore) lease(r *route, b *bucket) {
 		}
 		jobs = append(jobs, &leaseJob{w: w, key: st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10),
 			length: w.length, limit: w.limit, want: want, seedIn: w.seedIn, seedCount: w.seedCount, carry: carry, rolled: rolled,
-			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight, epoch: w.epoch})
+			margin: e.margin(b, w), shareMargin: shareMargin, offErr: time.Duration(st.offErr.Load()), localStart: w.start, inflight: b.inflight, epoch: w.epoch,
+			allow: e.allowance(w, e.now())})
 	}
 	e.mu.Unlock()
 
@@ -1133,6 +1200,9 @@ func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 			}
 			raised := max(cur.Granted+add, j.seedCount)
 			k = size(j.limit - raised)
+			if !now.Before(time.UnixMilli(cur.Start).Add(j.length - j.allow)) {
+				k = 0 // closed: a token taken now could not be sent (engine.closes)
+			}
 			if k == 0 && raised == cur.Granted {
 				cur.Ep = cur.epoch()
 				return cur, 0, nil // spent: nothing to write

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +126,52 @@ func TestSharedRejectKey(t *testing.T) {
 	}
 	if ok, _ := other.KeyRejected(); ok {
 		t.Error("a different key must not be rejected")
+	}
+}
+
+// Issue 27 finding 6: a rejection is cleared in every process, in memory,
+// when one process's probe finds the key accepted (ClearKeyRejection) or
+// an operator deletes it (ClearRejection, `riftflow clear-key-rejection`);
+// each other process's OnKeyCleared fires so its Riot client clears too,
+// and a process started afterwards does not see the old rejection.
+func TestSharedClearKeyRejection(t *testing.T) {
+	newJS := startNATS(t)
+	var cleared atomic.Int32
+	a := newShared(t, newJS(), SharedOptions{})
+	b := newShared(t, newJS(), SharedOptions{OnKeyCleared: func() { cleared.Add(1) }})
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5s", what)
+			}
+		}
+	}
+	rejected := func(s *Shared) bool { ok, _ := s.KeyRejected(); return ok }
+	for round, clear := range []func() error{
+		a.ClearKeyRejection, // a's probe passed
+		func() error { return ClearRejection(t.Context(), b.st.kv, "k0123abcd") }, // the operator
+	} {
+		if err := a.RejectKey(403); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("b sees the rejection", func() bool { return rejected(b) })
+		if err := clear(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("b sees it cleared", func() bool { return !rejected(b) })
+		waitFor("a sees it cleared", func() bool { return !rejected(a) })
+		if got := cleared.Load(); got != int32(round+1) {
+			t.Fatalf("round %d: OnKeyCleared called %d times", round, got)
+		}
+		p, err := b.Acquire(t.Context(), getMatch)
+		if err != nil {
+			t.Fatalf("b.Acquire after the clear: %v", err)
+		}
+		p.Cancel()
+	}
+	if c := newShared(t, newJS(), SharedOptions{}); rejected(c) {
+		t.Error("a process started after the clear sees the key rejected")
 	}
 }
 

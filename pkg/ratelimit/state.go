@@ -18,6 +18,9 @@ type KeyState struct {
 	KeyID string
 	// Rejected is the HTTP status (401/403) that rejected the key, 0 if none.
 	Rejected int
+	// RejectedAt is when it was rejected (the KV entry's time on the NATS
+	// server's clock); zero if it is not.
+	RejectedAt time.Time
 	// Budgets are the app and method budgets seen in KV, sorted by route
 	// then method ("app" first).
 	Budgets []BudgetState
@@ -140,6 +143,7 @@ func ReadState(ctx context.Context, kv jetstream.KeyValue, keyID string, now tim
 		}
 		if rest == "rejected" {
 			ks(kid).Rejected, _ = strconv.Atoi(string(v))
+			ks(kid).RejectedAt = ent.Created()
 			continue
 		}
 		if id, ok := strings.CutPrefix(rest, "proc."); ok {

@@ -43,6 +43,12 @@ type store interface {
 	aligned(b *bucket, w *window, m mark, floor, now time.Time) time.Time
 	// paused is told that a 429 paused b until until.
 	paused(b *bucket, until time.Time, typ string)
+	// opening records that a request granted in w (marked m) is about to
+	// be sent late, as the window's first from this process: w's start
+	// must be no earlier than start everywhere before it goes
+	// (permit.Send). Unlike the others, it is called without mu, and may
+	// block on the store; an error means the request must not be sent.
+	opening(b *bucket, w *window, m mark, start time.Time) error
 	// fetch is asked for tokens for b (after a needLease).
 	fetch(r *route, b *bucket)
 	// idle is called after an answer, cancel or give-up on r.
@@ -95,6 +101,8 @@ func (memStore) counted(b *bucket, w *window, m mark, p *permit, c int, marked b
 func (memStore) aligned(_ *bucket, _ *window, _ mark, floor, _ time.Time) time.Time { return floor }
 
 func (memStore) paused(*bucket, time.Time, string) {}
+
+func (memStore) opening(*bucket, *window, mark, time.Time) error { return nil }
 
 func (memStore) fetch(*route, *bucket) {}
 

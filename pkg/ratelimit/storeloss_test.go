@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/streamstest"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -45,7 +46,7 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 		}
 		js := natstest.Handle(t, nc)
 		if id == "a" {
-			createBucket(t, js)
+			streamstest.Bucket(t, js, "ratelimit")
 		}
 		o.ProcID = id
 		lims = append(lims, newShared(t, js, o))

@@ -58,8 +58,12 @@ type Config struct {
 	// Limiter admits every request. Required.
 	Limiter Limiter
 	// HTTPClient sends requests; default a client with no timeout of its own
-	// (Timeout applies per attempt). Its Transport must not add
-	// Accept-Encoding handling of its own; the client decodes gzip itself.
+	// (Timeout applies per attempt) on NewTransport. Its Transport must not
+	// add Accept-Encoding handling of its own; the client decodes gzip
+	// itself. Build it on NewTransport (a wrapper may expose it with
+	// Unwrap() http.RoundTripper): its connections check each request's
+	// grant in their first Write; on another *http.Transport the check runs
+	// when the connection is handed over, and before any other transport.
 	HTTPClient *http.Client
 	// Logger receives the one error log when the key is rejected. Default slog.Default().
 	Logger *slog.Logger
@@ -89,10 +93,29 @@ type Config struct {
 	// through; that many successes close it. Default 1.
 	BreakerHalfOpenRequests int
 
-	// OnKeyRejected is called once, from the request's goroutine, the first
-	// time Riot answers 401 or 403 (not when RejectKey is called). Optional;
+	// OnKeyRejected is called once, from the request's goroutine, when this
+	// client proves the key rejected (KeyRejectAfter answers 401 or 403 in
+	// a row from a key endpoint; not when RejectKey is called). Optional;
 	// used to share the rejection with other processes.
 	OnKeyRejected func(status int)
+	// OnKeyAccepted is called, from the request's goroutine, when a probe
+	// finds a rejected key accepted again (not when AcceptKey is called).
+	// Optional; used to clear the shared rejection.
+	OnKeyAccepted func()
+	// KeyRejectAfter is how many 401 or 403 answers in a row from a key
+	// endpoint (account-v1, match-v5, which every key may call; never an
+	// answer that came through a redirect) prove the key rejected. Any other
+	// answer below 500 from a key endpoint starts the count again; a 401 or
+	// 403 from any other endpoint or through a redirect fails only its own
+	// call. Default 2.
+	KeyRejectAfter int
+	// KeyProbeMin and KeyProbeMax bound the back-off between probes of a
+	// rejected key: the first key-endpoint call KeyProbeMin after the
+	// rejection is sent (outside the limiter, one at a time), and each
+	// probe answered 401/403 doubles the wait up to KeyProbeMax. A probe
+	// answered otherwise (below 500) accepts the key again. Defaults 1 min
+	// and 30 min.
+	KeyProbeMin, KeyProbeMax time.Duration
 	// Now is the clock for a 429's RetryAt, retry deadlines and KeyRejected
 	// times. Default time.Now. (Breakers use the wall clock: gobreaker's own.)
 	Now func() time.Time
@@ -122,6 +145,10 @@ type Client struct {
 	brHalfOpen int
 
 	onKeyRejected func(int)
+	onKeyAccepted func()
+	keyAfter      int
+	probeMin      time.Duration
+	probeMax      time.Duration
 	now           func() time.Time
 	sleep         func(context.Context, time.Duration) error
 
@@ -137,7 +164,18 @@ type keyState struct {
 	rejected bool
 	status   int
 	at       time.Time
+	streak   int           // 401/403 answers in a row from key endpoints
+	probeAt  time.Time     // when the next probe of a rejected key may go
+	backoff  time.Duration // the wait before the next probe after this one fails
+	probing  bool          // a probe is in flight
 }
+
+// Defaults of Config's key rejection fields.
+const (
+	DefaultKeyRejectAfter = 2
+	DefaultKeyProbeMin    = time.Minute
+	DefaultKeyProbeMax    = 30 * time.Minute
+)
 
 type routeBreaker struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
@@ -151,6 +189,7 @@ type clientMetrics struct {
 	keyRejected metric.Int64Counter
 	breaker     metric.Int64Counter
 	retries     metric.Int64Counter
+	expired     metric.Int64Counter
 }
 
 // New validates cfg and returns a Client. It fails when APIKey is empty,
@@ -185,13 +224,17 @@ func New(cfg Config) (*Client, error) {
 		brFailures:    cfg.BreakerFailures,
 		brHalfOpen:    cfg.BreakerHalfOpenRequests,
 		onKeyRejected: cfg.OnKeyRejected,
+		onKeyAccepted: cfg.OnKeyAccepted,
+		keyAfter:      cfg.KeyRejectAfter,
+		probeMin:      orDefault(cfg.KeyProbeMin, DefaultKeyProbeMin),
+		probeMax:      orDefault(cfg.KeyProbeMax, DefaultKeyProbeMax),
 		now:           cfg.Now,
 		sleep:         cfg.Sleep,
 		breakers:      map[string]*routeBreaker{},
 		tracer:        otel.Tracer("riftflow/riot"),
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{}
+		c.hc = &http.Client{Transport: NewTransport(0)}
 	}
 	if c.hc.CheckRedirect == nil {
 		// Go's client copies custom headers, X-Riot-Token included, to
@@ -202,6 +245,11 @@ func New(cfg Config) (*Client, error) {
 		hc.CheckRedirect = sameHostRedirect
 		c.hc = &hc
 	}
+	// The grant's send deadline is checked in the transport, immediately
+	// before the request goes on the wire (sendGuard).
+	hc := *c.hc
+	hc.Transport = sendGuard{next: hc.Transport}
+	c.hc = &hc
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -220,6 +268,10 @@ func New(cfg Config) (*Client, error) {
 	if c.brHalfOpen <= 0 {
 		c.brHalfOpen = 1
 	}
+	if c.keyAfter <= 0 {
+		c.keyAfter = DefaultKeyRejectAfter
+	}
+	c.probeMax = max(c.probeMax, c.probeMin)
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -273,6 +325,9 @@ func (c *Client) initMetrics() error {
 	err = errors.Join(err, e)
 	c.metrics.retries, e = m.Int64Counter("riot.client.retries",
 		metric.WithDescription("In-process retries by route, method and error kind."))
+	err = errors.Join(err, e)
+	c.metrics.expired, e = m.Int64Counter("riot.client.grants_expired",
+		metric.WithDescription("Rate-limit grants found past their send deadline in the transport: returned unsent and retaken."))
 	return errors.Join(err, e)
 }
 
@@ -297,13 +352,26 @@ func IsBackground(ctx context.Context) bool {
 
 // ---- key guard ----
 
-// KeyRejected reports whether the API key was rejected (Riot answered 401 or
-// 403, or RejectKey was called), with that status and when it happened. Once
-// rejected, every call fails at once with KindKeyRejected and sends nothing.
+// KeyRejected reports whether the API key is rejected (proven by
+// Config.KeyRejectAfter answers 401/403 in a row from key endpoints, or
+// RejectKey), with the status and when it happened. While it is, every
+// call fails at once with KindKeyRejected and sends nothing, except one
+// probe at a time after a back-off (Config.KeyProbeMin, KeyProbeMax).
 func (c *Client) KeyRejected() (rejected bool, status int, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.key.rejected, c.key.status, c.key.at
+}
+
+// KeyProbeAt is when a rejected key's next probe may be sent (zero when
+// the key is not rejected).
+func (c *Client) KeyProbeAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.key.rejected {
+		return time.Time{}
+	}
+	return c.key.probeAt
 }
 
 // RejectKey marks the key rejected with the given status (401 or 403) as if
@@ -313,17 +381,23 @@ func (c *Client) RejectKey(status int) {
 	c.rejectKey(status, false)
 }
 
+// AcceptKey clears a rejection (an operator's `riftflow clear-key-rejection`,
+// or another process's successful probe, seen through the shared limiter).
+// It does not call Config.OnKeyAccepted.
+func (c *Client) AcceptKey() { c.acceptKey(false) }
+
 func (c *Client) rejectKey(status int, observed bool) {
 	c.mu.Lock()
 	if c.key.rejected {
 		c.mu.Unlock()
 		return
 	}
-	c.key = keyState{rejected: true, status: status, at: c.now()}
+	now := c.now()
+	c.key = keyState{rejected: true, status: status, at: now, probeAt: now.Add(c.probeMin), backoff: min(2*c.probeMin, c.probeMax)}
 	c.mu.Unlock()
 
-	c.log.Error("riot API key rejected; refusing every further call until restarted with a valid key",
-		"status", status, "observed", observed)
+	c.log.Error("riot API key rejected; refusing every call with it but one probe at a time, or until `riftflow clear-key-rejection`",
+		"status", status, "observed", observed, "first_probe_in", c.probeMin)
 	c.metrics.keyRejected.Add(context.Background(), 1,
 		metric.WithAttributes(attribute.Int("status", status), attribute.Bool("observed", observed)))
 	if observed && c.onKeyRejected != nil {
@@ -331,13 +405,85 @@ func (c *Client) rejectKey(status int, observed bool) {
 	}
 }
 
-func (c *Client) keyError(op, route string) *Error {
-	rejected, status, at := c.KeyRejected()
-	if !rejected {
-		return nil
+func (c *Client) acceptKey(observed bool) {
+	c.mu.Lock()
+	was := c.key.rejected
+	c.key = keyState{}
+	c.mu.Unlock()
+	if !was {
+		return
 	}
-	return &Error{Kind: KindKeyRejected, Op: op, Route: route, Status: status,
-		Msg: "API key rejected at " + at.UTC().Format(time.RFC3339) + "; call refused"}
+	c.log.Warn("riot API key accepted again; calls resume", "observed", observed)
+	if observed && c.onKeyAccepted != nil {
+		c.onKeyAccepted()
+	}
+}
+
+// keyEndpoint reports whether method's 401/403 answers count as proof of a
+// rejected key: account-v1 and match-v5, which every key may call (Riot
+// answers 403 to a key not approved for a product's endpoints).
+func keyEndpoint(method string) bool {
+	return strings.HasPrefix(method, "account-v1.") || strings.HasPrefix(method, "match-v5.")
+}
+
+// admit decides whether req may go with the key: yes when it is not
+// rejected; as the probe when it is, req calls a key endpoint, no probe is
+// in flight and the back-off has passed; else the KindKeyRejected error.
+func (c *Client) admit(req request) (probe bool, err *Error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := &c.key
+	if !k.rejected {
+		return false, nil
+	}
+	if keyEndpoint(req.method) && !k.probing && !c.now().Before(k.probeAt) {
+		k.probing = true
+		return true, nil
+	}
+	return false, &Error{Kind: KindKeyRejected, Op: req.method, Route: req.route, Status: k.status,
+		Msg: "API key rejected at " + k.at.UTC().Format(time.RFC3339) + "; call refused until a probe passes (next at " +
+			k.probeAt.UTC().Format(time.RFC3339) + ")"}
+}
+
+// keyAnswer records what Riot answered req (status 0: no answer) for the
+// key's proof and probe, and marks the key rejected or accepted when that
+// is proven. An answer through a redirect or from another endpoint counts
+// for nothing.
+func (c *Client) keyAnswer(req request, status int, redirected, probe bool) {
+	rejectedAnswer := status == http.StatusUnauthorized || status == http.StatusForbidden
+	counts := keyEndpoint(req.method) && !redirected && status > 0 && status < 500
+	c.mu.Lock()
+	k := &c.key
+	if probe {
+		k.probing = false
+		switch {
+		case counts && !rejectedAnswer:
+			c.mu.Unlock()
+			c.acceptKey(true)
+			return
+		case counts:
+			k.probeAt = c.now().Add(k.backoff)
+			k.backoff = min(2*k.backoff, c.probeMax)
+		default: // no answer, a 5xx or a redirect: try again after the same wait
+			k.probeAt = c.now().Add(k.backoff / 2)
+		}
+		c.mu.Unlock()
+		return
+	}
+	switch {
+	case !counts || k.rejected:
+		c.mu.Unlock()
+	case !rejectedAnswer:
+		k.streak = 0
+		c.mu.Unlock()
+	default:
+		k.streak++
+		proven := k.streak >= c.keyAfter
+		c.mu.Unlock()
+		if proven {
+			c.rejectKey(status, true)
+		}
+	}
 }
 
 // ---- breaker ----
@@ -491,8 +637,12 @@ func (c *Client) get(ctx context.Context, req request) (body []byte, err error) 
 // the 2xx body, the HTTP status (0 if none), the time spent in the limiter
 // and an *Error. rlBackoff is the wait used for a 429 without Retry-After.
 func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff time.Duration) ([]byte, int, time.Duration, error) {
-	if err := c.keyError(req.method, req.route); err != nil {
-		return nil, 0, 0, err
+	probe, kerr := c.admit(req)
+	if kerr != nil {
+		return nil, 0, 0, kerr
+	}
+	if probe {
+		return c.probe(ctx, req, rlBackoff)
 	}
 	br := c.breaker(req.route)
 	done, berr := br.cb.Allow()
@@ -509,34 +659,41 @@ func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff ti
 	}
 
 	start := c.now()
-	permit, err := c.lim.Acquire(ctx, Call{Route: req.route, Method: req.method, Background: bg})
-	waited := c.now().Sub(start)
-	if err != nil {
-		done(errBreakerExcluded)
-		var re *Error
-		if errors.As(err, &re) {
-			if re.Op == "" {
-				re.Op = req.method
-			}
-			if re.Route == "" {
-				re.Route = req.route
-			}
-			return nil, 0, waited, re
+	var (
+		body       []byte
+		status     int
+		h          http.Header
+		redirected bool
+		rerr       *Error
+	)
+	for {
+		permit, err := c.lim.Acquire(ctx, Call{Route: req.route, Method: req.method, Background: bg})
+		if err != nil {
+			done(errBreakerExcluded)
+			return nil, 0, c.now().Sub(start), c.limiterError(req, err)
 		}
-		return nil, 0, waited, &Error{Kind: KindTransport, Op: req.method, Route: req.route,
-			Msg: "waiting for rate limiter", Err: err}
+		// The key may have been rejected while this call waited.
+		if _, kerr := c.admit(request{method: "", route: req.route}); kerr != nil {
+			kerr.Op = req.method
+			permit.Cancel()
+			done(errBreakerExcluded)
+			return nil, 0, c.now().Sub(start), kerr
+		}
+		body, status, h, redirected, rerr = c.roundTrip(withPermit(ctx, permit), req)
+		if rerr != nil && errors.Is(rerr, ErrGrantExpired) {
+			// Not sent: the grant's deadline passed before the request
+			// reached the wire, and Send returned the permit. Take a new
+			// one, in a later window.
+			c.metrics.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
+				attribute.String("method", req.method)))
+			continue
+		}
+		// When headers arrived but the body failed (truncated gzip), Riot did
+		// answer and count the call: the limiter gets that status and headers.
+		permit.Done(status, h)
+		break
 	}
-	// The key may have been rejected while this call waited.
-	if kerr := c.keyError(req.method, req.route); kerr != nil {
-		permit.Cancel()
-		done(errBreakerExcluded)
-		return nil, 0, waited, kerr
-	}
-
-	body, status, h, rerr := c.roundTrip(ctx, req)
-	// When headers arrived but the body failed (truncated gzip), Riot did
-	// answer and count the call: the limiter gets that status and headers.
-	permit.Done(status, h)
+	waited := c.now().Sub(start)
 	callerDone := rerr != nil && ctx.Err() != nil
 	if rerr == nil && (status < 200 || status > 299) {
 		rerr = c.statusError(req, status, h, body, rlBackoff)
@@ -548,19 +705,57 @@ func (c *Client) attempt(ctx context.Context, req request, bg bool, rlBackoff ti
 	}
 	c.metrics.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
 		attribute.String("method", req.method), attribute.String("outcome", outcome)))
+	c.keyAnswer(req, status, redirected, false)
 	if rerr != nil {
-		if rerr.Kind == KindKeyRejected {
-			c.rejectKey(status, true)
-		}
 		return nil, status, waited, rerr
 	}
 	return body, status, waited, nil
 }
 
+// limiterError is Acquire's error as an *Error naming req. A key rejection
+// another process proved (the shared limiter) starts this process's own
+// probe schedule.
+func (c *Client) limiterError(req request, err error) *Error {
+	var re *Error
+	if errors.As(err, &re) {
+		if re.Op == "" {
+			re.Op = req.method
+		}
+		if re.Route == "" {
+			re.Route = req.route
+		}
+		if re.Kind == KindKeyRejected {
+			c.rejectKey(re.Status, false)
+		}
+		return re
+	}
+	return &Error{Kind: KindTransport, Op: req.method, Route: req.route,
+		Msg: "waiting for rate limiter", Err: err}
+}
+
+// probe sends req as the probe of a rejected key (admit): straight to
+// Riot, outside the breaker and the limiter (nothing else is sent with the
+// key meanwhile, and a probe goes at most once per back-off per process),
+// and lets keyAnswer judge the answer.
+func (c *Client) probe(ctx context.Context, req request, rlBackoff time.Duration) ([]byte, int, time.Duration, error) {
+	body, status, h, redirected, rerr := c.roundTrip(ctx, req)
+	if rerr == nil && (status < 200 || status > 299) {
+		rerr = c.statusError(req, status, h, body, rlBackoff)
+	}
+	c.metrics.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("route", req.route),
+		attribute.String("method", req.method), attribute.String("outcome", "probe "+strconv.Itoa(status))))
+	c.keyAnswer(req, status, redirected, true)
+	if rerr != nil {
+		return nil, status, 0, rerr
+	}
+	return body, status, 0, nil
+}
+
 // roundTrip sends the GET and reads the body (decoded from gzip, capped).
 // A non-nil *Error is a transport or size failure; the status and headers
-// are those of the response if one arrived.
-func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.Header, *Error) {
+// are those of the response if one arrived, and redirected says it came
+// from a (same-host) redirect's target rather than the URL asked for.
+func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.Header, bool, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	u := strings.ReplaceAll(c.base, "{route}", req.route) + req.path
@@ -569,7 +764,7 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.
 	}
 	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, 0, nil, &Error{Kind: KindBadRequest, Op: req.method, Route: req.route,
+		return nil, 0, nil, false, &Error{Kind: KindBadRequest, Op: req.method, Route: req.route,
 			Msg: "building request", Err: err}
 	}
 	hr.Header.Set("X-Riot-Token", c.apiKey)
@@ -579,9 +774,10 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.
 	t0 := time.Now()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		return nil, 0, nil, c.transportError(ctx, req, 0, err)
+		return nil, 0, nil, false, c.transportError(ctx, req, 0, err)
 	}
 	defer resp.Body.Close()
+	redirected := resp.Request != nil && resp.Request.URL.String() != hr.URL.String()
 	limit := c.maxBody
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		limit = errorBodyMax
@@ -598,15 +794,15 @@ func (c *Client) roundTrip(ctx context.Context, req request) ([]byte, int, http.
 	if rerr != nil {
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			// An error body is informational only: classify by status.
-			return nil, resp.StatusCode, resp.Header, nil
+			return nil, resp.StatusCode, resp.Header, redirected, nil
 		}
 		if errors.Is(rerr, errBodyTooLarge) || errors.Is(rerr, ErrJSONBounds) {
-			return nil, resp.StatusCode, resp.Header, &Error{Kind: KindDecode, Op: req.method,
+			return nil, resp.StatusCode, resp.Header, redirected, &Error{Kind: KindDecode, Op: req.method,
 				Route: req.route, Status: resp.StatusCode, Err: rerr}
 		}
-		return nil, resp.StatusCode, resp.Header, c.transportError(ctx, req, resp.StatusCode, rerr)
+		return nil, resp.StatusCode, resp.Header, redirected, c.transportError(ctx, req, resp.StatusCode, rerr)
 	}
-	return body, resp.StatusCode, resp.Header, nil
+	return body, resp.StatusCode, resp.Header, redirected, nil
 }
 
 var errBodyTooLarge = errors.New("response body exceeds the size limit")

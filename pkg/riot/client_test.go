@@ -67,6 +67,9 @@ func (p *testPermit) Done(status int, h http.Header) {
 	p.l.mu.Unlock()
 }
 
+func (p *testPermit) Send() bool { return true }
+func (p *testPermit) Written()   {}
+
 func (p *testPermit) Cancel() {
 	if p.settled.Swap(true) {
 		p.l.t.Errorf("permit settled twice (Cancel)")
@@ -780,11 +783,13 @@ func TestKeyGuard(t *testing.T) {
 					t.Errorf("call %d on another route: %+v", i, e)
 				}
 			}
-			if f.hits.Load() != 1 {
-				t.Errorf("%d requests sent, want 1", f.hits.Load())
+			// Two answers in a row from key endpoints prove it; then nothing
+			// more is sent.
+			if f.hits.Load() != DefaultKeyRejectAfter {
+				t.Errorf("%d requests sent, want %d", f.hits.Load(), DefaultKeyRejectAfter)
 			}
-			if calls, _, _ := lim.snapshot(); len(calls) != 1 {
-				t.Errorf("limiter consulted %d times, want 1", len(calls))
+			if calls, _, _ := lim.snapshot(); len(calls) != DefaultKeyRejectAfter {
+				t.Errorf("limiter consulted %d times, want %d", len(calls), DefaultKeyRejectAfter)
 			}
 			rejected, st, at := c.KeyRejected()
 			if !rejected || st != status || !at.Equal(fixedNow) {
@@ -916,8 +921,10 @@ func TestBreaker(t *testing.T) {
 
 func TestBreakerIgnoresClientSideErrors(t *testing.T) {
 	var status atomic.Int32
+	held := make(chan struct{}, 1)
 	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("start") == "1" {
+			held <- struct{}{}
 			<-r.Context().Done() // held until the caller gives up
 			return
 		}
@@ -932,7 +939,7 @@ func TestBreakerIgnoresClientSideErrors(t *testing.T) {
 	}
 	for range 4 {
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+		go func() { <-held; cancel() }() // the caller gives up once Riot has the request
 		_, err := c.MatchIDsByPUUID(ctx, Americas, puuid, MatchIDsQuery{Start: 1})
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled call: %v", err)
@@ -968,7 +975,7 @@ func TestKeyGuardConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			_, err := c.LeagueEntriesByPUUID(context.Background(), "euw1", puuid)
+			_, _, err := c.Match(context.Background(), Europe, "EUW1_1")
 			if e := kindOf(t, err); e.Kind != KindKeyRejected {
 				t.Errorf("got %+v", e)
 			}
@@ -1019,5 +1026,141 @@ func TestRedirectNeverCarriesTheKeyAway(t *testing.T) {
 	}
 	if got := f.lastRequest(t).Header.Get("X-Riot-Token"); got != testKey {
 		t.Errorf("same-host redirect lost the key: %q", got)
+	}
+}
+
+// clientClock is a settable clock for Config.Now.
+type clientClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clientClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clientClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// Issue 27 finding 6: a 401/403 proves the key rejected only when
+// KeyRejectAfter of them come in a row from account-v1 or match-v5, and
+// never through a redirect. An endpoint the key is not approved for, a
+// redirect target on Riot's host that answers 403, and a 403 between two
+// successes fail their own call only: later calls are still sent.
+func TestKeyRejectionNeedsProof(t *testing.T) {
+	var status atomic.Int32
+	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/by-riot-id/moved/") {
+			http.Redirect(w, r, "/americas/riot/account/v1/accounts/by-riot-id/impostor/b", http.StatusFound)
+			return
+		}
+		if strings.Contains(r.URL.Path, "/impostor/") || strings.Contains(r.URL.Path, "/league/") {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		if st := status.Load(); st != 0 {
+			w.WriteHeader(int(st))
+			return
+		}
+		w.Write([]byte(`{"puuid":"p","gameName":"a","tagLine":"b"}`))
+	})
+	var hooked atomic.Int32
+	c, _, _ := newTestClient(t, f, func(c *Config) { c.OnKeyRejected = func(int) { hooked.Add(1) } })
+	ctx := t.Context()
+	for range 5 {
+		if _, err := c.LeagueEntriesByPUUID(ctx, "euw1", puuid); kindOf(t, err).Kind != KindKeyRejected {
+			t.Fatalf("league-v4 403: %v", err)
+		}
+		if _, err := c.AccountByRiotID(ctx, Americas, RiotID{GameName: "moved", TagLine: "b"}); kindOf(t, err).Kind != KindKeyRejected {
+			t.Fatalf("redirect target's 403: %v", err)
+		}
+	}
+	for _, st := range []int32{403, 0, 401, 0, 403} { // never two in a row
+		status.Store(st)
+		c.AccountByPUUID(ctx, Europe, puuid)
+	}
+	if rejected, _, _ := c.KeyRejected(); rejected || hooked.Load() != 0 {
+		t.Fatalf("key rejected without proof (hook %d)", hooked.Load())
+	}
+	before := f.hits.Load()
+	status.Store(0)
+	if _, err := c.AccountByPUUID(ctx, Europe, puuid); err != nil || f.hits.Load() != before+1 {
+		t.Fatalf("a call after unproven 403s: %v, sent %d", err, f.hits.Load()-before)
+	}
+	status.Store(401)
+	c.AccountByPUUID(ctx, Europe, puuid)
+	c.AccountByPUUID(ctx, Europe, puuid)
+	if rejected, st, _ := c.KeyRejected(); !rejected || st != 401 || hooked.Load() != 1 {
+		t.Fatalf("two 401s in a row from account-v1: rejected=%v status=%d hook=%d", rejected, st, hooked.Load())
+	}
+}
+
+// A rejected key is probed: the first key-endpoint call KeyProbeMin after
+// the rejection goes to Riot (outside the limiter), a 403 doubles the wait,
+// and an accepted probe clears the rejection (OnKeyAccepted) so calls
+// resume through the limiter. Before each probe is due nothing is sent.
+func TestKeyProbeClearsRejection(t *testing.T) {
+	var status atomic.Int32
+	status.Store(403)
+	f := newFakeRiot(t, func(w http.ResponseWriter, r *http.Request) {
+		if st := status.Load(); st != 0 {
+			w.WriteHeader(int(st))
+			return
+		}
+		w.Write([]byte(`["NA1_1"]`))
+	})
+	clock := &clientClock{t: fixedNow}
+	var accepted atomic.Int32
+	c, lim, _ := newTestClient(t, f, func(c *Config) {
+		c.Now = clock.now
+		c.KeyProbeMin, c.KeyProbeMax = time.Minute, 3*time.Minute
+		c.OnKeyAccepted = func() { accepted.Add(1) }
+	})
+	ctx := t.Context()
+	call := func() error { _, err := c.MatchIDsByPUUID(ctx, Americas, puuid, MatchIDsQuery{}); return err }
+	call()
+	call()
+	if rejected, _, _ := c.KeyRejected(); !rejected {
+		t.Fatal("not rejected after two 403s")
+	}
+	if got := c.KeyProbeAt(); !got.Equal(fixedNow.Add(time.Minute)) {
+		t.Fatalf("KeyProbeAt = %v, want rejection + 1m", got)
+	}
+	sent := func() int32 { return f.hits.Load() }
+	n := sent()
+	clock.add(59 * time.Second)
+	if err := call(); kindOf(t, err).Kind != KindKeyRejected || sent() != n {
+		t.Fatalf("before the probe is due: %v, %d sent", err, sent()-n)
+	}
+	clock.add(time.Second)
+	if err := call(); kindOf(t, err).Kind != KindKeyRejected || sent() != n+1 {
+		t.Fatalf("the first probe: %v, %d sent", err, sent()-n)
+	}
+	if got := c.KeyProbeAt(); !got.Equal(clock.now().Add(2 * time.Minute)) {
+		t.Fatalf("after a refused probe KeyProbeAt = %v, want now + 2m", got)
+	}
+	clock.add(2 * time.Minute)
+	call() // refused again: the wait is capped at 3m
+	if got := c.KeyProbeAt(); !got.Equal(clock.now().Add(3 * time.Minute)) {
+		t.Fatalf("KeyProbeAt = %v, want now + 3m (KeyProbeMax)", got)
+	}
+	clock.add(3 * time.Minute)
+	status.Store(0)
+	acquires, _, _ := lim.snapshot()
+	if err := call(); err != nil {
+		t.Fatalf("the accepted probe: %v", err)
+	}
+	if after, _, _ := lim.snapshot(); len(after) != len(acquires) {
+		t.Error("the probe went through the limiter")
+	}
+	if rejected, _, _ := c.KeyRejected(); rejected || accepted.Load() != 1 {
+		t.Fatalf("after an accepted probe: rejected=%v OnKeyAccepted=%d", rejected, accepted.Load())
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _, _ := lim.snapshot(); len(after) != len(acquires)+1 {
+		t.Error("calls after the probe do not go through the limiter")
+	}
+	c.RejectKey(403)
+	c.AcceptKey()
+	if rejected, _, _ := c.KeyRejected(); rejected || accepted.Load() != 1 {
+		t.Fatalf("AcceptKey: rejected=%v OnKeyAccepted=%d, want false and still 1", rejected, accepted.Load())
 	}
 }

@@ -4,7 +4,10 @@
 // and tolerant decoders for MatchDto and TimelineDto (dto.go).
 //
 // A Client sends every request through a Limiter (pkg/ratelimit implements
-// it), reporting each answer's status and headers back with Permit.Done, and
+// it), checking the grant's send deadline with Permit.Send immediately
+// before the request goes on the wire (a late grant is returned and
+// retaken, never sent), reporting each answer's status and headers back
+// with Permit.Done, and
 // through one circuit breaker per routing host. The API key travels only in
 // the X-Riot-Token header; it never appears in URLs, errors, logs, spans or
 // metrics. Every error a Client returns is an *Error whose Kind tells the

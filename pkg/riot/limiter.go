@@ -31,8 +31,29 @@ type Limiter interface {
 	Acquire(ctx context.Context, c Call) (Permit, error)
 }
 
-// Permit is one reserved request. Exactly one of its methods must be called.
+// Permit is one reserved request. Exactly one of Done and Cancel must be
+// called, or Send must have returned false.
+//
+// A grant carries a send deadline: the latest time at which the request
+// may go on the wire and still be counted by Riot in the windows the
+// limiter counted it in. The Client calls Send in its HTTP transport
+// immediately before the request is written (after the limiter's wait,
+// the breaker and the connection pool), so a request granted in time but
+// sent late (CPU starvation, CFS throttling, a GC pause) is never sent on
+// that grant.
 type Permit interface {
+	// Send reports whether the request may be written now. It is called
+	// once, immediately before the request goes on the wire. false means
+	// the grant's deadline has passed: the permit has already been
+	// returned to its budget (as Cancel does; neither Done nor Cancel may
+	// follow) and the request must not be sent; the caller acquires a new
+	// permit, in a later window.
+	Send() bool
+	// Written reports that the request has been written to the
+	// connection (httptrace WroteRequest): the time since Send is how long
+	// this process takes to put a checked request on the wire, which the
+	// limiter keeps its deadlines clear of. Optional; at most once.
+	Written()
 	// Done reports Riot's answer: the status code (0 when no answer came:
 	// timeout or connection error) and the response headers (nil if none),
 	// from which the limiter learns X-App-Rate-Limit, X-Method-Rate-Limit,

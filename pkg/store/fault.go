@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -59,15 +60,16 @@ func Classify(err error) (fault.Kind, bool) {
 // a Store method.
 func KindOf(err error) fault.Kind { return fault.KindOf(err, Classify) }
 
-// StripNUL removes NUL bytes (U+0000) from every text value of b, which
+// StripNUL removes NUL bytes (U+0000) from every text value of b and
+// replaces byte sequences that are not UTF-8 with U+FFFD, both of which
 // Postgres cannot store in text (SQLSTATE 22021), and returns how many
 // values it changed. The raw documents are not touched: the persister
 // stores a document with a NUL byte as gzip bytes (MatchRow.RawGzip).
 func (b *Batch) StripNUL() int {
 	n := 0
 	fix := func(s *string) {
-		if strings.IndexByte(*s, 0) >= 0 {
-			*s = strings.ReplaceAll(*s, "\x00", "")
+		if t := CleanText(*s); t != *s {
+			*s = t
 			n++
 		}
 	}
@@ -95,4 +97,16 @@ func (b *Batch) StripNUL() int {
 		}
 	}
 	return n
+}
+
+// CleanText is s without NUL bytes and with every byte sequence that is
+// not UTF-8 replaced by U+FFFD: text Postgres can store.
+func CleanText(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
 }

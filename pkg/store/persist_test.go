@@ -34,7 +34,7 @@ func TestPersistBatchReplayChangesNothing(t *testing.T) {
 	fxs := loadFixtures(t)
 	st := store.SyncStart{RequestID: "req-1", PUUID: fxs[0].Participants[0].PUUID, GameName: "A", TagLine: "EUW",
 		Platform: "EUW1", Region: "europe", Mode: "full", Trigger: "api", RequestedAt: t0}
-	if err := s.BeginSync(ctx, st); err != nil {
+	if _, err := s.BeginSync(ctx, st); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
@@ -204,7 +204,7 @@ func TestLedgerRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprintf("EUW1_%d", 1000+i)
 			if tc.claim {
-				if err := s.BeginSync(ctx, store.SyncStart{RequestID: "r" + id, PUUID: "p" + id}); err != nil {
+				if _, err := s.BeginSync(ctx, store.SyncStart{RequestID: "r" + id, PUUID: "p" + id}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := s.ClaimMatches(ctx, "r"+id, "p"+id, []string{id}); err != nil {

@@ -28,6 +28,11 @@ import (
 // does not exist, or no longer matches the request (ResetSync).
 var ErrNotFound = errors.New("store: not found")
 
+// ErrRequestEnded is BeginSync's error for a request whose job was
+// rejected before its sync began (e.g. it expired waiting in its stream):
+// it must not run.
+var ErrRequestEnded = errors.New("store: the request was rejected before its sync began")
+
 // Ledger statuses (match_fetches.status); the same strings as bus.Outcome.
 const (
 	StatusUnfetched              = "unfetched"
@@ -95,6 +100,21 @@ func MaxConns(n int32) Option {
 // are honoured) with the otelpgx tracer (global OTel provider), and checks
 // the connection. It does not migrate: call Migrate first.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	s, err := Dial(url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dial is Open without the check: the pool connects on first use, so a
+// caller that can work without Postgres (the match-fetcher's ledger
+// check) starts while Postgres is down.
+func Dial(url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
@@ -108,7 +128,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		_, err := c.Exec(ctx, stagingDDL)
 		return err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pool: %w", err)
 	}
@@ -116,12 +136,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: pool stats: %w", err)
 	}
-	s := &Store{pool: pool}
-	if err := s.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{pool: pool}, nil
 }
 
 // Default timeouts, applied by Open unless the URL sets them: a stuck

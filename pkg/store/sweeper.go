@@ -17,14 +17,17 @@ type DueFetch struct {
 	NotFound              int // failed attempts answered 404
 	GameCreation          time.Time
 	ListedBy              string // request id that listed it, "" if unknown
-	// Since is the row's last attempt (or, never tried, its last update):
-	// with MatchID and Kind, the key DueRetriesAfter pages by.
+	// Since is the row's last attempt (or, never tried, its last update),
+	// or the end of its hold when that is later (Hold: the fetch waits in
+	// a message schedule until then): with MatchID and Kind, the key
+	// DueRetriesAfter pages by.
 	Since time.Time
 }
 
 // DueRetries returns up to limit ledger rows in temporary_failure or
-// unfetched whose last attempt (or, never tried, last update) is before
-// olderThan, oldest first. It never returns a final row
+// unfetched whose last attempt (or, never tried, last update) and hold
+// (Hold) both end before olderThan, oldest first: a fetch waiting in a
+// message schedule is not due before its schedule fires. It never returns a final row
 // (success, permanently_unfetchable, outside_retention_window).
 func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) ([]DueFetch, error) {
 	return s.DueRetriesAfter(ctx, olderThan, nil, limit)
@@ -46,9 +49,11 @@ func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after 
 	rows, err := s.pool.Query(ctx, `
 WITH due AS (
   SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation,
-         coalesce(listed_by_request, '') AS listed_by, coalesce(last_attempt_at, updated_at) AS since
+         coalesce(listed_by_request, '') AS listed_by,
+         greatest(coalesce(last_attempt_at, updated_at), held_until) AS since
   FROM match_fetches
-  WHERE status IN ('temporary_failure', 'unfetched') AND coalesce(last_attempt_at, updated_at) < $1
+  WHERE status IN ('temporary_failure', 'unfetched')
+    AND greatest(coalesce(last_attempt_at, updated_at), held_until) < $1
   UNION ALL
   SELECT m.match_id, 'timeline', 'unfetched', 0, 0, 0, m.game_creation,
          coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at)

@@ -13,7 +13,7 @@ import (
 
 func begin(t *testing.T, s *store.Store, req, puuid string) {
 	t.Helper()
-	if err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
+	if _, err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
 		TagLine: "KR1", Platform: "KR", Region: "asia", Mode: "full", Trigger: "api", RequestedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,5 +257,74 @@ func TestRewritePUUIDs(t *testing.T) {
 	}
 	if _, err := st.RewritePUUIDs(ctx, map[string]string{"x": "y", "y": "z"}); err == nil {
 		t.Error("a chained rewrite was accepted")
+	}
+}
+
+// TestBeginSyncEndsTheJobItReplaces: a sync that takes over an account
+// whose previous sync is still running (its lock lapsed) ends that job as
+// failed with a reason naming the new request and reports it; the same
+// request begun again replaces nothing, and a finished job is left alone.
+func TestBeginSyncEndsTheJobItReplaces(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	begin(t, s, "first", "puuid-replaced")
+	replaced, err := s.BeginSync(ctx, store.SyncStart{RequestID: "second", PUUID: "puuid-replaced", Platform: "KR", Region: "asia", Mode: "latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replaced != "first" {
+		t.Errorf("BeginSync(second) replaced %q, want first", replaced)
+	}
+	j, err := s.JobByID(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != "failed" || j.Error != "replaced by sync second of the same account" || j.FinishedAt.IsZero() {
+		t.Errorf("replaced job: status %s, error %q, finished %v; want failed, the reason, a finish time", j.Status, j.Error, j.FinishedAt)
+	}
+	if again, err := s.BeginSync(ctx, store.SyncStart{RequestID: "second", PUUID: "puuid-replaced", Platform: "KR", Region: "asia"}); err != nil || again != "" {
+		t.Errorf("the same sync begun again: replaced %q, %v; want nothing", again, err)
+	}
+	if _, err := s.ClaimMatches(ctx, "second", "puuid-replaced", nil); err != nil { // nothing to fetch: completed
+		t.Fatal(err)
+	}
+	third, err := s.BeginSync(ctx, store.SyncStart{RequestID: "third", PUUID: "puuid-replaced", Platform: "KR", Region: "asia", ReplaceReason: "custom"})
+	if err != nil || third != "" {
+		t.Errorf("a sync after a completed one: replaced %q, %v; want nothing", third, err)
+	}
+	if j, _ := s.JobByID(ctx, "second"); j.Status != "completed" {
+		t.Errorf("completed job became %s", j.Status)
+	}
+}
+
+// TestBeginSyncRefusesARejectedRequest: a request whose job was rejected
+// while it waited (it expired in its stream) never begins, even when its
+// command is handed on afterwards.
+func TestBeginSyncRefusesARejectedRequest(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "expired-req", Type: "sync", Status: "rejected", Error: "expired: waited"}); err != nil || !ended {
+		t.Fatalf("EndWaitingJob: %v %v", ended, err)
+	}
+	_, err := s.BeginSync(ctx, store.SyncStart{RequestID: "expired-req", PUUID: "puuid-expired", Platform: "KR", Region: "asia"})
+	if !errors.Is(err, store.ErrRequestEnded) {
+		t.Fatalf("BeginSync of a rejected request: %v, want ErrRequestEnded", err)
+	}
+	if j, _ := s.JobByID(ctx, "expired-req"); j.Status != "rejected" {
+		t.Errorf("job became %s", j.Status)
+	}
+	// EndWaitingJob ends a pending job, never a started one.
+	if err := s.RecordJob(ctx, store.Job{ID: "queued", Type: "sync", Status: "pending"}); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "queued", Type: "sync", Status: "rejected", Error: "expired"}); err != nil || !ended {
+		t.Errorf("pending job: ended %v %v, want true", ended, err)
+	}
+	begin(t, s, "started", "puuid-started")
+	if ended, err := s.EndWaitingJob(ctx, store.Job{ID: "started", Type: "sync", Status: "rejected", Error: "expired"}); err != nil || ended {
+		t.Errorf("running job: ended %v %v, want false", ended, err)
+	}
+	if j, _ := s.JobByID(ctx, "started"); j.Status != "running" {
+		t.Errorf("running job became %s", j.Status)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/tick"
 )
@@ -71,6 +73,40 @@ func Renew(ctx context.Context, l natsx.Lock, puuid, requestID string, ttl time.
 	}
 	_, err = l.Renew(ctx, puuid, e.Revision(), e.Value(), ttl)
 	return err == nil
+}
+
+// KeepAll renews every lock held in l for ttl from now, whoever holds it,
+// and returns how many it renewed. It is the renewal of last resort while
+// Postgres, which says which syncs are healthy, does not answer: no sync
+// can progress or finish then, so every lock held is still needed, and a
+// lock left to lapse would let a second sync of the same account in. A
+// lock that changed hands or expired between the read and the renewal is
+// left alone (compare-and-set); the first error is returned after the
+// others were tried.
+func KeepAll(ctx context.Context, l natsx.Lock, ttl time.Duration) (int, error) {
+	keys, err := l.KV.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var first error
+	for k := range keys.Keys() {
+		e, err := l.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err == nil {
+			_, err = l.Renew(ctx, k, e.Revision(), e.Value(), ttl)
+		}
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, natsx.ErrNotHolder):
+		case first == nil:
+			first = err
+		}
+	}
+	return n, first
 }
 
 // Release deletes puuid's lock if requestID holds it. A failure is logged:

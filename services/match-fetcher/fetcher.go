@@ -140,7 +140,10 @@ type Deps struct {
 	Payloads jetstream.ObjectStore
 	// Results is the FETCHED stream, watched for backpressure
 	// (Config.ResultsBacklogMax); nil: never held.
-	Results  jetstream.Stream
+	Results jetstream.Stream
+	// Ledger is the fetch ledger (Postgres), read before each Riot call
+	// and told of each schedule (holds.go); nil: neither.
+	Ledger   Ledger
 	app.Base // Subjects, Logger, Tracer, Now
 }
 
@@ -150,6 +153,7 @@ type Service struct {
 	d   Deps
 
 	attempts metric.Int64Counter
+	ledger   ledgerGate
 }
 
 // New checks deps and fills defaults.
@@ -245,6 +249,15 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 
+	// The ledger, before any request: a fetch already final, or held by
+	// another command's schedule, costs no Riot call (holds.go).
+	if why := s.notNeeded(ctx, cmd, now); why != "" {
+		s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "not_needed")))
+		s.d.Logger.InfoContext(ctx, "fetch command not needed, no Riot call", "match_id", cmd.MatchID, "kind", cmd.Kind,
+			"attempt", cmd.Attempt, "why", why)
+		return natsx.Ack()
+	}
+
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	if cmd.Priority == bus.Background {
@@ -280,7 +293,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 // outside retention without a request.
 func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
 	tl := cmd
-	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt = bus.KindTimeline, 1, 0, 0
+	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold = bus.KindTimeline, 1, 0, 0, ""
 	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
@@ -478,8 +491,9 @@ func (c Config) BackoffAfter(n int) time.Duration {
 // schedule already exists, and the message is acked all the same.
 // Scheduled messages carry the trace context.
 func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) natsx.Result {
+	cmd.Hold = nuid.Next()
 	data, _ := json.Marshal(cmd)
-	token := fmt.Sprintf("%s_%s_a%d_%s", cmd.MatchID, cmd.Kind, cmd.Attempt, nuid.Next())
+	token := fmt.Sprintf("%s_%s_a%d_%s", cmd.MatchID, cmd.Kind, cmd.Attempt, cmd.Hold)
 	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, token))
 	msg.Data = data
 	if id != "" {
@@ -498,6 +512,9 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 		s.d.Logger.WarnContext(ctx, "schedule failed; nak instead", "match_id", cmd.MatchID, "err", err)
 		return natsx.RetryAt(fmt.Errorf("schedule %s: %w", why, err), serverAt)
 	}
+	// After the schedule exists, never before: a hold whose schedule
+	// failed would turn away every other command for the fetch.
+	s.hold(ctx, cmd, at)
 	s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "rescheduled"), attribute.String("why", why)))
 	s.d.Logger.InfoContext(ctx, "fetch rescheduled", "match_id", cmd.MatchID, "kind", cmd.Kind, "attempt", cmd.Attempt, "at", at.UTC().Format(time.RFC3339), "why", why)
 	return natsx.Ack()

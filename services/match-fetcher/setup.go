@@ -9,6 +9,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -60,6 +61,20 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		return nil, fmt.Errorf("fetcher: stream %s (backpressure): %w", streams.StreamFetched, err)
 	}
 	d.Results = results
+	// The ledger check (holds.go) uses the process's pool when it has one
+	// (riftflow up, tests), else its own, which connects on first use: the
+	// fetcher starts and fetches while Postgres is down.
+	switch {
+	case inf.Store != nil:
+		d.Ledger = inf.Store
+	case inf.Env.Postgres.URL != "":
+		st, err := store.Dial(inf.Env.Postgres.URL.Reveal())
+		if err != nil {
+			return nil, fmt.Errorf("fetcher: DATABASE_URL: %w", err)
+		}
+		context.AfterFunc(ctx, st.Close)
+		d.Ledger = st
+	}
 	return New(Config{ResultsBacklogMax: e.ResultsBacklogMax, Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,

@@ -18,9 +18,12 @@
 //  5. advances the cursor only when every listed match was published (a
 //     complete listing, or the first latest sync of an account).
 //
-// A latest sync takes the newest count matches whatever their age; a full
-// sync those of the last lookback_days days. A forced sync (force) also
-// takes stored matches and has them refetched and overwritten.
+// A latest sync takes the newest count matches Riot still serves (listed
+// from now − MatchRetention at most); a full sync those of the last
+// lookback_days days, cut at the same limit. A forced sync (force), in
+// either mode, also takes stored matches and has them refetched and
+// overwritten; a forced latest sync lists from the newest match, not from
+// the cursor.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -63,7 +66,9 @@ type MatchLister interface {
 
 // Store is the part of pkg/store the lister uses.
 type Store interface {
-	BeginSync(ctx context.Context, s store.SyncStart) error
+	// BeginSync opens the sync; replaced names the still-running sync of
+	// the account it ended (failed), or is "".
+	BeginSync(ctx context.Context, s store.SyncStart) (replaced string, err error)
 	ClaimMatches(ctx context.Context, requestID, puuid string, ids []string) (store.ClaimResult, error)
 	FailSync(ctx context.Context, requestID, puuid, reason string) error
 	// MatchStatuses gives the match ledger status of the ids that have a row.
@@ -118,6 +123,12 @@ type Config struct {
 	// that ended since are listed by the first latest sync after it, whose
 	// window reaches Overlap before the cursor. Negative disables it.
 	MatchIDsCacheTTL time.Duration
+	// MatchRetention is how long Riot serves a match (MATCH_RETENTION_DAYS,
+	// default 730 days). No listing starts before now − MatchRetention:
+	// Riot lists older match IDs but answers 404 for them, so a window
+	// that reached past it only bought calls that cannot succeed (and a
+	// latest sync, with no start at all, bought five each).
+	MatchRetention time.Duration
 }
 
 // Deps are the lister's collaborators.
@@ -132,7 +143,10 @@ type Deps struct {
 	Riot        MatchLister
 	Store       Store
 	Dead        *natsx.DeadLetter // the DEAD stream; nil: given-up syncs are only terminated
-	app.Base                      // Subjects, Logger, Tracer, Now
+	// Host is this host's clock, measured against the NATS server's to
+	// put a sync's window on the server's clock (nil: app.HostClock).
+	Host     func() time.Time
+	app.Base // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running lister.
@@ -147,12 +161,15 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, errors.New("lister: JS, Consumer, Locks, Cursors, Riot and Store are required")
 	}
 	config.Fill(&cfg, Config{LockTTL: 5 * time.Minute, Overlap: 2 * time.Hour, RetryDelay: 5 * time.Second, Concurrency: 4,
-		InteractiveConcurrency: 2})
+		InteractiveConcurrency: 2, MatchRetention: 730 * 24 * time.Hour})
 	if cfg.MatchIDsCacheTTL == 0 { // negative: off
 		cfg.MatchIDsCacheTTL = 5 * time.Minute
 	}
 	cfg.MatchIDsCacheTTL = min(cfg.MatchIDsCacheTTL, cfg.Overlap/2)
 	d.Base.Fill("matchid-lister")
+	if d.Host == nil {
+		d.Host = app.HostClock
+	}
 	return &Service{cfg: cfg, d: d}, nil
 }
 
@@ -253,19 +270,48 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
 	}
 
-	if err := s.d.Store.BeginSync(ctx, store.SyncStart{
+	st := store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy, PlatformFound: cmd.PlatformFound,
 		Redelivery: natsx.Delivery(m) > 1,
-	}); err != nil {
+	}
+	st.ReplaceReason = fmt.Sprintf("replaced by sync %s of the same account", cmd.RequestID)
+	if cmd.Trigger == bus.TriggerRecovery {
+		st.ReplaceReason = abandonedReason(cmd.RequestID)
+	}
+	replaced, err := s.d.Store.BeginSync(ctx, st)
+	if errors.Is(err, store.ErrRequestEnded) {
+		// Rejected while it waited (it expired in its stream): its
+		// followers heard so already; it never runs.
+		log.WarnContext(ctx, "sync command of a request already rejected; dropped")
+		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+		return natsx.Ack(), false
+	}
+	if err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
 		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err))), false
+	}
+	if replaced != "" {
+		// The account's previous sync lost its lock (an outage longer
+		// than the TTL) and this one took the account over: that job was
+		// ended as failed; end its progress stream too.
+		log.WarnContext(ctx, "sync replaced a running sync of the account", "replaced_request_id", replaced)
+		s.publishFailed(ctx, replaced, cmd.PUUID, st.ReplaceReason)
 	}
 	if cmd.Trigger == bus.TriggerRecovery {
 		s.closeAbandoned(ctx, cmd)
 	}
 	return natsx.Result{}, true
+}
+
+// publishFailed publishes the final "failed" progress event of requestID,
+// which ends its followers' streams (SSE, `ingest --wait`).
+func (s *Service) publishFailed(ctx context.Context, requestID, puuid, reason string) {
+	ev := bus.ProgressEvent{RequestID: requestID, PUUID: puuid, Status: "failed", Error: reason, At: s.d.Now()}
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(puuid), ev); err != nil {
+		s.d.Logger.WarnContext(ctx, "publish progress failed", "request_id", requestID, "err", err)
+	}
 }
 
 // listWindow is the time window a sync lists (epoch SECONDS, Riot's
@@ -279,14 +325,25 @@ type listWindow struct {
 
 // window reads the account's cursor and computes the window: Lookback days
 // back from now, or, for a latest sync, from the cursor less Overlap.
+//
+// now is on the NATS server's clock: Now moved by the server's offset from
+// this host's clock (natsx.ServerOffset, read from the cursors bucket), so
+// lister replicas on hosts whose clocks disagree write cursors on one
+// clock; a cursor ahead of the truth would start the next latest sync past
+// games that ended since, which no sync would list again.
 func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Logger) (listWindow, natsx.Result, bool) {
 	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
 	if err != nil {
 		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
 		return listWindow{}, natsx.Retry(fmt.Errorf("read cursor: %w", err)), false
 	}
-	now := s.d.Now()
-	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, now), cur: cur, curRev: curRev}
+	offset, err := natsx.ServerOffset(ctx, s.d.Cursors, s.d.Host)
+	if err != nil {
+		log.WarnContext(ctx, "server clock read failed, will retry", "err", err)
+		return listWindow{}, natsx.Retry(fmt.Errorf("read the NATS server's clock: %w", err)), false
+	}
+	now := s.d.Now().Add(offset)
+	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, s.cfg.MatchRetention, now), cur: cur, curRev: curRev}
 	return w, natsx.Result{}, true
 }
 
@@ -417,18 +474,27 @@ func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res 
 	}
 }
 
-// Window is the match-list startTime (epoch SECONDS; 0 = no lower bound)
-// of a sync: a full sync reaches back cmd.Lookback days; a latest sync
-// lists the newest matches whatever their age, from the cursor (less
-// overlap) when the account has one and with no lower bound otherwise.
-func Window(cmd bus.SyncCommand, cur Cursor, overlap time.Duration, now time.Time) int64 {
-	if cmd.Mode != bus.ModeLatest {
-		return now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+// Window is the match-list startTime (epoch SECONDS) of a sync: a full
+// sync reaches back cmd.Lookback days; a latest sync lists the newest
+// matches, from the cursor (less overlap) when the account has one. A
+// forced latest sync ignores the cursor: it takes the newest count
+// matches, stored ones included, and refetches them. No window starts
+// before now − retention (retention > 0), the oldest match Riot still
+// serves: "the newest N" of an account without a cursor is the newest N of
+// those, and a lookback past it is cut there. Riot honours startTime, so
+// an expired match is never listed and never called for.
+func Window(cmd bus.SyncCommand, cur Cursor, overlap, retention time.Duration, now time.Time) int64 {
+	var start int64
+	switch {
+	case cmd.Mode != bus.ModeLatest:
+		start = now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
+	case cur.ListedUntilS > 0 && !cmd.Force:
+		start = max(cur.ListedUntilS-int64(overlap/time.Second), 0)
 	}
-	if cur.ListedUntilS > 0 {
-		return max(cur.ListedUntilS-int64(overlap/time.Second), 0)
+	if retention > 0 {
+		start = max(start, now.Add(-retention).Unix())
 	}
-	return 0
+	return start
 }
 
 func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
@@ -458,8 +524,7 @@ func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err erro
 		return natsx.Fail(fault.Wrap(store.KindOf(ferr), fmt.Errorf("record failed sync: %w", ferr)))
 	}
 	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
-	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "failed", Error: reason, At: s.d.Now()}
-	natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev)
+	s.publishFailed(ctx, cmd.RequestID, cmd.PUUID, reason)
 	return s.reject(ctx, cmd.RequestID, code, errors.New(reason), m)
 }
 
@@ -476,11 +541,17 @@ func (s *Service) closeAbandoned(ctx context.Context, cmd bus.SyncCommand) {
 		if old == cmd.RequestID || old == "" {
 			continue
 		}
-		reason := fmt.Sprintf("abandoned: no live lock and no progress; resumed by %s", cmd.RequestID)
+		reason := abandonedReason(cmd.RequestID)
 		if err := s.d.Store.FailSync(ctx, old, cmd.PUUID, reason); err != nil {
 			s.d.Logger.WarnContext(ctx, "job log: abandoned sync not closed", "request_id", old, "err", err)
 		}
 	}
+}
+
+// abandonedReason is the error of a sync's job that crash recovery
+// replaced with requestID.
+func abandonedReason(requestID string) string {
+	return fmt.Sprintf("abandoned: no live lock and no progress; resumed by %s", requestID)
 }
 
 // recordRejected logs a refused request in the job log (type sync, status

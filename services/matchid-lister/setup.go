@@ -27,6 +27,9 @@ type Env struct {
 	// RetryDelay is LISTER_RETRY_DELAY: the first retry delay of a failed
 	// match list, doubled per delivery up to 5 min.
 	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
+	// MatchRetentionDays is MATCH_RETENTION_DAYS (the fetcher reads it
+	// too): how long Riot serves a match; no listing starts earlier.
+	MatchRetentionDays int `env:"MATCH_RETENTION_DAYS" envDefault:"730"`
 }
 
 // FromInfra builds a lister bound to the "matchid-lister" (background) and
@@ -39,6 +42,7 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 			Riot: inf.Riot, Store: inf.Store, Dead: inf.DeadLetter(), Base: inf.Base("matchid-lister")}
 	}, func(e Env, d Deps) (*Service, error) {
 		return New(Config{LockTTL: e.LockTTL, Overlap: e.Overlap, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
-			RetryDelay: e.RetryDelay, MatchIDsCacheTTL: e.MatchIDsCacheTTL}, d)
+			RetryDelay: e.RetryDelay, MatchIDsCacheTTL: e.MatchIDsCacheTTL,
+			MatchRetention: time.Duration(e.MatchRetentionDays) * 24 * time.Hour}, d)
 	})
 }

@@ -40,10 +40,25 @@ type advisory struct {
 //
 // The ledger rules make the entry idempotent (a replayed advisory, or an
 // outcome the persister already recorded before terminating, changes
-// nothing). An exhausted message is then deleted from its work-queue
-// stream. A terminated message is usually gone already (work-queue
-// streams drop it on the terminating ack): then only the log remains, and
-// riftflow's services record the outcome themselves before terminating.
+// nothing). An exhausted message is then copied to DEAD and deleted from
+// its work-queue stream. A terminated message is usually gone already
+// (work-queue streams drop it on the terminating ack): then only the log
+// remains, and riftflow's services record the outcome themselves before
+// terminating.
+//
+// An exhausted message never stays in its work queue, where it would stall
+// the sweeper (a FETCHED result reads as "persister behind", a FETCH
+// command keeps its region's syncs looking healthy):
+//   - the entry's text is cleaned first (store.CleanText: no NUL byte, valid
+//     UTF-8), so a Riot error text with \u0000 is recorded;
+//   - a ledger write that fails for a Postgres outage is retried, and the
+//     consumer pauses until Postgres answers a ping (Run's probe), as the
+//     persister and the lister do: an outage costs no deliveries;
+//   - an entry Postgres refuses for its data (Invalid: it can never be
+//     recorded), or one still failing on the advisory's last delivery, is
+//     given up: the message is still dead-lettered (with the reason) and
+//     deleted. Its ledger row is then not final, so the sweeper fetches it
+//     again; nothing is lost.
 func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Result {
 	var a advisory
 	if err := json.Unmarshal(m.Data(), &a); err != nil {
@@ -72,14 +87,30 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 	if !exhausted {
 		how = "was terminated (" + a.Reason + ")"
 	}
+	last := s.lastDelivery(m)
+	deadReason := "JetStream: message exhausted its deliveries"
 	if lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
-		res, err := s.d.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{lu}})
-		if err != nil {
+		b := store.Batch{Ledger: []store.LedgerUpdate{lu}}
+		b.StripNUL()
+		res, err := s.d.Store.PersistBatch(ctx, b)
+		switch kind := store.KindOf(err); {
+		case err == nil:
+			s.afterCommit(ctx, res.Progress)
+			log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
+		case kind != fault.Invalid && !last:
 			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
-			return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("record advisory: %w", err)))
+			return natsx.Fail(fault.Wrap(kind, fmt.Errorf("record advisory: %w", err)))
+		case !exhausted:
+			// A terminated message left in its stream is not in a work
+			// queue's way: the log is its trace.
+			log.ErrorContext(ctx, "could not record the advisory; given up", "match_id", lu.MatchID, "err", err)
+		default:
+			// It can never be recorded (or the advisory is on its last
+			// delivery): the message still leaves its work queue.
+			log.ErrorContext(ctx, "could not record the exhausted message; dead-lettered and removed all the same",
+				"match_id", lu.MatchID, "kind", kind.String(), "err", err)
+			deadReason += "; not recorded in the ledger: " + store.CleanText(err.Error())
 		}
-		s.afterCommit(ctx, res.Progress)
-		log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
 	} else {
 		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
 	}
@@ -89,16 +120,33 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		if s.d.Dead != nil {
 			err := s.d.Dead.Publish(ctx, natsx.DeadInfo{Subject: raw.Subject, Header: raw.Header, Data: raw.Data,
 				Stream: a.Stream, Consumer: a.Consumer, Sequence: a.StreamSeq, Deliveries: a.Deliveries,
-				Kind: fault.Transient, Reason: "JetStream: message exhausted its deliveries"})
-			if err != nil {
+				Kind: fault.Transient, Reason: deadReason})
+			if err != nil && !last {
 				return natsx.Retry(err)
+			}
+			if err != nil {
+				log.ErrorContext(ctx, "could not dead-letter the exhausted message on the advisory's last delivery; removed all the same", "err", err)
 			}
 		}
 		if err := st.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			log.WarnContext(ctx, "could not delete the exhausted message", "err", err)
+			return natsx.Retry(fmt.Errorf("delete %s/%d: %w", a.Stream, a.StreamSeq, err))
 		}
 	}
 	return natsx.Ack()
+}
+
+// lastDelivery reports whether m is on its consumer's last delivery
+// (MaxDeliver of the advisories consumer): the handler then removes an
+// exhausted message whatever failed, rather than leave it in its work
+// queue when the settle policy gives the advisory up.
+func (s *Service) lastDelivery(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil || s.d.Advisories == nil {
+		return false
+	}
+	info := s.d.Advisories.CachedInfo()
+	return info != nil && info.Config.MaxDeliver > 0 && md.NumDelivered >= uint64(info.Config.MaxDeliver)
 }
 
 // ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult

@@ -133,16 +133,23 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 // run each job's last missed time exactly once across two replicas, a
 // scheduler started later runs none again, and the prune job deletes
 // finished job rows older than JOB_HISTORY_RETENTION, keeping younger and
-// unfinished ones.
+// unfinished ones, and of each type's failed rows keeps only the newest
+// JOB_HISTORY_MAX_FAILED (design 002's removeOnFail).
 func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 	monday := stagetest.NextMonday(time.Now())
 	start := monday.Add(5*time.Hour + 10*time.Minute) // after every job's time that day
 	s := newSchedulers(t, 1, func() time.Time { return start },
-		map[string]string{"SCHEDULE_POLL": "20ms", "JOB_HISTORY_RETENTION": "720h"})
+		map[string]string{"SCHEDULE_POLL": "20ms", "JOB_HISTORY_RETENTION": "720h", "JOB_HISTORY_MAX_FAILED": "2"})
+	failed := func(id, typ string, hoursAgo int) store.Job {
+		at := start.Add(-time.Duration(hoursAgo) * time.Hour)
+		return store.Job{ID: id, Type: typ, Status: "failed", Error: "x", RequestedAt: at, FinishedAt: at}
+	}
 	for _, j := range []store.Job{
 		{ID: "old-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-100 * 24 * time.Hour), FinishedAt: start.Add(-100 * 24 * time.Hour)},
 		{ID: "old-running", Type: "sync", Status: "running", RequestedAt: start.Add(-100 * 24 * time.Hour)},
 		{ID: "young-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-24 * time.Hour), FinishedAt: start.Add(-24 * time.Hour)},
+		failed("failed-3", "sync", 3), failed("failed-2", "sync", 2), failed("failed-1", "sync", 1),
+		failed("weekly-failed", "weekly_report", 30),
 	} {
 		if err := s.Infra.Store.RecordJob(t.Context(), j); err != nil {
 			t.Fatal(err)
@@ -159,7 +166,8 @@ func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 			t.Errorf("missed run %s at %v not caught up", job, at)
 		}
 	}
-	for id, want := range map[string]int{"old-done": 0, "old-running": 1, "young-done": 1} {
+	for id, want := range map[string]int{"old-done": 0, "old-running": 1, "young-done": 1,
+		"failed-3": 0, "failed-2": 1, "failed-1": 1, "weekly-failed": 1} {
 		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1`, id); n != want {
 			t.Errorf("job %s: %d rows after pruning, want %d", id, n, want)
 		}

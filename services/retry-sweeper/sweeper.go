@@ -3,7 +3,10 @@
 // (hourly by default, design 000's RetryFailedMatchesJob) one replica:
 //
 //   - re-publishes fetches in temporary_failure, or still unfetched, whose
-//     last attempt is older than StaleAfter (10 min), in batches of 100
+//     last attempt and hold (a message schedule the fetch waits in, which
+//     the match-fetcher records in the ledger) ended more than StaleAfter
+//     (10 min) ago, oldest first, at most MaxPerRun (100) per sweep, read
+//     in pages of BatchSize (100)
 //     (a pending fetch, whose in-process retries ended on a 5xx or timeout
 //     streak, waits StaleAfter·2^k after its k-th sweep retry, at most
 //     RetryMax: it is retried for as long as Riot fails, never made final),
@@ -24,10 +27,16 @@
 // StuckAfter or work still queued for it), so a lock lives as long as the
 // sync's work, not until its next finished match.
 //
+// Every ExpireEvery it ends visibly (a rejected job, a Rejection) the
+// requests that wait in INGEST or SYNC so long that the
+// stream's max_age would soon drop them in silence (Expire).
+//
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
-// nothing ends silently. A tick runs on exactly one replica: the replicas
-// race to create the tick's key in the cron-locks KV bucket.
+// nothing ends silently, and reads lol.ingest.rejected on EVENTS
+// (consumer retry-sweeper-rejections, HandleRejection) so a refused
+// request's pending job ends rejected. A tick runs on exactly one replica:
+// the replicas race to create the tick's key in the cron-locks KV bucket.
 package sweeper
 
 import (
@@ -43,6 +52,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -59,6 +69,11 @@ type Store interface {
 	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
 	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
+	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	Ping(ctx context.Context) error
+	// RejectQueued ends a refused request's pending job (HandleRejection).
+	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
+	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment
@@ -75,6 +90,9 @@ type Config struct {
 	// healthy running syncs' locks are renewed every LockTTL/3.
 	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
 	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// MaxPerRun is the most fetches one sweep re-publishes (seed 000's
+	// cap): the oldest due first; the rest wait for the next sweep.
+	MaxPerRun int `env:"SWEEP_MAX_PER_RUN" envDefault:"100"`
 	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
 	// that many 404s becomes permanently_unfetchable instead of being
 	// re-published; a row with that many other failures is pending (see
@@ -83,12 +101,22 @@ type Config struct {
 	// RetryMax caps the wait between sweep retries of a pending fetch
 	// (StaleAfter doubling per failed sweep retry). Default 6h.
 	RetryMax time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
+	// ExpireEvery is how often waiting requests about to expire from
+	// INGEST or SYNC are ended visibly (see Expire). Default 5m.
+	ExpireEvery time.Duration `env:"SWEEP_EXPIRE_EVERY" envDefault:"5m"`
+	// ExpireMargin: a request still waiting in its stream this long before
+	// its stream's max_age would drop it is ended (rejected, 503) instead.
+	// Keep it well above ExpireEvery. Default 1h.
+	ExpireMargin time.Duration `env:"SWEEP_EXPIRE_MARGIN" envDefault:"1h"`
 }
 
 // Deps are the sweeper's collaborators.
 type Deps struct {
 	JS         jetstream.JetStream
 	Advisories jetstream.Consumer // "retry-sweeper" on ADVISORIES; nil to skip
+	// Rejections is "retry-sweeper-rejections" on EVENTS (HandleRejection);
+	// nil to skip.
+	Rejections jetstream.Consumer
 	Store      Store
 	Locks      natsx.Lock         // sync-locks
 	CronLocks  jetstream.KeyValue // cron-locks
@@ -109,8 +137,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	config.Fill(&cfg, Config{
 		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxAttempts: 5,
-		RetryMax: 6 * time.Hour,
+		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
+		RetryMax: 6 * time.Hour, ExpireEvery: 5 * time.Minute, ExpireMargin: time.Hour,
 	})
 	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
@@ -124,10 +152,20 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Advisories, s.HandleAdvisory, natsx.ConsumeOptions{
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
-				Settle: natsx.SettleOptions{Dead: s.d.Dead}})
+				// Paused while Postgres is down, as every writer is: an
+				// outage costs an advisory no deliveries.
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
+		})
+	}
+	if s.d.Rejections != nil {
+		g.Go(func() error {
+			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
+				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
 	g.Go(func() error { s.heartbeat(ctx); return nil })
+	g.Go(func() error { s.expireLoop(ctx); return nil })
 	g.Go(func() error {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
@@ -158,10 +196,25 @@ func (s *Service) heartbeat(ctx context.Context) {
 
 // RenewLocks renews the sync lock of every healthy running sync once and
 // returns how many it renewed.
+//
+// While Postgres does not answer (an error, or no answer within
+// LockTTL/3: a black-holed connection would otherwise stall the heartbeat
+// past the TTL), it renews every lock held instead (synclock.KeepAll): no
+// sync can progress or finish during the outage, and a lock left to lapse
+// would let a second sync of the same account in while the first still
+// has work in the pipeline. Such locks lapse one TTL after Postgres
+// answers again, unless their sync is healthy. The error is returned
+// with the count.
 func (s *Service) RenewLocks(ctx context.Context) (int, error) {
-	running, err := s.d.Store.RunningSyncs(ctx)
+	qctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
+	running, err := s.d.Store.RunningSyncs(qctx)
+	cancel()
 	if err != nil {
-		return 0, err
+		if ctx.Err() != nil || store.KindOf(err) != fault.Transient {
+			return 0, err
+		}
+		n, kerr := synclock.KeepAll(ctx, s.d.Locks, s.cfg.LockTTL)
+		return n, errors.Join(fmt.Errorf("running syncs unreadable, every held sync lock kept (%d): %w", n, err), kerr)
 	}
 	floors := map[string]queueFloor{}
 	n := 0
@@ -176,6 +229,10 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// renewTimeout bounds the heartbeat's read of the running syncs: a third
+// of the lock's TTL, so a stalled Postgres still leaves time to renew.
+func (s *Service) renewTimeout() time.Duration { return max(s.cfg.LockTTL/3, 100*time.Millisecond) }
 
 // healthy reports whether a sync on region whose last progress was at last
 // is still at work: it progressed within StuckAfter, or the region's FETCH
@@ -207,6 +264,9 @@ type Report struct {
 	StillQueued int
 	// Waiting counts pending rows left alone until their backoff is over.
 	Waiting int
+	// Capped is set when the sweep stopped at MaxPerRun re-publishes; the
+	// due rows after them wait for the next sweep.
+	Capped bool
 	// ResultsBehind is set when FETCHED held a result older than
 	// QueueSlack: the persister is behind (or paused on a Postgres
 	// outage), the ledger is not current, and nothing was re-published or
@@ -254,7 +314,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.ResultsBehind = true
 		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
 	}
-	for !rep.ResultsBehind {
+	for !rep.ResultsBehind && !rep.Capped {
 		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
@@ -265,6 +325,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.Batches++
 		after = &due[len(due)-1]
 		for _, f := range due {
+			if rep.Republished >= s.cfg.MaxPerRun {
+				rep.Capped = true
+				break
+			}
 			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
 				// Riot answered 404 MaxAttempts times (the fetcher's own
 				// final result was lost): gone. Any other streak is never
@@ -319,6 +383,13 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
 				return rep, err
 			}
+			// The re-publish holds the fetch from now: the row is not due
+			// again for StaleAfter, and then only once the queue has moved
+			// past this command (QueueSlack), so a command still waiting
+			// behind a backlog is not re-published every sweep.
+			if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
+				s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
+			}
 			rep.Republished++
 		}
 		if len(due) < s.cfg.BatchSize {
@@ -346,7 +417,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
-		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "still_queued", rep.StillQueued,
+		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
 			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
 	}
 	return rep, nil
@@ -369,9 +440,10 @@ func (s *Service) PendingDelay(retryCount int) time.Duration {
 	return min(d, s.cfg.RetryMax)
 }
 
-// resultsLag is the age (by the NATS server's clock) of the oldest
-// FetchResult still in the FETCHED work queue, i.e. not yet persisted; 0
-// when it is empty.
+// resultsLag is the age (on the NATS server's clock, natsx.StoredAge: this
+// host's clock may be off from the server's) of the oldest FetchResult
+// still in the FETCHED work queue, i.e. not yet persisted; 0 when it is
+// empty.
 func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
 	if err != nil {
@@ -384,13 +456,16 @@ func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
 	}
-	return max(time.Since(m.Time), 0), nil
+	return natsx.StoredAge(st.CachedInfo(), m.Time), nil
 }
 
 // queueFloor is what a region's fetch queue still holds.
 type queueFloor struct {
-	queued bool      // some command for the region is still in the stream
-	oldest time.Time // the publish time of the oldest one
+	queued bool // some command for the region is still in the stream
+	// oldest is the publish time of the oldest one on this host's clock
+	// (Now less its age on the server's clock), comparable with the
+	// ledger's times, which hosts write.
+	oldest time.Time
 }
 
 // queueFloor reads the oldest message still in the FETCH stream on
@@ -404,6 +479,7 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		return queueFloor{}, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetch, err)
 	}
 	var fl queueFloor
+	now := s.d.Now()
 	subjects := []string{s.d.Subjects.FetchFor(region, bus.Background), s.d.Subjects.FetchFor(region, bus.Interactive)}
 	if retries {
 		subjects = append(subjects, s.d.Subjects.FetchRetry(region, ">"))
@@ -416,8 +492,8 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 		if err != nil {
 			return queueFloor{}, fmt.Errorf("sweeper: oldest message on %s: %w", subj, err)
 		}
-		if !fl.queued || m.Time.Before(fl.oldest) {
-			fl = queueFloor{queued: true, oldest: m.Time}
+		if at := now.Add(-natsx.StoredAge(st.CachedInfo(), m.Time)); !fl.queued || at.Before(fl.oldest) {
+			fl = queueFloor{queued: true, oldest: at}
 		}
 	}
 	return fl, nil

@@ -21,23 +21,34 @@ import (
 // which would fetch it twice and spend the rate budget twice; a row the
 // queue has moved past (its command was lost) is re-published even while
 // newer commands wait; and once the queue is empty the first row is
-// re-published too.
+// re-published too. The same holds on hosts whose clocks (the sweeper's,
+// and the ledger writers' times) are an hour behind the NATS server's,
+// which stamps the queued command: the queue's floor is an age on the
+// server's clock, not the server's time compared with the hosts'.
 func TestSweeperLeavesQueuedCommands(t *testing.T) {
+	for _, skew := range []time.Duration{0, -time.Hour} {
+		t.Run(fmt.Sprintf("hosts %v off the server", skew), func(t *testing.T) { leavesQueuedCommands(t, skew) })
+	}
+}
+
+func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	st, inf, ctx := e.Infra.Store, e.Infra, t.Context()
-	now := time.Now()
+	clk := func() time.Time { return time.Now().Add(skew) } // the hosts' clock
+	now := clk()
 	const queued, lost = "NA1_9500", "NA1_9501"
+	// queued was last tried 20 min ago (stale), lost 3 h ago.
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
-		{MatchID: queued, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now},
-		{MatchID: lost, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-time.Hour)},
+		{MatchID: queued, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-20 * time.Minute)},
+		{MatchID: lost, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-3 * time.Hour)},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	// queued's retry waits in the americas queue, behind a backlog.
+	// queued's retry waits in the americas queue, behind a backlog,
+	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	clk := func() time.Time { return now.Add(2 * time.Hour) } // everything is stale
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5}, clk)
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, MaxAttempts: 5}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,13 +67,14 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 		t.Fatalf("FETCH held %v, want %s once (its own retry) and %s once (re-published)", got, queued, lost)
 	}
 	// The queue is empty now and queued's row is still not final (say its
-	// result was lost): the next sweep re-publishes it.
+	// result was lost): the next sweep re-publishes it. lost was
+	// re-published by the first sweep, which holds it for StaleAfter.
 	rep, err = s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.StillQueued != 0 || rep.Republished != 2 {
-		t.Fatalf("sweep with an empty queue: %+v, want both rows re-published", rep)
+	if rep.StillQueued != 0 || rep.Republished != 1 {
+		t.Fatalf("sweep with an empty queue: %+v, want %s re-published, %s held by its re-publish", rep, queued, lost)
 	}
 	if got := read(); got[queued] != 1 {
 		t.Fatalf("FETCH held %v after the second sweep", got)
@@ -107,6 +119,93 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 	}
 }
 
+// One sweep re-publishes at most MaxPerRun (100) fetches, the oldest
+// first; the rest wait for the next sweep (seed 000), which does not
+// re-publish the first ones again: their re-publish holds them.
+func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	now := time.Now()
+	var ledger []store.LedgerUpdate
+	for i := range 150 {
+		ledger = append(ledger, store.LedgerUpdate{MatchID: fmt.Sprintf("NA1_%d", 7000+i), Kind: "match", Status: "temporary_failure",
+			Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-2*time.Hour + time.Duration(i)*time.Second)})
+	}
+	if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, BatchSize: 40},
+		func() time.Time { return now })
+	rep, err := s.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := drainFetchQueue(e)
+	if rep.Republished != 100 || !rep.Capped || len(got) != 100 {
+		t.Fatalf("first sweep: %+v, %d commands queued; want 100 re-published and capped", rep, len(got))
+	}
+	for i, c := range got {
+		if want := fmt.Sprintf("NA1_%d", 7000+i); c.MatchID != want {
+			t.Fatalf("command %d is %s, want %s (oldest first)", i, c.MatchID, want)
+		}
+	}
+	rep, err = s.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = drainFetchQueue(e)
+	if rep.Republished != 50 || rep.Capped || len(got) != 50 || got[0].MatchID != "NA1_7100" {
+		t.Fatalf("second sweep: %+v, %d commands queued; want the other 50", rep, len(got))
+	}
+}
+
+// A fetch held by a message schedule (a rate-limit wait the fetcher
+// recorded with store.Hold) is not due while the hold lasts, however old
+// its last attempt or listing: it is re-published only StaleAfter after
+// the schedule should have fired.
+func TestSweeperLeavesHeldFetch(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	st, ctx := e.Infra.Store, t.Context()
+	now := time.Now()
+	const id = "NA1_9700"
+	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+		{MatchID: id, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-3 * time.Hour)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Hold(ctx, id, "match", now.Add(time.Hour), "token-1"); err != nil {
+		t.Fatal(err)
+	}
+	at := now
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
+		func() time.Time { return at })
+	for _, tc := range []struct {
+		at   time.Time
+		want int
+	}{{now, 0}, {now.Add(time.Hour + 5*time.Minute), 0}, {now.Add(time.Hour + 11*time.Minute), 1}} {
+		at = tc.at
+		rep, err := s.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Republished != tc.want {
+			t.Fatalf("sweep at hold%+v: %+v, want %d re-published", tc.at.Sub(now.Add(time.Hour)), rep, tc.want)
+		}
+	}
+}
+
+// drainFetchQueue takes (acks) every fetch command waiting in the
+// americas queue, in stream order.
+func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
+	var all []bus.FetchCommand
+	for {
+		got := fetchQueue(e)
+		if len(got) == 0 {
+			return all
+		}
+		all = append(all, got...)
+	}
+}
+
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
 	t, inf := e.T, e.Infra
@@ -133,7 +232,7 @@ func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
+	b, err := cons.Fetch(100, jetstream.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

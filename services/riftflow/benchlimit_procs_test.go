@@ -26,13 +26,21 @@ import (
 //   - skew: prod with the fetchers' limiter clocks ±BENCH_LIMIT_SKEW_MS
 //     (500) apart (N ≥ 2);
 //   - natskill: prod with the nats-server killed (SIGKILL) after 1.5 long
-//     windows and restarted on its store BENCH_LIMIT_KILL_S (30) s later.
+//     windows and restarted on its store BENCH_LIMIT_KILL_S (30) s later;
+//   - cold (only when named): a cold start, 30:1,1200:60 for
+//     BENCH_LIMIT_COLD_S (30) s from the first request, used against a
+//     perfect client over that time; the SVG shows the first 10 s beside
+//     the last 10 s.
 //
 // N from BENCH_LIMIT_N (1,2,4,8); BENCH_LIMIT_PARALLEL cases run at once
 // (default 8, in order; each is at most 50 requests/s); BENCH_LIMIT_WORKERS
 // calls per process (8); BENCH_LIMIT_CALLS=match makes the fetchers call
 // getMatch and getTimeline as the match-fetcher does (heavy: megabyte
-// timelines) instead of two light methods. It prints one table row per case and N and
+// timelines) instead of two light methods. BENCH_LIMIT_CPU_QUOTA_US
+// (e.g. 20000) puts each case's fetchers in their own cgroup v1 cpu group
+// limited to that much CPU per 100 ms (root; internal/benchlimit.Cgroup),
+// and BENCH_LIMIT_HOGS starts that many busy-looping processes beside the
+// cases. It prints one table row per case and N and
 // writes <case>-N<n>.csv/.svg and the processes' logs to BENCH_LIMIT_OUT
 // (default: a temp dir), plus results.csv.
 func BenchmarkLimitProcesses(b *testing.B) {
@@ -57,16 +65,21 @@ func BenchmarkLimitProcesses(b *testing.B) {
 				c.SkewMS = skew
 			case "natskill":
 				c.KillAt, c.KillFor = 90*time.Second, killFor
+			case "cold":
+				// issue 25 part 3: a short run from a cold start.
+				c.Key = benchlimit.Key{Name: "cold", App: "30:1,1200:60"}
+				c.Duration = time.Duration(envInt(b, "BENCH_LIMIT_COLD_S", 30)) * time.Second
 			default:
-				b.Fatalf("BENCH_LIMIT_CASES: unknown case %q (dev, prod, skew, natskill)", k)
+				b.Fatalf("BENCH_LIMIT_CASES: unknown case %q (dev, prod, skew, natskill, cold)", k)
 			}
 			cases = append(cases, c)
 		}
 	}
-	// At most 8 cells at once: all 15 (about 60 processes on 2 cores)
-	// starve the fetchers of CPU, which the limiter's contract excludes
-	// (docs/rate-limiting.md, "Assumed"). Cases start in order, dev (the
-	// longest) first.
+	// BENCH_LIMIT_PARALLEL cells at once (default 8; 15 runs every cell at
+	// once, about 60 processes on 2 cores): a starved fetcher may lose
+	// utilization, never safety (a grant past its send deadline is not
+	// sent; docs/rate-limiting.md). Cases start in order, dev (the longest)
+	// first.
 	par := envInt(b, "BENCH_LIMIT_PARALLEL", 8)
 	for b.Loop() {
 		out := limitOut(b)
@@ -132,7 +145,14 @@ func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) 
 	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "..", "internal"), bin); err != nil {
 		tb.Fatal(err)
 	}
-	env := benchlimit.Env{BinDir: bin, OutDir: out, Log: os.Stderr}
+	env := benchlimit.Env{BinDir: bin, OutDir: out, Log: os.Stderr, CPUQuotaUS: envInt(tb, "BENCH_LIMIT_CPU_QUOTA_US", 0)}
+	if n := envInt(tb, "BENCH_LIMIT_HOGS", 0); n > 0 {
+		hogs, err := benchlimit.StartHogs(n)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer hogs.Stop()
+	}
 	if testing.Short() || !testing.Verbose() {
 		env.Log = io.Discard
 	}

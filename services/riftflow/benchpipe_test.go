@@ -28,7 +28,6 @@ package riftflow
 // (go_memstats_heap_inuse_bytes on /metrics).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -261,21 +260,11 @@ func postgresCPU(db string) float64 {
 }
 
 func heapInuse(addr string) int64 {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
+	v, ok := metricValue(addr, "go_memstats_heap_inuse_bytes")
+	if !ok {
 		return -1
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
-		}
-	}
-	return -1
+	return int64(v)
 }
 
 func countPairs(ctx context.Context, pool *pgxpool.Pool) int {

@@ -219,6 +219,9 @@ type chaosOptions struct {
 	// beforeServices runs after the schema migration, before the services
 	// start (tablespaces, …).
 	beforeServices func(e *chaosEnv)
+	// beforeNATS runs before the NATS server or cluster starts in
+	// e.dir/nats (mounts under a node's store, …).
+	beforeNATS func(e *chaosEnv)
 	// ownPostgres starts a private Postgres cluster the test can stop and
 	// start (pg_ctl); otherwise a database of the shared test server.
 	ownPostgres bool
@@ -233,6 +236,11 @@ type chaosOptions struct {
 	// dbPassword is added to DATABASE_URL (trust auth ignores it): the
 	// secrets test checks it never leaks either.
 	dbPassword string
+	// fetchers, if > 0, is the number of match-fetcher processes
+	// (instead of replicas); sim edits the simulator's options (limits,
+	// blacklist) before it starts.
+	fetchers int
+	sim      func(*sim.Options)
 }
 
 // chaosEnv is a running environment.
@@ -314,10 +322,14 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	if fix == "" {
 		fix = sim.FindFixtures()
 	}
-	s, err := sim.New(sim.Options{APIKey: e.key, FixturesDir: fix, Logger: e.log,
+	so := sim.Options{APIKey: e.key, FixturesDir: fix, Logger: e.log,
 		Limits:    sim.RateLimits{App: "1000:10,60000:600"},
 		Synthetic: sim.Synthetic{Players: o.players, MatchesPerPlayer: o.perPlayer, Platform: "na1"},
-		Faults:    o.faults})
+		Faults:    o.faults}
+	if o.sim != nil {
+		o.sim(&so)
+	}
+	s, err := sim.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +351,9 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	}
 
 	// NATS.
+	if o.beforeNATS != nil {
+		o.beforeNATS(e)
+	}
 	if o.nodes == 3 {
 		c, err := natsembed.StartProcCluster(filepath.Join(bins, "nats-node"), 3, filepath.Join(e.dir, "nats"))
 		if err != nil {
@@ -445,7 +460,11 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 		e.o.replicas = 1
 	}
 	for _, svc := range chaosServices {
-		for r := 1; r <= o.replicas; r++ {
+		n := o.replicas
+		if svc == "match-fetcher" && o.fetchers > 0 {
+			n = o.fetchers
+		}
+		for r := 1; r <= n; r++ {
 			name := svc
 			if r > 1 {
 				name = fmt.Sprintf("%s-%d", svc, r)
@@ -1063,11 +1082,21 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	if r.CallBound == 0 {
 		r.CallBound = 2
 	}
+	r.ServiceExits = e.checkProcs()
+	recordResult(e.t, r)
+	return r
+}
+
+// checkProcs fails the test for every service process that exited on its
+// own (not by our SIGKILL or SIGTERM) or is not running now; it returns
+// the number of such exits.
+func (e *chaosEnv) checkProcs() (exits int) {
+	e.t.Helper()
 	for _, p := range e.procs {
 		p.mu.Lock()
 		for _, x := range p.exits {
 			if x != "signal: killed" && x != "terminated: exit 0" {
-				r.ServiceExits++
+				exits++
 				e.t.Errorf("%s exited on its own: %s", p.name, x)
 			}
 		}
@@ -1078,8 +1107,7 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 			e.t.Errorf("%s is not running at the end", p.name)
 		}
 	}
-	recordResult(e.t, r)
-	return r
+	return exits
 }
 
 // chaosResults collects every case's figures in this test binary, for the

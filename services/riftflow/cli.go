@@ -34,11 +34,13 @@ Usage:
   riftflow token create --name N --scopes read,sync   a bearer token for the HTTP API (shown once)
   riftflow token list [--json]                       tokens (never the secret), scopes, last use
   riftflow token revoke ID                           revoke a token at once
-  riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
+  riftflow ingest --riot-id 'Name#TAG' | --puuid P  [--platform na1] [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
                   [--requested-by NAME] [--wait]
-  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
+  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state (pending: queued, with its place), counts
   riftflow status --failures                         fetch failures by status, with reasons
+  riftflow status --jobs [--job-type T]              the job log, newest first (pending ones with their place)
+  riftflow status --schedules                        each scheduled job's last run and next run
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
@@ -49,12 +51,14 @@ Usage:
                                                      replay dead letters to their original subjects
   riftflow serve                                     the HTTP API alone (/v1/..., SSE, /healthz, /metrics)
                                                      over NATS_URL and DATABASE_URL, for a Deployment
-  riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]
+  riftflow show --match ID [--timeline] | --puuid P [--ranks | --reports] [--limit N] [--cursor C]
                                                      what the read API serves, from Postgres
   riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
                                                      matches other stored accounts played in
   riftflow rotate-key [--dry-run]                    after changing RIOT_API_KEY (paused): re-resolve
                                                      every account, rewrite PUUIDs in one transaction
+  riftflow clear-key-rejection [--key-id ID]         resume every process after a key rejection
+                                                     (else each probes Riot with one call, 1m..30m apart)
   riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
                                                      work (and the API answers 503) until --off
   riftflow sim [--addr 127.0.0.1:8099] [--key K] [--expose]  serve the Riot API simulator
@@ -124,6 +128,8 @@ func Run(ctx context.Context, inv Invocation) int {
 		err = cmdShow(ctx, args[1:], stdout, stderr)
 	case "rotate-key":
 		err = cmdRotateKey(ctx, args[1:], stdout, stderr)
+	case "clear-key-rejection":
+		err = cmdClearKeyRejection(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}

@@ -197,7 +197,17 @@ func (a *API) finishedEvent(ctx context.Context, j store.Job) (string, []byte, e
 			Progress: done, Total: total, Error: j.Error, At: j.FinishedAt})
 		return "progress", b, err
 	case "rejected":
-		b, err := json.Marshal(bus.Rejection{RequestID: j.ID, Reason: j.Error, Code: http.StatusConflict, At: j.FinishedAt})
+		// The code a rejection recorded in the job's detail (503 for a
+		// request that expired waiting, the code a refused queued request
+		// kept: store.RejectQueued), else 409, the lister's and the
+		// API's refusal of a busy account.
+		var d struct {
+			Code int `json:"code"`
+		}
+		if json.Unmarshal(j.Detail, &d) != nil || d.Code == 0 {
+			d.Code = http.StatusConflict
+		}
+		b, err := json.Marshal(bus.Rejection{RequestID: j.ID, Reason: j.Error, Code: d.Code, At: j.FinishedAt})
 		return "rejected", b, err
 	}
 	return "", nil, nil

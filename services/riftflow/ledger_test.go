@@ -435,14 +435,14 @@ func TestLedgerSweeper(t *testing.T) {
 	// one), holding its lock; and a sync whose only match failed 5 times
 	// with 500 (pending: never final, re-published, the sync completes).
 	const puuid, reqID = "sweeper-puuid", "sweeper-req"
-	if err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID, PUUID: puuid, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
+	if _, err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID, PUUID: puuid, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.ClaimMatches(ctx, reqID, puuid, []string{"NA1_9200", "NA1_9300"}); err != nil {
 		t.Fatal(err)
 	}
 	const puuid2, reqID2 = "sweeper-puuid-2", "sweeper-req-2"
-	if err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID2, PUUID: puuid2, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
+	if _, err := st.BeginSync(ctx, store.SyncStart{RequestID: reqID2, PUUID: puuid2, Platform: "na1", Region: "americas", Mode: "latest", Trigger: "test", RequestedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.ClaimMatches(ctx, reqID2, puuid2, []string{"NA1_9201"}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -12,7 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // printRateLimit prints the state of keyID ("" for every key) from KV.
@@ -56,7 +60,17 @@ func printRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, o
 func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
 	fmt.Fprintf(out, "rate limit, API key %s\n", k.KeyID)
 	if k.Rejected != 0 {
-		fmt.Fprintf(out, "  KEY REJECTED: Riot answered %d; every call with this key has stopped (replace RIOT_API_KEY and restart)\n", k.Rejected)
+		fmt.Fprintf(out, "  KEY REJECTED %s ago (at %s): Riot answered %d to key endpoints (account-v1, match-v5) %d times in a row;\n",
+			now.Sub(k.RejectedAt).Round(time.Second), k.RejectedAt.UTC().Format(time.RFC3339), k.Rejected, riot.DefaultKeyRejectAfter)
+		fmt.Fprintf(out, "    every call with this key has stopped but one probe per process, %s after the rejection and then up to every %s;\n",
+			riot.DefaultKeyProbeMin, riot.DefaultKeyProbeMax)
+		fmt.Fprintf(out, "    a probe Riot accepts resumes every process. If the key was revoked, replace RIOT_API_KEY and restart;\n")
+		fmt.Fprintf(out, "    `riftflow clear-key-rejection` resumes them at once (two more 401/403 reject it again)\n")
+		for _, p := range k.Processes {
+			if p.Rejected != 0 {
+				fmt.Fprintf(out, "    process %s: rejected (last report %s ago)\n", p.ID, now.Sub(p.At).Round(time.Second))
+			}
+		}
 	} else {
 		fmt.Fprintln(out, "  key: ok")
 	}
@@ -107,4 +121,48 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// cmdClearKeyRejection is `riftflow clear-key-rejection [--key-id ID]`: it
+// deletes the shared rejection of the key (RIOT_API_KEY's KeyID, or
+// --key-id as `status --ratelimit` shows it; without either, of every
+// rejected key), so every process using it sends calls again at once,
+// without waiting for its next probe. It writes the ratelimit bucket, so it
+// runs as the NATS admin (the local `up`'s, or NATS_USER=admin).
+func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clear-key-rejection", flag.ContinueOnError)
+	keyID := fs.String("key-id", "", "the key's id as `riftflow status --ratelimit` shows it (default: RIOT_API_KEY's, else every rejected key)")
+	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
+		kv, err := c.js.KeyValue(ctx, streams.BucketRateLimit)
+		if err != nil {
+			return fmt.Errorf("open the ratelimit bucket: %w", err)
+		}
+		ids := []string{*keyID}
+		if *keyID == "" && c.env.Riot.APIKey != "" {
+			ids = []string{app.KeyID(c.env.Riot.APIKey.Reveal())}
+		}
+		if ids[0] == "" {
+			states, err := ratelimit.ReadState(ctx, kv, "", time.Now())
+			if err != nil {
+				return err
+			}
+			ids = ids[:0]
+			for _, k := range states {
+				if k.Rejected != 0 {
+					ids = append(ids, k.KeyID)
+				}
+			}
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(stdout, "no key is rejected")
+			return nil
+		}
+		for _, id := range ids {
+			if err := ratelimit.ClearRejection(ctx, kv, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "cleared the rejection of key %s: every process using it resumes\n", id)
+		}
+		return nil
+	})
 }

@@ -248,9 +248,10 @@ func TestSharedKeyNoViolations(t *testing.T) {
 }
 
 // TestKeyRejectedStopsEveryCaller: a rogue user of the key gets it
-// blacklisted; the first 403 stops every call with the key in both
-// fetchers (and the rest of the pipeline), logs an error, counts a
-// metric, and `riftflow status --ratelimit` shows it.
+// blacklisted; the first two 403s in a row from match-v5 stop every call
+// with the key in both fetchers (and the rest of the pipeline), log an
+// error, count a metric, and `riftflow status --ratelimit` shows it with
+// its probes and how to clear it.
 func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 	p := startPipeline(t, pipelineOptions{fetchers: 2, mode: modeShared,
 		sim: sim.Options{Limits: tightLimits, Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 600},
@@ -311,7 +312,8 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 	if err := printRateLimit(p.h.ctx, p.h.st.Infra.JS, app.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "KEY REJECTED: Riot answered 403") {
+	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "Riot answered 403") ||
+		!strings.Contains(out.String(), "probe") || !strings.Contains(out.String(), "riftflow clear-key-rejection") {
 		t.Errorf("status does not show the rejection:\n%s", out.String())
 	}
 	t.Logf("riftflow status --ratelimit:\n%s", out.String())

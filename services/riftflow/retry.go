@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -43,6 +44,11 @@ type RetryResult struct {
 	Reopened     []string `json:"reopened"` // "<match id>/<kind>" put back to unfetched and republished
 	DeadReplayed int      `json:"dead_replayed"`
 	DeadSkipped  int      `json:"dead_skipped"`
+	// DeadRefused counts dead letters not replayed because their target is
+	// one their stream or their writer may not use (deadReplayFilter); they
+	// stay in DEAD. DeadRefusals says why, for the first few.
+	DeadRefused  int      `json:"dead_refused"`
+	DeadRefusals []string `json:"dead_refusals,omitempty"`
 }
 
 // errRetryUsage is returned for a request that selects nothing.
@@ -127,9 +133,16 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 			if left <= 0 {
 				break
 			}
-			d, err := natsx.Replay(ctx, js, streams.StreamDead, natsx.ReplayFilter{Stream: req.Stream, Contains: text, Limit: left})
+			f, err := deadReplayFilter(subj, res.RequestID)
+			if err != nil {
+				return res, err
+			}
+			f.Stream, f.Contains, f.Limit = req.Stream, text, left
+			d, err := natsx.Replay(ctx, js, streams.StreamDead, f)
 			res.DeadReplayed += d.Replayed
 			res.DeadSkipped = d.Skipped
+			res.DeadRefused += d.Refused
+			res.DeadRefusals = append(res.DeadRefusals, d.Refusals...)
 			if err != nil {
 				return res, err
 			}
@@ -141,4 +154,52 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		return res, err
 	}
 	return res, nil
+}
+
+// deadReplayFilter is the natsx.ReplayFilter every dead-letter replay
+// uses, for the subjects of subj:
+//
+//   - Allow is streams.ReplayRights: a letter goes only where a service
+//     that may write its dead-letter subject may publish itself;
+//   - Rewrite turns a FETCHED letter (a fetch result or failure outcome,
+//     which only the fetcher may publish and which the persister or the
+//     retry-sweeper wrote into DEAD) into a forced FetchCommand for its
+//     match on the background fetch subject of the match ID's region, with
+//     request ID requestID: the match is fetched from Riot again and no
+//     payload a dead-letter writer could have forged is ever stored.
+//
+// Errors: the subject prefix is invalid.
+func deadReplayFilter(subj bus.Subjects, requestID string) (natsx.ReplayFilter, error) {
+	set, err := streams.Load(streams.Options{Prefix: subj.Prefix})
+	if err != nil {
+		return natsx.ReplayFilter{}, err
+	}
+	allow, err := streams.ReplayRights(set)
+	if err != nil {
+		return natsx.ReplayFilter{}, err
+	}
+	rewrite := func(stream string, m *nats.Msg) (*nats.Msg, error) {
+		if stream != streams.StreamFetched {
+			return m, nil
+		}
+		r, err := bus.DecodeFetchResult(m.Header, m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("not a fetch result: %w", err)
+		}
+		_, region, err := riot.ParseMatchID(r.MatchID)
+		if err != nil {
+			return nil, fmt.Errorf("fetch result: %w", err)
+		}
+		if r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline {
+			return nil, fmt.Errorf("fetch result of %s: unknown kind %q", r.MatchID, r.Kind)
+		}
+		cmd := bus.FetchCommand{MatchID: r.MatchID, Kind: r.Kind, Region: string(region), Attempt: 1,
+			GameCreationMs: r.GameCreationMs, RequestID: requestID, PUUID: r.PUUID, Priority: bus.Background, Force: true}
+		data, err := json.Marshal(cmd)
+		if err != nil {
+			return nil, err
+		}
+		return &nats.Msg{Subject: subj.FetchFor(string(region), cmd.Priority), Header: nats.Header{}, Data: data}, nil
+	}
+	return natsx.ReplayFilter{Allow: allow, Rewrite: rewrite}, nil
 }

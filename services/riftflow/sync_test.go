@@ -182,7 +182,7 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 	if _, err := synclock.Claim(ctx, locks, p.PUUID, dead, time.Second, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := inf.Store.BeginSync(ctx, store.SyncStart{RequestID: dead, PUUID: p.PUUID, Platform: "na1", Region: "americas",
+	if _, err := inf.Store.BeginSync(ctx, store.SyncStart{RequestID: dead, PUUID: p.PUUID, Platform: "na1", Region: "americas",
 		Mode: "full", Trigger: "test"}); err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 	}
 	defer lim.Close()
 	c, err := riot.New(riot.Config{APIKey: key, BaseURL: os.Getenv("RIOT_BASE_URL"), Limiter: lim, Logger: log,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}},
+		HTTPClient: &http.Client{Transport: riot.NewTransport(workers * 2)},
 		OnKeyRejected: func(status int) {
 			if err := lim.RejectKey(status); err != nil {
 				log.Error("share key rejection", "err", err)

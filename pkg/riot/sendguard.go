@@ -1,0 +1,182 @@
+package riot
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrGrantExpired is wrapped by the transport error of a request that was
+// not sent because its rate-limit grant's send deadline had passed when it
+// was about to be written (Permit.Send returned false). The Client never
+// returns it: it acquires a new permit and sends the request on that one.
+var ErrGrantExpired = errors.New("riot: rate-limit grant expired before the request was sent")
+
+type permitKey struct{}
+
+// withPermit carries p to the transport (sendGuard) in the request's ctx.
+func withPermit(ctx context.Context, p Permit) context.Context {
+	return context.WithValue(ctx, permitKey{}, p)
+}
+
+// NewTransport returns the HTTP/1.1 transport a Client uses by default:
+// http.DefaultTransport's settings with maxIdlePerHost idle connections
+// per host (0: 64), whose connections check the request's grant
+// (Permit.Send) in their first Write of each request, the last moment
+// before its bytes reach the socket. Wrap it (metrics, logging) rather
+// than replacing it. HTTP/2 is off: a multiplexed connection cannot tell
+// whose bytes it writes.
+func NewTransport(maxIdlePerHost int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if maxIdlePerHost <= 0 {
+		maxIdlePerHost = 64
+	}
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &guardConn{Conn: c}, nil
+	}
+	return t
+}
+
+// guardConn is a connection of NewTransport: the request about to be
+// written on it (armed by sendGuard when the transport hands it the
+// connection) is checked in the first Write.
+type guardConn struct {
+	net.Conn
+	armed atomic.Pointer[sendOnce]
+}
+
+// Write checks the armed request's grant before its first bytes go.
+func (c *guardConn) Write(b []byte) (int, error) {
+	if s := c.armed.Swap(nil); s != nil && !s.send() {
+		return 0, ErrGrantExpired
+	}
+	return c.Conn.Write(b)
+}
+
+// guardOf is c's guardConn, also under TLS; nil if it has none.
+func guardOf(c net.Conn) *guardConn {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	g, _ := c.(*guardConn)
+	return g
+}
+
+// sendOnce calls Permit.Send once for one request; an expired grant
+// cancels the request's context, so the transport does not retry it on
+// another connection.
+type sendOnce struct {
+	p       Permit
+	cancel  context.CancelFunc
+	once    sync.Once
+	ok      bool
+	expired atomic.Bool
+}
+
+func (s *sendOnce) send() bool {
+	s.once.Do(func() {
+		s.ok = s.p.Send()
+		if !s.ok {
+			s.expired.Store(true)
+			s.cancel()
+		}
+	})
+	return s.ok
+}
+
+// sendGuard is the outermost http.RoundTripper of a Client: it makes sure
+// the request's grant (Permit.Send) is checked immediately before the
+// request is written, and refuses to send on an expired grant. On a
+// NewTransport connection the check runs in the connection's first Write
+// of the request; on any other transport, when the connection is handed
+// over (httptrace GotConn), or before the transport is called if it never
+// is. It reports the write (Permit.Written) so the limiter can measure
+// how long a checked request takes to reach the wire.
+type sendGuard struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (g sendGuard) RoundTrip(r *http.Request) (*http.Response, error) {
+	next := g.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	p, _ := r.Context().Value(permitKey{}).(Permit)
+	if p == nil {
+		return next.RoundTrip(r)
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	s := &sendOnce{p: p, cancel: cancel}
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if gc := guardOf(info.Conn); gc != nil {
+				gc.armed.Store(s)
+				return
+			}
+			s.send()
+		},
+		WroteRequest: func(httptrace.WroteRequestInfo) { p.Written() },
+	}
+	if _, ok := next.(*http.Transport); !ok && !wrapsGuarded(next) {
+		// A transport that may not report GotConn: check now.
+		if !s.send() {
+			cancel()
+			return nil, ErrGrantExpired
+		}
+	}
+	resp, err := next.RoundTrip(r.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if s.expired.Load() {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		cancel()
+		return nil, ErrGrantExpired
+	}
+	if resp == nil {
+		cancel()
+		return resp, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, err
+}
+
+// wrapsGuarded reports whether rt declares that it passes requests to an
+// *http.Transport (which reports GotConn), as a metrics wrapper does.
+func wrapsGuarded(rt http.RoundTripper) bool {
+	w, ok := rt.(interface{ Unwrap() http.RoundTripper })
+	if !ok {
+		return false
+	}
+	switch n := w.Unwrap().(type) {
+	case *http.Transport:
+		return true
+	default:
+		return wrapsGuarded(n)
+	}
+}
+
+// cancelOnClose releases the request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FetchState is what the ledger knows of one fetch (a match_fetches row),
+// read by the match-fetcher before it spends a Riot call on a command.
+type FetchState struct {
+	// Status is the row's status ("unfetched", "success", ...), "" when
+	// the fetch has no row yet.
+	Status  string
+	Attempt int // highest attempt applied (0: never tried)
+	// HeldUntil and HeldBy are the fetch's last hold (Hold): the JetStream
+	// message schedule HeldBy fires at HeldUntil. Zero and "" when none.
+	HeldUntil time.Time
+	HeldBy    string
+}
+
+// Final reports whether the fetch needs no further attempt (success,
+// permanently_unfetchable, outside_retention_window).
+func (f FetchState) Final() bool {
+	return f.Status == StatusSuccess || f.Status == StatusPermanentlyUnfetchable || f.Status == StatusOutsideRetentionWindow
+}
+
+// FetchState reads the ledger row of (matchID, kind). A fetch with no row
+// is FetchState{} and no error.
+func (s *Store) FetchState(ctx context.Context, matchID, kind string) (FetchState, error) {
+	var f FetchState
+	var until *time.Time
+	var by *string
+	err := s.pool.QueryRow(ctx, `SELECT status, attempt, held_until, held_by FROM match_fetches
+WHERE match_id = $1 AND kind = $2`, matchID, kind).Scan(&f.Status, &f.Attempt, &until, &by)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FetchState{}, nil
+	}
+	if err != nil {
+		return FetchState{}, fmt.Errorf("store: fetch state %s/%s: %w", matchID, kind, err)
+	}
+	f.HeldUntil = deref(until)
+	if by != nil {
+		f.HeldBy = *by
+	}
+	return f, nil
+}
+
+// Hold records that the fetch (matchID, kind) waits in the JetStream
+// message schedule named by (a token the scheduled FetchCommand carries as
+// Hold) until until: the retry-sweeper does not re-publish it before
+// until + its stale threshold (DueRetriesAfter counts a row's age from its
+// hold), and no other command for it calls Riot before until. A row that
+// does not exist yet is created unfetched; a final row is left alone. The
+// hold replaces the row's previous one: the newest schedule holds the
+// fetch.
+func (s *Store) Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO match_fetches AS f (match_id, kind, held_until, held_by) VALUES ($1, $2, $3, $4)
+ON CONFLICT (match_id, kind) DO UPDATE SET held_until = EXCLUDED.held_until, held_by = EXCLUDED.held_by
+WHERE f.status IN ('unfetched', 'temporary_failure')`, matchID, kind, until, by)
+	if err != nil {
+		return fmt.Errorf("store: hold %s/%s: %w", matchID, kind, err)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package sweeper_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/tcpproxy"
+	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// TestLockHeldThroughPostgresOutage: a running sync's lock is kept by the
+// sweeper's heartbeat through a Postgres outage (a black-holed link, no
+// error and no answer) several times longer than the lock's TTL, so a
+// second sync of the same account is still refused (the lister's claim,
+// behind the API's 409) instead of getting in beside the first.
+func TestLockHeldThroughPostgresOutage(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	ctx, inf := t.Context(), e.Infra
+	const puuid, first, second = "puuid-outage", "sync-first", "sync-second"
+	if _, err := inf.Store.BeginSync(ctx, store.SyncStart{RequestID: first, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.Store.ClaimMatches(ctx, first, puuid, []string{"NA1_9700"}); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Second // the server's minimum TTL is 1 s
+	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synclock.Claim(ctx, locks, puuid, first, ttl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The sweeper reaches Postgres through a proxy the test black-holes.
+	u, err := url.Parse(e.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := u.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "5432")
+	}
+	proxy, err := tcpproxy.Start(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	u.Host = proxy.Addr()
+	st, err := store.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	cron, err := inf.KV(ctx, streams.BucketCronLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sweeper.New(sweeper.Config{LockTTL: ttl, Interval: time.Hour},
+		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first sweep runs at start; let it finish before the outage.
+	if _, err := s.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(runCtx) }()
+	t.Cleanup(func() { proxy.Blackhole(false); stop(); <-done })
+
+	proxy.Blackhole(true)
+	// Four TTLs of outage, checked on every beat: the lock never lapses.
+	for i := range 4 * 6 {
+		time.Sleep(ttl / 6)
+		v, err := synclock.Get(ctx, locks, puuid)
+		if err != nil || v.RequestID != first {
+			t.Fatalf("%v into a Postgres outage: the lock is %+v, %v; want still held by %s", time.Duration(i+1)*ttl/6, v, err, first)
+		}
+	}
+	if _, err := synclock.Claim(ctx, locks, puuid, second, ttl, time.Now()); !errors.Is(err, natsx.ErrLocked) {
+		t.Fatalf("a second sync's claim during the outage: %v, want natsx.ErrLocked (409)", err)
+	}
+}
