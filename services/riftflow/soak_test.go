@@ -175,6 +175,13 @@ func TestSoak(t *testing.T) {
 	e := startChaos(t, o)
 	s.e = e
 	out := soakOutDir(t)
+	// The faults are for a running system: every process answers /readyz
+	// before the first one. (A service whose first Postgres ping fails
+	// exits: the persister and the sweeper did, when an outage began while
+	// they were still starting on a loaded machine.)
+	for _, name := range e.order {
+		waitHTTP(t, "http://"+e.procs[name].ops+"/readyz", 3*time.Minute)
+	}
 
 	s.start = time.Now()
 	samples := startSampler(s)
