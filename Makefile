@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME_TEST ?= 20000x
 
-.PHONY: all version build run test test-short bench bench-baseline bench-pipeline bench-limit bench-limit-fetchers fuzz chaos check vulncheck lint vet fmt clean tools images
+.PHONY: kube-build kube-up kube-down kube-e2e all version build run test test-short bench bench-baseline bench-pipeline bench-limit bench-limit-fetchers fuzz chaos check vulncheck lint vet fmt clean tools images
 
 all: build
 
@@ -228,3 +228,25 @@ fmt:
 
 clean:
 	rm -rf $(BIN) .data bench.out
+
+## kube-build: build, or take from the cache in .data/kube, everything the
+## one-node cluster runs: Kubernetes 1.34 and etcd from the Go module proxy,
+## kube-router, and the images (FROM scratch) of CoreDNS, NATS, KEDA, Jaeger,
+## a pause binary and riftflow. Cold: the better part of an hour on 2 cores.
+kube-build:
+	nice -n 19 deploy/kube/build.sh all
+
+## kube-up: a one-node Kubernetes cluster on this machine (root, and
+## KUBE_UP_CONFIRM=1: it changes sysctls, a bridge and iptables);
+## kubeconfig .data/kube/kubeconfig, kubectl bin/kubectl. Safe to run twice.
+kube-up: kube-build
+	deploy/kube/up.sh
+
+## kube-down: removes everything kube-up made (the build cache stays)
+kube-down:
+	deploy/kube/down.sh
+
+## kube-e2e: applies deploy/overlays/local to the cluster of kube-up and
+## checks it step by step (docs/runbook.md follows the same steps)
+kube-e2e:
+	deploy/kube/e2e.sh

@@ -23,9 +23,9 @@
 //     k8s.io/kubernetes v1.37.2 (matching k8s.io/api v0.37.2) for the
 //     built-in kinds, KEDA v2.21.0's CRDs for ScaledObject and
 //     TriggerAuthentication, prometheus-operator v0.85.0's CRDs for
-//     PodMonitor and PrometheusRule. CloudNativePG's Cluster and
-//     ScheduledBackup have no schema (no reachable registry ships its CRDs)
-//     and are listed as such in the test. TestSchemaRejects breaks rendered
+//     PodMonitor and PrometheusRule, CloudNativePG v1.28.0's CRDs for
+//     Cluster and ScheduledBackup (the proxy refuses that module's version
+//     list but serves the exact version). TestSchemaRejects breaks rendered
 //     documents (unknown field, missing required field, wrong type, wrong
 //     enum, unknown apiVersion) and expects each to be rejected.
 //   - render's strict decode (unknown fields fail) into Go types: k8s.io/api

@@ -3,6 +3,9 @@ package deploy_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +53,9 @@ var workloads = func() []workload {
 	return append(ws,
 		workload{name: "persister", service: "persister", stream: streams.StreamFetched, consumer: streams.ConsumerPersister,
 			other: streams.ConsumerPersisterInteractive},
-		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper, maxScaled: 2},
+		// The sweeper's daily rank job calls league-v4 (scheduler.go).
+		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper,
+			riotKey: true, maxScaled: 2},
 	)
 }()
 
@@ -92,7 +97,7 @@ func TestWorkloadsMatchStreamDeclarations(t *testing.T) {
 	}
 }
 
-var kustomizations = []string{"base", "overlays/dev", "overlays/prod"}
+var kustomizations = []string{"base", "overlays/dev", "overlays/prod", "overlays/local"}
 
 func TestWorkloadInvariants(t *testing.T) {
 	for _, dir := range kustomizations {
@@ -278,6 +283,12 @@ func TestAPIAndPolicies(t *testing.T) {
 			}
 			if !covered {
 				t.Error("no NetworkPolicy selects the riftflow pods")
+			}
+			checkIngressNotOpen(t, r)
+			for name, d := range r.deployments {
+				if d.Labels["app.kubernetes.io/part-of"] == "riftflow" {
+					checkSpread(t, name, &d.Spec.Template)
+				}
 			}
 		})
 	}
@@ -528,6 +539,46 @@ func TestProdOverlay(t *testing.T) {
 	if len(r.podMonitors) == 0 || len(r.rules) == 0 {
 		t.Error("prod: no PodMonitor or PrometheusRule (components/monitoring)")
 	}
+	checkPoolBudget(t, r, c)
+
+	// Every failure an operator cannot see otherwise has an alert: a metric
+	// each must read.
+	var exprs []string
+	for _, rule := range r.rules {
+		for _, g := range rule.Spec.Groups {
+			for _, rl := range g.Rules {
+				exprs = append(exprs, rl.Alert+": "+rl.Expr.String())
+			}
+		}
+	}
+	for what, metric := range map[string]string{
+		"a paused consumer":          "riftflow_consumer_paused_seconds_total",
+		"a failing scheduled job":    "riftflow_scheduled_job_runs_total",
+		"a failed migrate Job":       "kube_job_status_failed",
+		"KEDA scaler errors":         "keda_scaled_object_errors_total",
+		"JetStream meta quorum loss": "jetstream_server_total_streams",
+		"a stream without a leader":  "jetstream_stream_total_messages",
+	} {
+		found := false
+		for _, e := range exprs {
+			found = found || strings.Contains(e, metric)
+		}
+		if !found {
+			t.Errorf("prod: no alert on %s (reading %s)", what, metric)
+		}
+	}
+	// kube-prometheus-stack's default selectors pick objects labelled with
+	// its release name (docs/operations.md); unlabelled ones are ignored.
+	for name, pm := range r.podMonitors {
+		if pm.Labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("prod: PodMonitor %s labels %v lack release: kube-prometheus-stack", name, pm.Labels)
+		}
+	}
+	for name, rule := range r.rules {
+		if rule.Labels["release"] != "kube-prometheus-stack" {
+			t.Errorf("prod: PrometheusRule %s labels %v lack release: kube-prometheus-stack", name, rule.Labels)
+		}
+	}
 
 	// auth.conf's users are in the global account: KEDA reads the lag of
 	// their consumers there.
@@ -651,6 +702,7 @@ func TestNATSHelmValues(t *testing.T) {
 	if !exp.PromExporter.Enabled || !expProd.PromExporter.PodMonitor.Enabled {
 		t.Errorf("promExporter = %+v / prod %+v, want the NATS exporter on, and its PodMonitor in prod", exp.PromExporter, expProd.PromExporter)
 	}
+	checkNATSServerPinned(t, raw, rawProd)
 	for _, f := range []string{"values-dev.yaml", "values-prod.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("nats", f))
 		if err != nil {
@@ -691,5 +743,177 @@ func TestNATSHelmValues(t *testing.T) {
 				t.Errorf("%s: the server's environment lacks the Secret nats-users (auth.conf's $NATS_PASSWORD_<USER>)", f)
 			}
 		}
+	}
+}
+
+// checkNATSServerPinned: the chart runs the nats-server release the tests
+// embed (github.com/nats-io/nats-server/v2 in this module's go.mod), not the
+// chart's default image; WebSocket is on for browsers following progress,
+// and in prod a WebSocket client without credentials is the user "web".
+func checkNATSServerPinned(t *testing.T, raw, rawProd []byte) {
+	t.Helper()
+	var v struct {
+		Config struct {
+			WebSocket struct {
+				Enabled bool `json:"enabled"`
+				Port    int  `json:"port"`
+				Merge   struct {
+					NoAuthUser string `json:"no_auth_user"`
+				} `json:"merge"`
+			} `json:"websocket"`
+		} `json:"config"`
+		Container struct {
+			Image struct {
+				Tag string `json:"tag"`
+			} `json:"image"`
+		} `json:"container"`
+	}
+	var prod = v
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(rawProd, &prod); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github\.com/nats-io/nats-server/v2 v(\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod requires no github.com/nats-io/nats-server/v2")
+	}
+	if want := string(m[1]) + "-alpine"; v.Container.Image.Tag != want {
+		t.Errorf("container.image.tag = %q, want %q (the nats-server of go.mod)", v.Container.Image.Tag, want)
+	}
+	if !v.Config.WebSocket.Enabled || v.Config.WebSocket.Port == 0 {
+		t.Errorf("config.websocket = %+v, want enabled (progress for browsers)", v.Config.WebSocket)
+	}
+	if got := prod.Config.WebSocket.Merge.NoAuthUser; got != streams.UserWeb {
+		t.Errorf("prod: config.websocket.merge.no_auth_user = %q, want %q", got, streams.UserWeb)
+	}
+}
+
+// dbWorkloads are the Deployments whose process opens a Postgres pool
+// (app.Needs{DB: true} in their main.go, and `riftflow serve`); the
+// fetchers and the resolver never connect.
+var dbWorkloads = []string{"matchid-lister", "persister", "retry-sweeper", "riftflow-api"}
+
+// checkPoolBudget: at every workload's largest replica count (KEDA's
+// maxReplicaCount, or replicas without a ScaledObject), their pools of
+// DATABASE_POOL_MAX_CONNS plus the migrate Job and two operator CLIs fit in
+// the Cluster's max_connections, less superuser_reserved_connections (3)
+// and CloudNativePG's own connections (a few; 10 are kept).
+func checkPoolBudget(t *testing.T, r *rendered, c *cnpgCluster) {
+	t.Helper()
+	maxConns, err := strconv.Atoi(c.Spec.PostgreSQL.Parameters["max_connections"])
+	if err != nil {
+		t.Fatalf("prod: max_connections %q: %v", c.Spec.PostgreSQL.Parameters["max_connections"], err)
+	}
+	total := 3 // the migrate Job and two CLIs, one connection each
+	for _, name := range dbWorkloads {
+		d, ok := r.deployments[name]
+		if !ok {
+			t.Fatalf("prod: Deployment %s missing", name)
+		}
+		raw, ok := r.env(t, &d.Spec.Template.Spec.Containers[0], "DATABASE_POOL_MAX_CONNS")
+		pool, err := strconv.Atoi(raw)
+		if !ok || err != nil || pool < 1 {
+			t.Errorf("prod: %s DATABASE_POOL_MAX_CONNS = %q: want a pool size (pgx's default grows with the node's CPUs)", name, raw)
+			continue
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		if so, ok := r.scaledObjects[name]; ok && so.Spec.MaxReplicaCount != nil {
+			replicas = int(*so.Spec.MaxReplicaCount)
+		}
+		total += replicas * pool
+	}
+	if budget := maxConns - 3 - 10; total > budget {
+		t.Errorf("prod: pools at maximum scale open %d connections, more than max_connections %d leaves (%d)", total, maxConns, budget)
+	}
+}
+
+// checkIngressNotOpen: no ingress rule of a riftflow NetworkPolicy admits
+// every pod of every namespace (a rule without from, or a peer that is an
+// empty namespaceSelector without a podSelector): port 8080 carries the API
+// and /metrics.
+func checkIngressNotOpen(t *testing.T, r *rendered) {
+	t.Helper()
+	empty := func(s *metav1.LabelSelector) bool {
+		return s == nil || len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+	}
+	for name, np := range r.netpols {
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.From) == 0 {
+				t.Errorf("NetworkPolicy %s ingress rule %d admits every namespace", name, i)
+			}
+			for _, p := range rule.From {
+				if p.NamespaceSelector != nil && empty(p.NamespaceSelector) && empty(p.PodSelector) {
+					t.Errorf("NetworkPolicy %s ingress rule %d admits every pod of every namespace", name, i)
+				}
+			}
+		}
+	}
+}
+
+// checkSpread: a workload's replicas spread over nodes by a constraint that
+// counts its own pods only (its app.kubernetes.io/name).
+func checkSpread(t *testing.T, name string, tpl *corev1.PodTemplateSpec) {
+	t.Helper()
+	for _, c := range tpl.Spec.TopologySpreadConstraints {
+		if c.TopologyKey != "kubernetes.io/hostname" || c.LabelSelector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil || !sel.Matches(labels.Set(tpl.Labels)) {
+			continue
+		}
+		if c.LabelSelector.MatchLabels["app.kubernetes.io/name"] == tpl.Labels["app.kubernetes.io/name"] ||
+			slices.Contains(c.MatchLabelKeys, "app.kubernetes.io/name") {
+			return
+		}
+	}
+	t.Errorf("Deployment %s: no topology spread over kubernetes.io/hostname counting its own pods", name)
+}
+
+// TestLocalOverlay: overlays/local is prod with only the laptop's
+// differences: no CloudNativePG (a Postgres StatefulSet and a generated
+// riftflow-pg-app in its place), the simulator as the Riot API, the local
+// images (never pulled), the namespace still restricted.
+func TestLocalOverlay(t *testing.T) {
+	r := render(t, "overlays/local")
+	if len(r.clusters) != 0 || len(r.backups) != 0 {
+		t.Errorf("local: CloudNativePG objects rendered (%d Cluster, %d ScheduledBackup); the operator is not built", len(r.clusters), len(r.backups))
+	}
+	if _, ok := r.statefulSets["postgres"]; !ok {
+		t.Error("local: StatefulSet postgres missing")
+	}
+	d := r.deployments["persister"]
+	ref := secretRef(&d.Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	if s, ok := r.secrets[ref.Name]; !ok || !strings.Contains(string(s.Data["uri"])+s.StringData["uri"], "@postgres:5432/") {
+		t.Errorf("local: DATABASE_URL secret %q does not point at the postgres StatefulSet", ref.Name)
+	}
+	if got := r.configMapValue(t, "riftflow-config", "RIOT_API_BASE_URL"); got != "http://riot-sim:8099/{route}" {
+		t.Errorf("local: RIOT_API_BASE_URL = %q, want the simulator", got)
+	}
+	if got := r.configMapValue(t, "riftflow-config", "STREAM_REPLICAS"); got != "3" {
+		t.Errorf("local: STREAM_REPLICAS = %q, want prod's 3", got)
+	}
+	if _, ok := r.deployments["riot-sim"]; !ok {
+		t.Error("local: Deployment riot-sim missing")
+	}
+	for name, d := range r.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			local := strings.HasSuffix(c.Image, ":local") || strings.HasPrefix(c.Image, "riftflow.local/")
+			if !local || c.ImagePullPolicy == corev1.PullAlways {
+				t.Errorf("local: Deployment %s runs %s (pull %s), want an image built by deploy/kube and never pulled", name, c.Image, c.ImagePullPolicy)
+			}
+		}
+	}
+	if ns, ok := r.namespaces["riftflow"]; !ok || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("local: namespace riftflow missing or not enforcing restricted Pod Security")
 	}
 }

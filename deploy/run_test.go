@@ -902,7 +902,8 @@ func checkAlertMetrics(t *testing.T, r *rendered, procs []*process) {
 			}
 		}
 	}
-	eventOnly := map[string]bool{"riftflow_ratelimit_429_total": true, "riftflow_ratelimit_key_rejected_total": true}
+	eventOnly := map[string]bool{"riftflow_ratelimit_429_total": true, "riftflow_ratelimit_key_rejected_total": true,
+		"riftflow_consumer_paused_seconds_total": true}
 	metricRef := regexp.MustCompile(`\b((?:riftflow|riot|http_server)_[a-z0-9_]+)`)
 	var exprs []string
 	for _, rule := range r.rules {

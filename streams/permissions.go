@@ -58,6 +58,9 @@ type Grant struct {
 	// KVRead and KVWrite list KV buckets read (get, watch, list keys) and
 	// written (put, create, update, delete; includes read).
 	KVRead, KVWrite []string
+	// KVErase lists KV buckets whose stream the user purges by subject (an
+	// erasure of one key that leaves no KV purge marker naming it).
+	KVErase []string
 	// Objects lists object stores read and written.
 	Objects []string
 	// All allows every subject (the admin user).
@@ -92,20 +95,23 @@ var Grants = []Grant{
 		KVWrite: []string{BucketSyncLocks},
 		Objects: []string{ObjectPayloads}},
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerRetrySweeper},
+		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},
 		Messages: []string{StreamIngest, StreamSync, StreamFetch, StreamFetched},
 		KVWrite:  []string{BucketSyncLocks, BucketCronLocks, BucketRateLimit}},
 	// The CLI/API user also serves the admin routes: the pause switch
 	// (control), retry (fetch commands) and forget (locks, cursors, the
-	// Riot ID cache).
+	// Riot ID cache, the read cache, and the player's EVENTS and DEAD
+	// messages).
 	{User: UserCLI,
 		Publish:   []string{"{prefix}.ingest.request", "{prefix}.ingest.request.background", "{prefix}.ingest.rejected", "{prefix}.match.fetch.>"},
 		Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"},
-		Ordered:   []string{StreamEvents},
+		Ordered:   []string{StreamEvents, StreamDead},
+		Messages:  []string{StreamEvents, StreamDead},
+		KVErase:   []string{BucketRiotIDs, BucketSyncLocks, BucketCursors},
 		KVRead:    []string{BucketRateLimit},
-		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors}},
+		KVWrite:   []string{BucketControl, BucketRiotIDs, BucketSyncLocks, BucketCursors, BucketReadCache}},
 	{User: UserWeb, Subscribe: []string{"{prefix}.progress.>", "{prefix}.ingest.rejected"}},
 	{User: UserAdmin, All: true},
 }
@@ -213,6 +219,13 @@ func (g Grant) expand(s *Set) (UserPermissions, error) {
 	}
 	for _, b := range g.KVWrite {
 		pub("$KV." + b + ".>")
+	}
+	for _, b := range g.KVErase {
+		if !slices.ContainsFunc(s.Buckets, func(c jetstream.KeyValueConfig) bool { return c.Bucket == b }) {
+			return p, fmt.Errorf("no KV bucket %q declared", b)
+		}
+		get("KV_" + b)
+		pub("$JS.API.STREAM.PURGE.KV_" + b)
 	}
 	for _, b := range g.Objects {
 		if !slices.ContainsFunc(s.Objects, func(c jetstream.ObjectStoreConfig) bool { return c.Bucket == b }) {

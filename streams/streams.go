@@ -55,7 +55,10 @@ const (
 	// ConsumerPersisterInteractive reads "<prefix>.match.{fetched,failed}.*.interactive".
 	ConsumerPersisterInteractive = "persister-interactive"
 	ConsumerRetrySweeper         = "retry-sweeper"
-	fetcherPrefix                = "match-fetcher-"
+	// ConsumerRetrySweeperRejections reads "<prefix>.ingest.rejected" on
+	// EVENTS: a refused request's pending job becomes rejected.
+	ConsumerRetrySweeperRejections = "retry-sweeper-rejections"
+	fetcherPrefix                  = "match-fetcher-"
 )
 
 // KV bucket names.
@@ -66,6 +69,9 @@ const (
 	BucketRateLimit = "ratelimit"
 	BucketCronLocks = "cron-locks"
 	BucketControl   = "control"
+	// BucketReadCache is the HTTP API's read cache, shared by its
+	// replicas: per-key TTLs (design 002's lifetimes), gzip bodies.
+	BucketReadCache = "read-cache"
 )
 
 // Object store buckets.

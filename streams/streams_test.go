@@ -160,6 +160,7 @@ func TestConsumersHaveDeclaredFilters(t *testing.T) {
 		{StreamFetched, ConsumerPersister, []string{"lol.match.fetched.*", "lol.match.failed.*"}},
 		{StreamFetched, ConsumerPersisterInteractive, []string{"lol.match.fetched.*.interactive", "lol.match.failed.*.interactive"}},
 		{StreamAdvisories, ConsumerRetrySweeper, nil},
+		{StreamEvents, ConsumerRetrySweeperRejections, []string{sub.IngestRejected()}},
 	}
 	if len(set.Consumers) != len(want) {
 		t.Errorf("declared %d consumers, want %d", len(set.Consumers), len(want))

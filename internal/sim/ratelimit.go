@@ -44,6 +44,7 @@ const DefaultAppLimit = "20:1,100:120"
 var DefaultMethodLimits = map[string]string{
 	MethodAccountByRiotID: "1000:60",
 	MethodAccountByPUUID:  "1000:60",
+	MethodActiveRegion:    "1000:60",
 	MethodMatchIDs:        "2000:10",
 	MethodMatch:           "2000:10",
 	MethodTimeline:        "2000:10",

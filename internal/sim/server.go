@@ -64,6 +64,7 @@ func (s *Sim) routes() *http.ServeMux {
 	}
 	api("/{route}/riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}", MethodAccountByRiotID, scopeAccount, s.getByRiotID)
 	api("/{route}/riot/account/v1/accounts/by-puuid/{puuid}", MethodAccountByPUUID, scopeAccount, s.getAccountByPUUID)
+	api("/{route}/riot/account/v1/region/by-game/{game}/by-puuid/{puuid}", MethodActiveRegion, scopeAccount, s.getActiveRegion)
 	api("/{route}/lol/match/v5/matches/by-puuid/{puuid}/ids", MethodMatchIDs, scopeMatch, s.getMatchIDs)
 	api("/{route}/lol/match/v5/matches/{matchId}", MethodMatch, scopeMatch, s.getMatch)
 	api("/{route}/lol/match/v5/matches/{matchId}/timeline", MethodTimeline, scopeMatch, s.getTimeline)
@@ -400,6 +401,31 @@ func (s *Sim) getAccountByPUUID(r *http.Request, _ string, _ time.Time) response
 		return decryptError(r.PathValue("puuid"))
 	}
 	return jsonResp(accountDTO{p.PUUID, p.GameName, p.TagLine})
+}
+
+// accountRegionDTO is account-v1 AccountRegionDTO.
+type accountRegionDTO struct {
+	PUUID  string `json:"puuid"`
+	Game   string `json:"game"`
+	Region string `json:"region"`
+}
+
+// getActiveRegion is account-v1 getActiveRegion: the player's platform (the
+// one of their newest match) for game lol or tft; another game is 400, an
+// unknown PUUID the decrypt error.
+func (s *Sim) getActiveRegion(r *http.Request, _ string, _ time.Time) response {
+	game := r.PathValue("game")
+	if game != "lol" && game != "tft" {
+		return riotError(400, "Bad Request - Invalid game "+game)
+	}
+	p := s.data.players[r.PathValue("puuid")]
+	if p == nil {
+		return decryptError(r.PathValue("puuid"))
+	}
+	if p.Platform == "" {
+		return riotError(404, "Data not found - No active region found for player")
+	}
+	return jsonResp(accountRegionDTO{p.PUUID, game, p.Platform})
 }
 
 // matchlistEpoch is 2021-06-16T00:00:00Z: "the matchlist started storing

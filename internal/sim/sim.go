@@ -7,6 +7,8 @@
 // API reference at https://developer.riotgames.com/apis):
 //   - routing: regional routes (americas, asia, europe, sea) for account-v1
 //     and match-v5, platforms (na1, jp1, ...) for league-v4 and summoner-v4;
+//     account-v1 getActiveRegion answers a player's platform (that of their
+//     newest match);
 //     a match is only found on the region of its ID prefix;
 //   - auth with the X-Riot-Token header or the api_key query: missing → 401,
 //     wrong → 403;
@@ -66,6 +68,7 @@ import (
 const (
 	MethodAccountByRiotID = "account-v1.getByRiotId"
 	MethodAccountByPUUID  = "account-v1.getByPuuid"
+	MethodActiveRegion    = "account-v1.getActiveRegion"
 	MethodMatchIDs        = "match-v5.getMatchIdsByPUUID"
 	MethodMatch           = "match-v5.getMatch"
 	MethodTimeline        = "match-v5.getTimeline"
@@ -243,14 +246,23 @@ func (s *Sim) Start(addr string) (baseURL string, err error) {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return "", fmt.Errorf("sim: listen address %q is not a loopback address", addr)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.srv != nil {
-		return "", errors.New("sim: already started")
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("sim: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve serves the simulator on ln, whatever its address (`riftflow sim
+// --expose`: a simulator in a pod, reached through a Service), and returns
+// the base URL template "http://ADDR/{route}" of ln's address. Serve fails,
+// closing ln, if already started.
+func (s *Sim) Serve(ln net.Listener) (baseURL string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		ln.Close()
+		return "", errors.New("sim: already started")
 	}
 	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.srvDone = make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -600,5 +601,43 @@ func TestDeriveTimelinesSynthetic(t *testing.T) {
 	}
 	if n == 0 || n == 30 {
 		t.Errorf("%d of 30 synthetic matches have a timeline without DeriveTimelines, want some", n)
+	}
+}
+
+// Start keeps the simulator on loopback; Serve takes any listener (what
+// `riftflow sim --expose` gives it in a pod) and serves the same API, once.
+func TestServeListener(t *testing.T) {
+	s, _ := newSim(t, Options{})
+	if _, err := s.Start("0.0.0.0:0"); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("Start on 0.0.0.0: %v, want refused", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := s.Serve(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if want := "http://" + ln.Addr().String() + "/{route}"; base != want {
+		t.Fatalf("base %q, want %q", base, want)
+	}
+	req, _ := http.NewRequest("GET", strings.Replace(base, "{route}", "americas", 1)+"/lol/match/v5/matches/NA1_5027407435", nil)
+	req.Header.Set("X-Riot-Token", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("match over Serve: %d", resp.StatusCode)
+	}
+	again, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Serve(again); err == nil {
+		t.Fatal("second Serve: want already started")
 	}
 }

@@ -537,7 +537,7 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 			closeAll()
 			return nil, nil, errors.New("DATABASE_URL is not set")
 		}
-		st, err := store.Open(ctx, env.Postgres.URL.Reveal())
+		st, err := store.Open(ctx, env.Postgres.URL.Reveal(), store.MaxConns(env.Postgres.PoolMaxConns))
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("postgres: %w", err)
@@ -558,6 +558,15 @@ func Build(ctx context.Context, env Env, o BuildOptions) (*Infra, func(), error)
 		}
 	}
 	return inf, closeAll, nil
+}
+
+// QueuedSync is the pending job (store.QueueSync) of an ingest request
+// accepted by the HTTP API, the CLI or the scheduler: puuid is its PUUID
+// when known ("" for a Riot ID not resolved yet).
+func QueuedSync(req bus.IngestRequest, puuid string) store.SyncRequest {
+	return store.SyncRequest{RequestID: req.RequestID, PUUID: puuid, RiotID: req.RiotID, Platform: req.Platform,
+		Mode: string(req.Mode), Trigger: req.Trigger, Priority: string(req.Priority), Force: req.Force,
+		RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt}
 }
 
 // Reject refuses a request for good: it publishes a bus.Rejection with

@@ -231,6 +231,10 @@ type SyncCommand struct {
 	Force bool `json:"force,omitempty"`
 	// RequestedBy is the requester's free-text name (jobs.requested_by).
 	RequestedBy string `json:"requested_by,omitempty"`
+	// PlatformFound is true when the request named no platform and the
+	// resolver found Platform through account-v1 getActiveRegion (recorded
+	// in jobs.detail.platform_found).
+	PlatformFound bool `json:"platform_found,omitempty"`
 }
 
 // FetchCommand asks the match-fetcher to fetch one MatchDto or TimelineDto.

@@ -27,10 +27,10 @@ const (
 //
 //	{"riot_id":"Hide on bush#KR1","platform":"kr","mode":"latest"}
 //
-// Design 002's job payload is accepted as is, with its camelCase names,
-// plus the platform:
+// Design 002's job payload is accepted as is, with its camelCase names
+// and without a platform:
 //
-//	{"puuid":"…","platform":"euw1","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}
+//	{"puuid":"…","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}
 //
 // lookbackDays and requestedBy are aliases of lookback_days and
 // requested_by; giving both spellings with different values is an error.
@@ -42,8 +42,11 @@ type IngestRequest struct {
 	RiotID string `json:"riot_id,omitempty"`
 	// PUUID skips the account-v1 lookup.
 	PUUID string `json:"puuid,omitempty"`
-	// Platform is the player's platform routing value (na1, euw1, jp1, ...).
-	Platform string `json:"platform"`
+	// Platform is the player's platform routing value (na1, euw1, jp1,
+	// ...). Optional: when empty the resolver asks account-v1 for the
+	// player's active platform (getActiveRegion, cached in riot-ids for a
+	// day) and the job's detail says which it found.
+	Platform string `json:"platform,omitempty"`
 	// Mode is latest (default) or full.
 	Mode Mode `json:"mode,omitempty"`
 	// Count caps the matches listed this run; 0 means the configured
@@ -143,14 +146,13 @@ func (r *IngestRequest) Normalize() error {
 			return bad("puuid has a character outside [A-Za-z0-9_-]")
 		}
 	}
-	if r.Platform == "" {
-		return bad("platform is required (e.g. na1, euw1, jp1, kr)")
+	if r.Platform != "" {
+		p, err := riot.ParsePlatform(r.Platform)
+		if err != nil {
+			return bad("%v", err)
+		}
+		r.Platform = string(p)
 	}
-	p, err := riot.ParsePlatform(r.Platform)
-	if err != nil {
-		return bad("%v", err)
-	}
-	r.Platform = string(p)
 	if !defaultOrOneOf(&r.Mode, ModeLatest, ModeFull) {
 		return bad("mode %q: want latest or full", truncate(string(r.Mode), 16))
 	}

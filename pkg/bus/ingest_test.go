@@ -20,6 +20,12 @@ func TestDecodeIngestRequest(t *testing.T) {
 	if err != nil || r.Mode != ModeLatest || r.PUUID != "abc-DEF_1" {
 		t.Fatalf("puuid request: %+v %v", r, err)
 	}
+	// Design 002's payload exactly as the design writes it: no platform
+	// (the resolver finds it).
+	r, err = DecodeIngestRequest([]byte(`{"puuid":"abc","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}`))
+	if err != nil || r.Platform != "" || r.Count != 20 || r.LookbackDays != 30 || r.RequestedBy != "bot" {
+		t.Fatalf("design 002 payload: %+v %v", r, err)
+	}
 }
 
 func TestDecodeIngestRequestRejects(t *testing.T) {
@@ -35,7 +41,6 @@ func TestDecodeIngestRequestRejects(t *testing.T) {
 		{"long name", `{"riot_id":"` + strings.Repeat("a", 17) + `#KR1","platform":"kr"}`, "longer than 16"},
 		{"long tag", `{"riot_id":"Faker#KR1234","platform":"kr"}`, "longer than 5"},
 		{"bad platform", `{"puuid":"p","platform":"mars1"}`, "unknown platform"},
-		{"no platform", `{"puuid":"p"}`, "platform is required"},
 		{"bad mode", `{"puuid":"p","platform":"na1","mode":"all"}`, "want latest or full"},
 		{"count", `{"puuid":"p","platform":"na1","count":1001}`, "count"},
 		{"negative lookback", `{"puuid":"p","platform":"na1","lookback_days":-1}`, "lookback_days"},

@@ -63,6 +63,10 @@ type Postgres struct {
 	// URL is a libpq connection string or URL. It may hold a password, so it
 	// is a Secret. Empty: riftflow up starts a throwaway cluster.
 	URL Secret `env:"DATABASE_URL"`
+	// PoolMaxConns is the most connections a process's pool opens (pgx's
+	// default would be max(4, NumCPU), which on a large node multiplies by
+	// every replica). pool_max_conns in URL, when present, wins.
+	PoolMaxConns int32 `env:"DATABASE_POOL_MAX_CONNS" envDefault:"8"`
 }
 
 // Riot configures the Riot API client.
@@ -147,6 +151,10 @@ func Validate(v any) error {
 			}
 			if c.LookbackDays < 1 || c.LookbackDays > 730 {
 				errs = append(errs, fmt.Errorf("INGESTION_LOOKBACK_DAYS %d out of range 1..730", c.LookbackDays))
+			}
+		case Postgres:
+			if c.PoolMaxConns < 1 {
+				errs = append(errs, fmt.Errorf("DATABASE_POOL_MAX_CONNS must be >= 1, got %d", c.PoolMaxConns))
 			}
 		case Ops:
 			if c.ShutdownTimeout <= 0 {

@@ -62,6 +62,15 @@ type Account struct {
 	TagLine  string `json:"tagLine"`
 }
 
+// AccountRegion is account-v1 AccountRegionDTO (getActiveRegion): Region
+// is the player's active platform routing value for Game ("lol", "tft"),
+// e.g. "na1".
+type AccountRegion struct {
+	PUUID  string `json:"puuid"`
+	Game   string `json:"game"`
+	Region string `json:"region"`
+}
+
 // RiotID returns the account's Riot ID (empty parts if Riot sent none).
 func (a Account) RiotID() RiotID { return RiotID{GameName: a.GameName, TagLine: a.TagLine} }
 

@@ -13,6 +13,7 @@ import (
 const (
 	MethodAccountByRiotID      = "account-v1.getByRiotId"
 	MethodAccountByPUUID       = "account-v1.getByPuuid"
+	MethodActiveRegion         = "account-v1.getActiveRegion"
 	MethodMatchIDsByPUUID      = "match-v5.getMatchIdsByPUUID"
 	MethodMatch                = "match-v5.getMatch"
 	MethodTimeline             = "match-v5.getTimeline"
@@ -101,6 +102,38 @@ func (c *Client) AccountByPUUID(ctx context.Context, region Region, puuid string
 		template: "/riot/account/v1/accounts/by-puuid/{puuid}",
 		path:     "/riot/account/v1/accounts/by-puuid/" + url.PathEscape(puuid),
 	})
+}
+
+// ActiveRegion returns the platform a player last played League on:
+// account-v1 getActiveRegion, GET
+// /riot/account/v1/region/by-game/lol/by-puuid/{puuid} on region (americas,
+// asia or europe; any of them knows every account). Riot answers
+// AccountRegionDTO {"puuid","game","region"}, region being a platform
+// routing value ("na1"). A 404 is KindNotFound; a region that is not a
+// platform riftflow knows is KindDecode.
+func (c *Client) ActiveRegion(ctx context.Context, region Region, puuid string) (Platform, error) {
+	const op = MethodActiveRegion
+	if err := checkAccountRegion(op, region); err != nil {
+		return "", err
+	}
+	if err := checkPUUID(op, string(region), puuid); err != nil {
+		return "", err
+	}
+	req := request{
+		route:    string(region),
+		method:   op,
+		template: "/riot/account/v1/region/by-game/lol/by-puuid/{puuid}",
+		path:     "/riot/account/v1/region/by-game/lol/by-puuid/" + url.PathEscape(puuid),
+	}
+	ar, err := getJSON(ctx, c, req, AccountRegion{})
+	if err != nil {
+		return "", err
+	}
+	p, perr := ParsePlatform(ar.Region)
+	if perr != nil {
+		return "", &Error{Kind: KindDecode, Op: op, Route: req.route, Status: 200, Msg: "active region: " + perr.Error()}
+	}
+	return p, nil
 }
 
 func (c *Client) account(ctx context.Context, req request) (Account, error) {

@@ -22,6 +22,9 @@ type Job struct {
 	RequestedAt time.Time       // zero → now()
 	StartedAt   time.Time       // zero → NULL
 	FinishedAt  time.Time       // zero → NULL
+	// Position is, for a pending sync, its place in its priority's queue
+	// (1: next; QueueSync); 0 otherwise. Read only (Jobs).
+	Position int
 }
 
 // jobInsert inserts one jobs row from the 11 parameters RecordJob and
@@ -93,15 +96,16 @@ type JobFilter struct {
 	Limit               int // 0 → 100
 }
 
-// Jobs returns the jobs matching f, most recently requested first.
+// Jobs returns the jobs matching f, most recently requested first; a
+// pending sync carries its Position in the queue.
 func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `WITH `+queuePositions+`
 SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at,
-    coalesce(requested_by, '')
-FROM jobs
+    coalesce(requested_by, ''), coalesce(q.position, 0)
+FROM jobs LEFT JOIN queue q USING (id)
 WHERE ($1 = '' OR type = $1) AND ($2 = '' OR puuid = $2) AND ($3 = '' OR status = $3)
 ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 	if err != nil {
@@ -112,7 +116,7 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 		var started, finished *time.Time
 		var detail []byte
 		err := r.Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retries, &j.Error, &detail, &j.RequestedAt,
-			&started, &finished, &j.RequestedBy)
+			&started, &finished, &j.RequestedBy, &j.Position)
 		j.Detail, j.StartedAt, j.FinishedAt = detail, deref(started), deref(finished)
 		return j, err
 	})
@@ -123,13 +127,29 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 }
 
 // PruneJobs deletes the jobs rows that finished (completed, failed or
-// rejected) before finishedBefore, and returns how many. Running and
-// pending jobs are kept whatever their age.
-func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error) {
+// rejected) before finishedBefore, then, of each type's failed rows, all
+// but the newest keepFailed (by finished_at; design 002's removeOnFail:
+// 100; keepFailed ≤ 0: no cap). Running and pending jobs are kept
+// whatever their age. It returns how many rows it deleted for their age
+// and for the cap.
+func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs
 WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finishedBefore)
 	if err != nil {
-		return 0, fmt.Errorf("store: prune jobs: %w", err)
+		return 0, 0, fmt.Errorf("store: prune jobs: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	aged = tag.RowsAffected()
+	if keepFailed <= 0 {
+		return aged, 0, nil
+	}
+	tag, err = s.pool.Exec(ctx, `DELETE FROM jobs j USING (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY type ORDER BY finished_at DESC NULLS LAST, id DESC) AS n
+        FROM jobs WHERE status = 'failed') ranked
+    WHERE n > $1) old
+WHERE j.id = old.id AND j.status = 'failed'`, keepFailed)
+	if err != nil {
+		return aged, 0, fmt.Errorf("store: cap failed jobs: %w", err)
+	}
+	return aged, tag.RowsAffected(), nil
 }

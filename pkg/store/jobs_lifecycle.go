@@ -11,14 +11,17 @@ import (
 
 // LinkAccount marks the account a.PUUID linked (active = true), creating it
 // when absent (sync_status pending) with a.Platform and a.Region. A
-// non-empty a.GameName/a.TagLine replaces the stored Riot ID; empty ones
-// keep it. design 001's "account linked" trigger; the caller then queues a
-// sync.
+// non-empty a.GameName/a.TagLine replaces the stored Riot ID, a non-empty
+// a.Platform the stored platform and region; empty ones keep them (the
+// sync stores the platform the resolver found). Design 001's "account
+// linked" trigger; the caller then queues a sync.
 func (s *Store) LinkAccount(ctx context.Context, a Account) error {
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO accounts (puuid, game_name, tag_line, platform, region, active)
 VALUES ($1, $2, $3, $4, $5, true)
-ON CONFLICT (puuid) DO UPDATE SET active = true, platform = EXCLUDED.platform, region = EXCLUDED.region,
+ON CONFLICT (puuid) DO UPDATE SET active = true,
+    platform = CASE WHEN EXCLUDED.platform <> '' THEN EXCLUDED.platform ELSE accounts.platform END,
+    region = CASE WHEN EXCLUDED.platform <> '' THEN EXCLUDED.region ELSE accounts.region END,
     game_name = CASE WHEN EXCLUDED.game_name <> '' THEN EXCLUDED.game_name ELSE accounts.game_name END,
     tag_line = CASE WHEN EXCLUDED.tag_line <> '' THEN EXCLUDED.tag_line ELSE accounts.tag_line END,
     updated_at = now()`, a.PUUID, a.GameName, a.TagLine, a.Platform, a.Region)
@@ -156,11 +159,16 @@ FROM jobs WHERE id = $1`, id).Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retri
 }
 
 // RecordJobOnce creates job j (like RecordJob) unless a job with its id
-// exists, which is left unchanged; it reports whether j was created. Used
-// for rejected requests, whose id may belong to a sync that already ran.
+// exists, which is left unchanged, except a pending one (a queued request,
+// QueueSync) that j, no longer pending, ends; it reports whether j was
+// recorded. Used for rejected requests, whose id may belong to a sync that
+// already ran.
 func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
 	tag, err := s.pool.Exec(ctx, jobInsert+`
-ON CONFLICT (id) DO NOTHING`, j.insertArgs()...)
+ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error,
+    puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}'),
+    started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
+WHERE jobs.status = 'pending' AND EXCLUDED.status <> 'pending'`, j.insertArgs()...)
 	if err != nil {
 		return false, fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

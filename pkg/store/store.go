@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -76,11 +77,25 @@ CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
     error text, game_creation timestamptz, attempted_at timestamptz, request_id text) ON COMMIT DELETE ROWS;
 `
 
+// Option adjusts how Open configures the pool.
+type Option func(*pgxpool.Config, string)
+
+// MaxConns caps the pool at n connections (DATABASE_POOL_MAX_CONNS) unless
+// the URL sets pool_max_conns itself; n < 1 keeps pgx's default
+// (max(4, NumCPU)).
+func MaxConns(n int32) Option {
+	return func(cfg *pgxpool.Config, url string) {
+		if n >= 1 && !strings.Contains(url, "pool_max_conns") {
+			cfg.MaxConns = n
+		}
+	}
+}
+
 // Open connects a pool to url (a postgres:// URL or DSN; pool_* parameters
 // are honoured) with the otelpgx tracer (global OTel provider), and checks
 // the connection. It does not migrate: call Migrate first.
-func Open(ctx context.Context, url string) (*Store, error) {
-	s, err := Dial(url)
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	s, err := Dial(url, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,10 +109,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // Dial is Open without the check: the pool connects on first use, so a
 // caller that can work without Postgres (the match-fetcher's ledger
 // check) starts while Postgres is down.
-func Dial(url string) (*Store, error) {
+func Dial(url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
+	}
+	for _, o := range opts {
+		o(cfg, url)
 	}
 	applyTimeouts(cfg.ConnConfig)
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,6 +78,10 @@ type SyncStart struct {
 	Force bool
 	// RequestedBy is stored in jobs.requested_by ("" → NULL).
 	RequestedBy string
+	// Platform is stored in jobs.detail.platform; PlatformFound, true when
+	// the resolver found it through account-v1 (the request named none),
+	// in jobs.detail.platform_found.
+	PlatformFound bool
 	// Redelivery is true when this is not the first delivery of the sync
 	// command: the job's retries count goes up by one.
 	Redelivery bool
@@ -88,7 +93,8 @@ type SyncStart struct {
 
 // BeginSync puts the account (created if absent) in syncing for
 // st.RequestID with progress 0/0, and records the jobs row (id RequestID,
-// type sync) as running. An empty GameName/TagLine (a request by PUUID)
+// type sync) as running, its detail holding mode, trigger, platform and,
+// when set, force and platform_found. An empty GameName/TagLine (a request by PUUID)
 // keeps the stored Riot ID. Idempotent per request id: calling it again for the
 // sync already recorded changes nothing.
 //
@@ -142,12 +148,15 @@ WHERE accounts.sync_request_id IS DISTINCT FROM EXCLUDED.sync_request_id`,
 		if _, err := tx.Exec(ctx, `
 INSERT INTO jobs (id, type, puuid, status, detail, requested_at, started_at, requested_by)
 VALUES ($1, 'sync', $2, 'running',
-    jsonb_build_object('mode', $3::text, 'trigger', $4::text) || CASE WHEN $6 THEN '{"force":true}'::jsonb ELSE '{}' END,
+    jsonb_build_object('mode', $3::text, 'trigger', $4::text, 'platform', $8::text)
+        || CASE WHEN $6 THEN '{"force":true}'::jsonb ELSE '{}' END
+        || CASE WHEN $9 THEN '{"platform_found":true}'::jsonb ELSE '{}' END,
     $5, now(), nullif($7, ''))
 ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = coalesce(jobs.started_at, now()),
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), requested_by = coalesce(jobs.requested_by, EXCLUDED.requested_by),
     detail = coalesce(jobs.detail, '{}') || EXCLUDED.detail
-WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested, st.Force, st.RequestedBy); err != nil {
+WHERE jobs.status = 'pending'`, st.RequestID, st.PUUID, st.Mode, st.Trigger, requested, st.Force, st.RequestedBy,
+			st.Platform, st.PlatformFound); err != nil {
 			return fmt.Errorf("job: %w", err)
 		}
 		if st.Redelivery {
@@ -352,13 +361,18 @@ type AccountStatus struct {
 	// with it as a participant) by "kind/status", e.g. "match/success",
 	// "timeline/temporary_failure".
 	Ledger map[string]int
+	// Queued lists the account's sync requests accepted but not started
+	// (QueueSync), oldest first, each with its place in its priority's
+	// queue. While the account is not syncing, the oldest is its sync:
+	// SyncStatus "pending", SyncRequestID its id.
+	Queued []Queued
 }
 
 // AccountStatus returns the status of the account puuid; ErrNotFound when
 // there is no such account.
 func (s *Store) AccountStatus(ctx context.Context, puuid string) (AccountStatus, error) {
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts WHERE puuid = $1`, puuid))
-	return s.accountStatus(ctx, a, err, puuid)
+	return s.accountStatus(ctx, a, err, puuid, "")
 }
 
 // AccountByRiotID is AccountStatus looked up by Riot ID (game name and tag
@@ -367,12 +381,26 @@ func (s *Store) AccountByRiotID(ctx context.Context, gameName, tagLine string) (
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts
 WHERE lower(game_name) = lower($1) AND lower(tag_line) = lower($2)
 ORDER BY updated_at DESC LIMIT 1`, gameName, tagLine))
-	return s.accountStatus(ctx, a, err, gameName+"#"+tagLine)
+	return s.accountStatus(ctx, a, err, "", gameName+"#"+tagLine)
 }
 
-func (s *Store) accountStatus(ctx context.Context, a Account, err error, key string) (AccountStatus, error) {
+// accountStatus completes the account a read by puuid or riotID (err: the
+// read's error) with its counts, ledger and queued requests. An account
+// not stored yet with a queued request is pending (withQueue).
+func (s *Store) accountStatus(ctx context.Context, a Account, err error, puuid, riotID string) (AccountStatus, error) {
+	key := puuid + riotID
 	if errors.Is(err, pgx.ErrNoRows) {
-		return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, ErrNotFound)
+		q, platform, qerr := s.queued(ctx, puuid, riotID)
+		if qerr != nil {
+			return AccountStatus{}, qerr
+		}
+		if len(q) == 0 {
+			return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, ErrNotFound)
+		}
+		st := AccountStatus{Account: Account{PUUID: puuid, Platform: platform}, Ledger: map[string]int{}}
+		st.GameName, st.TagLine, _ = strings.Cut(riotID, "#")
+		withQueue(&st, q)
+		return st, nil
 	}
 	if err != nil {
 		return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, err)
@@ -400,6 +428,14 @@ GROUP BY 1`, a.PUUID)
 	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { st.Ledger[k] = n; return nil }); err != nil {
 		return AccountStatus{}, fmt.Errorf("store: account %s ledger: %w", key, err)
 	}
+	if riotID == "" && a.GameName != "" {
+		riotID = a.GameName + "#" + a.TagLine
+	}
+	q, _, err := s.queued(ctx, a.PUUID, riotID)
+	if err != nil {
+		return AccountStatus{}, err
+	}
+	withQueue(&st, q)
 	return st, nil
 }
 

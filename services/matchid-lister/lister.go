@@ -20,8 +20,10 @@
 //
 // A latest sync takes the newest count matches Riot still serves (listed
 // from now − MatchRetention at most); a full sync those of the last
-// lookback_days days, cut at the same limit. A forced sync (force) also
-// takes stored matches and has them refetched and overwritten.
+// lookback_days days, cut at the same limit. A forced sync (force), in
+// either mode, also takes stored matches and has them refetched and
+// overwritten; a forced latest sync lists from the newest match, not from
+// the cursor.
 //
 // A request refused with 409 gets a jobs row (status rejected) unless its
 // id already has one.
@@ -271,7 +273,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	st := store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
-		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy,
+		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy, PlatformFound: cmd.PlatformFound,
 		Redelivery: natsx.Delivery(m) > 1,
 	}
 	st.ReplaceReason = fmt.Sprintf("replaced by sync %s of the same account", cmd.RequestID)
@@ -467,17 +469,19 @@ func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res 
 
 // Window is the match-list startTime (epoch SECONDS) of a sync: a full
 // sync reaches back cmd.Lookback days; a latest sync lists the newest
-// matches, from the cursor (less overlap) when the account has one. No
-// window starts before now − retention (retention > 0), the oldest match
-// Riot still serves: "the newest N" of an account without a cursor is the
-// newest N of those, and a lookback past it is cut there. Riot honours
-// startTime, so an expired match is never listed and never called for.
+// matches, from the cursor (less overlap) when the account has one. A
+// forced latest sync ignores the cursor: it takes the newest count
+// matches, stored ones included, and refetches them. No window starts
+// before now − retention (retention > 0), the oldest match Riot still
+// serves: "the newest N" of an account without a cursor is the newest N of
+// those, and a lookback past it is cut there. Riot honours startTime, so
+// an expired match is never listed and never called for.
 func Window(cmd bus.SyncCommand, cur Cursor, overlap, retention time.Duration, now time.Time) int64 {
 	var start int64
 	switch {
 	case cmd.Mode != bus.ModeLatest:
 		start = now.Add(-time.Duration(cmd.Lookback) * 24 * time.Hour).Unix()
-	case cur.ListedUntilS > 0:
+	case cur.ListedUntilS > 0 && !cmd.Force:
 		start = max(cur.ListedUntilS-int64(overlap/time.Second), 0)
 	}
 	if retention > 0 {

@@ -206,3 +206,50 @@ func TestTakeoverEndsTheReplacedSync(t *testing.T) {
 		t.Error("the replaced sync's job is not failed with the reason")
 	}
 }
+
+// force in latest mode (design 002): an account that already has a cursor,
+// whose newest matches are stored, gets a forced latest sync: it lists the
+// newest count matches whatever the cursor says and publishes a forced
+// fetch for each stored one (today's cursor window would list none).
+func TestForcedLatestSyncRefetchesTheNewestStored(t *testing.T) {
+	e, p := start(t, sim.Options{}, nil)
+	fetches := e.Subscribe(e.Infra.Subjects.FetchAll())
+	const count = 3
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "first", count))
+	first := map[string]bool{}
+	for range count {
+		first[stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command")).MatchID] = true
+	}
+	cursors, err := e.Infra.KV(t.Context(), streams.BucketCursors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Wait("the first sync's cursor", func() bool { _, err := cursors.Get(t.Context(), p.PUUID); return err == nil })
+	// The first sync's matches are stored and the sync is over.
+	if _, err := e.Infra.Store.Pool().Exec(t.Context(), `UPDATE match_fetches SET status = 'success' WHERE match_id = ANY($1)`, keys(first)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Infra.Store.Pool().Exec(t.Context(), `UPDATE accounts SET sync_status = 'completed' WHERE puuid = $1`, p.PUUID); err != nil {
+		t.Fatal(err)
+	}
+	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := locks.Delete(t.Context(), p.PUUID); err != nil {
+		t.Fatal(err)
+	}
+
+	forced := syncOf(p, "forced", count)
+	forced.Force = true
+	e.Publish(e.Infra.Subjects.Sync(p.Platform), forced)
+	for range count {
+		fc := stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "forced fetch command"))
+		if !first[fc.MatchID] || !fc.Force || fc.RequestID != "forced" {
+			t.Errorf("fetch command %+v, want a forced refetch of one of the newest stored %v", fc, keys(first))
+		}
+	}
+	e.Wait("the forced job's detail", func() bool {
+		return e.Count(`SELECT count(*) FROM jobs WHERE id = 'forced' AND (detail->>'forced')::int = $1`, count) == 1
+	})
+}

@@ -36,7 +36,9 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		ctx = riot.WithBackground(ctx) // interactive lookups go first
 	}
 
-	platform, _ := riot.ParsePlatform(req.Platform) // validated by Decode
+	// Validated by Decode; "" when the request named no platform: the
+	// player's active one is looked up below.
+	platform, _ := riot.ParsePlatform(req.Platform)
 	cmd := bus.SyncCommand{
 		RequestID: req.RequestID, PUUID: req.PUUID, Platform: string(platform),
 		Region: string(platform.Region()), Mode: req.Mode, Count: req.Count, Lookback: req.LookbackDays,
@@ -55,12 +57,23 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if req.RiotID != "" {
 		id, _ := riot.ParseRiotID(req.RiotID)
 		cmd.GameName, cmd.TagLine = id.GameName, id.TagLine
-		puuid, err := s.resolve(ctx, platform, id)
+		puuid, err := s.resolve(ctx, s.accountRegion(platform), id)
 		if err != nil {
-			return s.lookupFailed(ctx, m, req.RequestID, id, err)
+			return s.lookupFailed(ctx, m, req.RequestID, fmt.Errorf("no Riot account %q", id.String()), err)
 		}
 		cmd.PUUID = puuid
-	} else {
+	}
+	if platform == "" {
+		found, err := s.activePlatform(ctx, cmd.PUUID)
+		if err != nil {
+			return s.lookupFailed(ctx, m, req.RequestID,
+				fmt.Errorf("Riot knows no League platform for PUUID %s; give platform", cmd.PUUID), err)
+		}
+		platform, cmd.PlatformFound = found, true
+		cmd.Platform, cmd.Region = string(found), string(found.Region())
+		log.InfoContext(ctx, "platform found through account-v1", "request_id", req.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform)
+	}
+	if req.RiotID == "" {
 		s.refreshRiotID(ctx, platform, &cmd)
 	}
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
@@ -72,16 +85,19 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	return natsx.Ack()
 }
 
-// lookupFailed settles a request whose account lookup of id failed with
-// err: an unknown player is rejected (404); a retryable failure or a
-// rejected key is retried, or rejected (503) on the consumer's last
-// delivery; anything else is rejected (502).
-func (s *Service) lookupFailed(ctx context.Context, m jetstream.Msg, requestID string, id riot.RiotID, err error) natsx.Result {
+// lookupFailed settles a request whose account-v1 lookup failed with err:
+// an unknown player is rejected (404, with notFound as the reason), a PUUID
+// Riot cannot decrypt too (400); a retryable failure or a rejected key is
+// retried, or rejected (503) on the consumer's last delivery; anything
+// else is rejected (502).
+func (s *Service) lookupFailed(ctx context.Context, m jetstream.Msg, requestID string, notFound, err error) natsx.Result {
 	log := s.d.Logger
 	var re *riot.Error
 	switch {
 	case errors.As(err, &re) && re.Kind == riot.KindNotFound:
-		return s.reject(ctx, m, requestID, 404, fmt.Errorf("no Riot account %q", id.String()))
+		return s.reject(ctx, m, requestID, 404, notFound)
+	case errors.As(err, &re) && re.Kind == riot.KindBadRequest:
+		return s.reject(ctx, m, requestID, 400, fmt.Errorf("account lookup: %w", err))
 	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Background), m):
 		// A nak now would end in a MAX_DELIVERIES advisory and the
 		// request would vanish: refuse it with the reason instead.
@@ -103,13 +119,14 @@ func (s *Service) lookupFailed(ctx context.Context, m jetstream.Msg, requestID s
 	}
 }
 
-// resolve returns the PUUID for id, from the riot-ids cache or account-v1.
-func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) (string, error) {
+// resolve returns the PUUID for id, from the riot-ids cache or account-v1
+// on region.
+func (s *Service) resolve(ctx context.Context, region riot.Region, id riot.RiotID) (string, error) {
 	key := CacheKey(id)
 	if e, err := s.d.RiotIDs.Get(ctx, key); err == nil && len(e.Value()) > 0 {
 		return string(e.Value()), nil
 	}
-	acc, err := s.d.Riot.AccountByRiotID(ctx, p.AccountRegion(), id)
+	acc, err := s.d.Riot.AccountByRiotID(ctx, region, id)
 	if err != nil {
 		return "", err
 	}
@@ -120,6 +137,41 @@ func (s *Service) resolve(ctx context.Context, p riot.Platform, id riot.RiotID) 
 		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
 	}
 	return acc.PUUID, nil
+}
+
+// accountRegion is the account-v1 routing value for a request on platform
+// p, or, for a request without one, the configured AccountRegion: every
+// account-v1 cluster knows every account.
+func (s *Service) accountRegion(p riot.Platform) riot.Region {
+	if p == "" {
+		return s.cfg.AccountRegion
+	}
+	return p.AccountRegion()
+}
+
+// PlatformCacheKey is the riot-ids KV key under which the resolver keeps a
+// PUUID's active platform ("platform.<puuid>"; the Riot ID keys are hashes
+// without dots, CacheKey).
+func PlatformCacheKey(puuid string) string { return "platform." + puuid }
+
+// activePlatform returns the platform puuid last played League on, from
+// the riot-ids cache (1 day, like a Riot ID) or account-v1 getActiveRegion
+// on the configured AccountRegion, and caches what it learned.
+func (s *Service) activePlatform(ctx context.Context, puuid string) (riot.Platform, error) {
+	key := PlatformCacheKey(puuid)
+	if e, err := s.d.RiotIDs.Get(ctx, key); err == nil {
+		if p, perr := riot.ParsePlatform(string(e.Value())); perr == nil {
+			return p, nil
+		}
+	}
+	p, err := s.d.Riot.ActiveRegion(ctx, s.cfg.AccountRegion, puuid)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.d.RiotIDs.Put(ctx, key, []byte(p)); err != nil {
+		s.d.Logger.WarnContext(ctx, "riot-ids cache write failed", "err", err)
+	}
+	return p, nil
 }
 
 // refreshRiotID looks a request by PUUID up by PUUID (account-v1

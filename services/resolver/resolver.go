@@ -17,6 +17,7 @@ package resolver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,11 +29,13 @@ import (
 )
 
 // Accounts is the part of the Riot client the resolver uses
-// (account-v1 GET /riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine}
-// and GET /riot/account/v1/accounts/by-puuid/{puuid}).
+// (account-v1 GET /riot/account/v1/accounts/by-riot-id/{gameName}/{tagLine},
+// GET /riot/account/v1/accounts/by-puuid/{puuid} and, for a request
+// without a platform, GET /riot/account/v1/region/by-game/lol/by-puuid/{puuid}).
 type Accounts interface {
 	AccountByRiotID(ctx context.Context, region riot.Region, id riot.RiotID) (riot.Account, error)
 	AccountByPUUID(ctx context.Context, region riot.Region, puuid string) (riot.Account, error)
+	ActiveRegion(ctx context.Context, region riot.Region, puuid string) (riot.Platform, error)
 }
 
 // Config tunes the resolver; FromInfra reads the fields with env tags
@@ -48,6 +51,11 @@ type Config struct {
 	// consumer's last delivery the request is rejected with code 503 and
 	// the reason (RESOLVER_RETRY_DELAY, default 5s).
 	RetryDelay time.Duration `env:"RESOLVER_RETRY_DELAY" envDefault:"5s"`
+	// AccountRegion is the account-v1 routing value (americas, asia or
+	// europe; each knows every account) used for a request without a
+	// platform, to resolve its Riot ID and find its player's active
+	// platform (RESOLVER_ACCOUNT_REGION, default americas).
+	AccountRegion riot.Region `env:"RESOLVER_ACCOUNT_REGION" envDefault:"americas"`
 	// Concurrency is the number of interactive requests handled at once
 	// (RESOLVER_CONCURRENCY).
 	Concurrency int `env:"RESOLVER_CONCURRENCY" envDefault:"8"`
@@ -82,7 +90,12 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, errors.New("resolver: JS, Consumer, RiotIDs and Riot are required")
 	}
 	config.Fill(&cfg, Config{MaxMatchesPerRun: 20, LookbackDays: 30, RetryDelay: 5 * time.Second, Concurrency: 8,
-		BackgroundConcurrency: 2})
+		BackgroundConcurrency: 2, AccountRegion: riot.Americas})
+	switch cfg.AccountRegion {
+	case riot.Americas, riot.Asia, riot.Europe:
+	default:
+		return nil, fmt.Errorf("resolver: RESOLVER_ACCOUNT_REGION %q: want americas, asia or europe", cfg.AccountRegion)
+	}
 	d.Base.Fill("resolver")
 	return &Service{cfg: cfg, d: d}, nil
 }

@@ -105,3 +105,41 @@ func waitSettled(t *testing.T, e *stagetest.Env) {
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
 }
+
+// Design 002's payload exactly as the design writes it names no platform:
+// the resolver finds the player's active platform through account-v1
+// getActiveRegion on an account-v1 cluster, once (the second request is
+// served from the riot-ids cache), and says so in the sync command; a
+// Riot ID without a platform is resolved the same way.
+func TestFindsThePlatformOfARequestWithoutOne(t *testing.T) {
+	e, p := start(t, sim.Options{}, nil)
+	syncs := e.Subscribe(e.Infra.Subjects.SyncAll())
+	seed := `{"puuid":"` + p.PUUID + `","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}`
+	for i, body := range []string{seed, seed, `{"riot_id":"` + p.GameName + `#` + p.TagLine + `","request_id":"by-riot-id"}`} {
+		e.Publish(e.Infra.Subjects.IngestRequest(), json.RawMessage(body))
+		cmd := stagetest.Decode[bus.SyncCommand](t, stagetest.Next(t, syncs, "sync command "+body))
+		if cmd.PUUID != p.PUUID || cmd.Platform != p.Platform || !cmd.PlatformFound || cmd.Region == "" {
+			t.Errorf("request %d: sync command %+v, want %s on %s, platform found", i, cmd, p.PUUID, p.Platform)
+		}
+		if i < 2 && (cmd.Count != 20 || cmd.Lookback != 30 || cmd.RequestedBy != "bot") {
+			t.Errorf("request %d: sync command %+v, want count 20, lookback 30, requested by bot", i, cmd)
+		}
+	}
+	if n := e.Sim.Stats().MethodCount(sim.MethodActiveRegion, 200); n != 1 {
+		t.Errorf("%d active-region lookups, want 1 (then the riot-ids cache)", n)
+	}
+	waitSettled(t, e)
+}
+
+// A PUUID Riot cannot decrypt is rejected (400) when its platform is
+// looked up, and leaves nothing in the resolver's consumer.
+func TestRejectsAnUnknownPUUIDWithoutPlatform(t *testing.T) {
+	e, _ := start(t, sim.Options{}, nil)
+	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
+	e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "no-such-puuid", PUUID: "not-a-real-puuid"})
+	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the rejection"))
+	if rej.Code != 400 || rej.RequestID != "no-such-puuid" {
+		t.Errorf("rejection %+v, want 400 for no-such-puuid", rej)
+	}
+	waitSettled(t, e)
+}

@@ -9,6 +9,9 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/riftflow/riftflow/pkg/app"
@@ -57,6 +60,10 @@ type ScheduleConfig struct {
 	// older than JobRetention (JOB_HISTORY_RETENTION, default 90 days).
 	PruneJobs    string
 	JobRetention time.Duration
+	// JobMaxFailed (JOB_HISTORY_MAX_FAILED, default 100): the prune job
+	// also keeps only the newest JobMaxFailed failed rows of each job
+	// type (design 002's removeOnFail: 100); 0 or less: no cap.
+	JobMaxFailed int
 	// CatchUp (SCHEDULE_CATCH_UP, default true): at start, each job's most
 	// recent scheduled time within LockTTL runs once if no replica ran it
 	// (its cron-locks key is absent): runs missed while no scheduler was up
@@ -73,7 +80,11 @@ type SchedulerStore interface {
 	SaveWeeklyReport(ctx context.Context, r store.WeeklyReport) error
 	RecordJob(ctx context.Context, j store.Job) error
 	AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error)
-	PruneJobs(ctx context.Context, finishedBefore time.Time) (int64, error)
+	PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error)
+	// QueueSync records a scheduled sync as pending when it is published;
+	// FinishJob fails it when the publish fails.
+	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
+	FinishJob(ctx context.Context, id, status, errMsg string) error
 }
 
 // Leagues is the part of the Riot client the rank job uses (league-v4 GET
@@ -100,11 +111,20 @@ type Scheduler struct {
 	cfg  ScheduleConfig
 	d    SchedulerDeps
 	jobs []scheduledJob
+	// runs counts finished runs of this replica by job type and result
+	// (riftflow_scheduled_job_runs_total{job_type, result="completed"|"failed"}).
+	runs metric.Int64Counter
+}
+
+// runAttrs are the metric attributes of a finished run of job.
+func runAttrs(job, result string) metric.AddOption {
+	return metric.WithAttributes(attribute.String("job.type", job), attribute.String("result", result))
 }
 
 type scheduledJob struct {
 	name  string
 	expr  string
+	env   string      // its environment variable, e.g. CRON_LATEST_EVERY
 	sched gocron.Cron // parsed by gocron's default cron (standard 5 fields, UTC)
 }
 
@@ -131,32 +151,61 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	if d.JS == nil || d.Store == nil || d.CronLocks == nil {
 		return nil, errors.New("scheduler: JS, Store and CronLocks are required")
 	}
-	if cfg.LatestEvery == "" {
-		cfg.LatestEvery = "0 */1 * * *"
-	}
-	if cfg.RankDaily == "" {
-		cfg.RankDaily = "0 3 * * *"
-	}
-	if cfg.WeeklyReport == "" {
-		cfg.WeeklyReport = "0 4 * * 1"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = 15 * time.Second
-	}
-	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 8 * 24 * time.Hour
-	}
-	if cfg.AbandonAfter <= 0 {
-		cfg.AbandonAfter = 6 * time.Hour
-	}
-	if cfg.PruneJobs == "" {
-		cfg.PruneJobs = "30 4 * * *"
-	}
-	if cfg.JobRetention <= 0 {
-		cfg.JobRetention = 90 * 24 * time.Hour
-	}
+	cfg.fill()
 	d.Base.Fill("scheduler")
-	s := &Scheduler{cfg: cfg, d: d}
+	jobs, err := parseJobs(cfg, d.Now())
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, d: d, jobs: jobs}
+	s.runs, err = otel.Meter("riftflow/scheduler").Int64Counter("riftflow.scheduled_job.runs",
+		metric.WithDescription("Finished runs of a scheduled job on this replica, by job.type (jobs.type) and result (completed, failed)."),
+		metric.WithUnit("{run}"))
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: metric: %w", err)
+	}
+	// Every series exists from the start at 0, so increase() sees the
+	// first failure of a job too.
+	for _, j := range s.jobs {
+		for _, result := range []string{"completed", "failed"} {
+			s.runs.Add(context.Background(), 0, runAttrs(j.name, result))
+		}
+	}
+	return s, nil
+}
+
+// fill sets design 002's defaults in the fields left empty.
+func (c *ScheduleConfig) fill() {
+	if c.LatestEvery == "" {
+		c.LatestEvery = "0 */1 * * *"
+	}
+	if c.RankDaily == "" {
+		c.RankDaily = "0 3 * * *"
+	}
+	if c.WeeklyReport == "" {
+		c.WeeklyReport = "0 4 * * 1"
+	}
+	if c.Poll <= 0 {
+		c.Poll = 15 * time.Second
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 8 * 24 * time.Hour
+	}
+	if c.AbandonAfter <= 0 {
+		c.AbandonAfter = 6 * time.Hour
+	}
+	if c.PruneJobs == "" {
+		c.PruneJobs = "30 4 * * *"
+	}
+	if c.JobRetention <= 0 {
+		c.JobRetention = 90 * 24 * time.Hour
+	}
+}
+
+// parseJobs parses each job's cron expression of cfg, checking that it
+// fires after now. Errors name the environment variable.
+func parseJobs(cfg ScheduleConfig, now time.Time) ([]scheduledJob, error) {
+	var jobs []scheduledJob
 	for _, j := range []struct{ name, expr, env string }{
 		{JobLatestAll, cfg.LatestEvery, "CRON_LATEST_EVERY"},
 		{JobRankDaily, cfg.RankDaily, "CRON_RANK_DAILY"},
@@ -164,12 +213,43 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 		{JobPruneJobs, cfg.PruneJobs, "CRON_PRUNE_JOBS"},
 	} {
 		sc := gocron.NewDefaultCron(false)
-		if err := sc.IsValid(j.expr, time.UTC, d.Now()); err != nil {
+		if err := sc.IsValid(j.expr, time.UTC, now); err != nil {
 			return nil, fmt.Errorf("scheduler: %s %q: %w", j.env, j.expr, err)
 		}
-		s.jobs = append(s.jobs, scheduledJob{name: j.name, expr: j.expr, sched: sc})
+		jobs = append(jobs, scheduledJob{name: j.name, expr: j.expr, env: j.env, sched: sc})
 	}
-	return s, nil
+	return jobs, nil
+}
+
+// Schedule is one scheduled job as configured: its name (the jobs rows'
+// type), cron expression (UTC), environment variable and next time.
+type Schedule struct {
+	Job  string    `json:"job"`
+	Expr string    `json:"schedule"`
+	Env  string    `json:"env"`
+	Next time.Time `json:"next_run"`
+}
+
+// Schedules returns every scheduled job of e (design 002's defaults for
+// empty expressions) with its first time after now; nil when
+// SCHEDULE_ENABLE is false. Errors: an expression that does not parse or
+// never fires. `riftflow status --schedules` shows them beside each job's
+// last run from the job log.
+func Schedules(e ScheduleEnv, now time.Time) ([]Schedule, error) {
+	if !e.Enable {
+		return nil, nil
+	}
+	cfg := e.config()
+	cfg.fill()
+	jobs, err := parseJobs(cfg, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Schedule, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, Schedule{Job: j.name, Expr: j.expr, Env: j.env, Next: j.sched.Next(now).UTC()})
+	}
+	return out, nil
 }
 
 // Next returns each job's first scheduled time after t.
@@ -259,7 +339,8 @@ func JobID(job string, at time.Time) string { return fmt.Sprintf("%s-%d", job, a
 // scheduled time at, if this replica wins at's cron-locks key; ran is false
 // when another replica (or an earlier call) owns it. The run is logged in
 // the jobs table with id JobID(job, at): running, then completed or failed
-// with the reason (failed when any account failed; the others are done).
+// with the reason (failed when any account failed; the others are done),
+// and counted in riftflow_scheduled_job_runs_total{job_type, result}.
 func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran bool, err error) {
 	var run func(context.Context, time.Time) (map[string]any, error)
 	switch job {
@@ -310,6 +391,7 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 		if runErr != nil {
 			fin.Status, fin.Error = "failed", runErr.Error()
 		}
+		s.runs.Add(context.WithoutCancel(ctx), 1, runAttrs(job, fin.Status))
 		if detail != nil {
 			fin.Detail, _ = json.Marshal(detail)
 		}
@@ -327,11 +409,13 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 	return true, nil
 }
 
-// pruneJobs deletes finished jobs rows older than JobRetention before at.
+// pruneJobs deletes finished jobs rows older than JobRetention before at,
+// and the failed rows of each type beyond the newest JobMaxFailed.
 func (s *Scheduler) pruneJobs(ctx context.Context, at time.Time) (map[string]any, error) {
 	before := at.Add(-s.cfg.JobRetention)
-	n, err := s.d.Store.PruneJobs(ctx, before)
-	return map[string]any{"deleted": n, "finished_before": before.UTC()}, err
+	aged, capped, err := s.d.Store.PruneJobs(ctx, before, s.cfg.JobMaxFailed)
+	return map[string]any{"deleted": aged + capped, "finished_before": before.UTC(), "failed_over_cap": capped,
+		"max_failed_per_type": s.cfg.JobMaxFailed}, err
 }
 
 // ScheduledRequestID is the request id of the hourly latest sync of puuid
@@ -360,8 +444,14 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}
+		// Pending in the job log while it waits behind the backlog.
+		if _, err := s.d.Store.QueueSync(ctx, app.QueuedSync(req, a.PUUID)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			continue
+		}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
+			_ = s.d.Store.FinishJob(ctx, req.RequestID, "failed", "not queued: "+err.Error())
 			continue
 		}
 		published++
@@ -529,6 +619,7 @@ type ScheduleEnv struct {
 	WeeklyReport string        `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
 	PruneJobs    string        `env:"CRON_PRUNE_JOBS" envDefault:"30 4 * * *"`
 	JobRetention time.Duration `env:"JOB_HISTORY_RETENTION" envDefault:"2160h"`
+	JobMaxFailed int           `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100"`
 	CatchUp      bool          `env:"SCHEDULE_CATCH_UP" envDefault:"true"`
 	Poll         time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
 }
@@ -563,9 +654,14 @@ func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error)
 	default:
 		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
 	}
-	return NewScheduler(ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
+	return NewScheduler(e.config(), d)
+}
+
+// config is the ScheduleConfig of e.
+func (e ScheduleEnv) config() ScheduleConfig {
+	return ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
 		WeeklyReport: e.WeeklyReport, Poll: e.Poll, PruneJobs: e.PruneJobs, JobRetention: e.JobRetention,
-		CatchUp: e.CatchUp}, d)
+		JobMaxFailed: e.JobMaxFailed, CatchUp: e.CatchUp}
 }
 
 // withScheduler pairs the sweeper with a scheduler built from inf.

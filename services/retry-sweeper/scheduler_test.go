@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -129,16 +133,23 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 // run each job's last missed time exactly once across two replicas, a
 // scheduler started later runs none again, and the prune job deletes
 // finished job rows older than JOB_HISTORY_RETENTION, keeping younger and
-// unfinished ones.
+// unfinished ones, and of each type's failed rows keeps only the newest
+// JOB_HISTORY_MAX_FAILED (design 002's removeOnFail).
 func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 	monday := stagetest.NextMonday(time.Now())
 	start := monday.Add(5*time.Hour + 10*time.Minute) // after every job's time that day
 	s := newSchedulers(t, 1, func() time.Time { return start },
-		map[string]string{"SCHEDULE_POLL": "20ms", "JOB_HISTORY_RETENTION": "720h"})
+		map[string]string{"SCHEDULE_POLL": "20ms", "JOB_HISTORY_RETENTION": "720h", "JOB_HISTORY_MAX_FAILED": "2"})
+	failed := func(id, typ string, hoursAgo int) store.Job {
+		at := start.Add(-time.Duration(hoursAgo) * time.Hour)
+		return store.Job{ID: id, Type: typ, Status: "failed", Error: "x", RequestedAt: at, FinishedAt: at}
+	}
 	for _, j := range []store.Job{
 		{ID: "old-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-100 * 24 * time.Hour), FinishedAt: start.Add(-100 * 24 * time.Hour)},
 		{ID: "old-running", Type: "sync", Status: "running", RequestedAt: start.Add(-100 * 24 * time.Hour)},
 		{ID: "young-done", Type: "sync", Status: "completed", RequestedAt: start.Add(-24 * time.Hour), FinishedAt: start.Add(-24 * time.Hour)},
+		failed("failed-3", "sync", 3), failed("failed-2", "sync", 2), failed("failed-1", "sync", 1),
+		failed("weekly-failed", "weekly_report", 30),
 	} {
 		if err := s.Infra.Store.RecordJob(t.Context(), j); err != nil {
 			t.Fatal(err)
@@ -155,7 +166,8 @@ func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 			t.Errorf("missed run %s at %v not caught up", job, at)
 		}
 	}
-	for id, want := range map[string]int{"old-done": 0, "old-running": 1, "young-done": 1} {
+	for id, want := range map[string]int{"old-done": 0, "old-running": 1, "young-done": 1,
+		"failed-3": 0, "failed-2": 1, "failed-1": 1, "weekly-failed": 1} {
 		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1`, id); n != want {
 			t.Errorf("job %s: %d rows after pruning, want %d", id, n, want)
 		}
@@ -192,5 +204,64 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	}
 	if st, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); st != "completed" {
 		t.Errorf("this run: %s, want completed", st)
+	}
+}
+
+// A failing scheduled job is visible to Prometheus, not only in the job
+// log: riftflow_scheduled_job_runs_total counts each finished run by job
+// type and result, every series starting at 0. The rank job of a replica
+// without a Riot client (no RIOT_API_KEY) fails; the latest sync completes.
+func TestScheduledJobRunsMetric(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Hour)
+	s := newSchedulers(t, 1, func() time.Time { return at }, map[string]string{"SCHEDULE_ENABLE": "false"})
+	// After the test environment's telemetry set its own provider.
+	reader := sdkmetric.NewManualReader()
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	inf := *s.Infra
+	inf.Now = s.now
+	inf.Riot = nil
+	inf.Env.Riot.APIKey = ""
+	sc, err := sweeper.SchedulerFromInfra(t.Context(), &inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := func() map[string]int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "riftflow.scheduled_job.runs" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					job, _ := dp.Attributes.Value("job.type")
+					result, _ := dp.Attributes.Value("result")
+					got[job.AsString()+"/"+result.AsString()] = dp.Value
+				}
+			}
+		}
+		return got
+	}
+	if got := runs(); len(got) != 8 || got[sweeper.JobRankDaily+"/failed"] != 0 {
+		t.Fatalf("before any run: %v, want 4 jobs x 2 results at 0", got)
+	}
+	if ran, err := sc.RunJob(t.Context(), sweeper.JobRankDaily, at); !ran || err == nil || !strings.Contains(err.Error(), "no Riot client") {
+		t.Fatalf("rank job without a Riot client: ran %v, err %v; want a failure", ran, err)
+	}
+	if ran, err := sc.RunJob(t.Context(), sweeper.JobLatestAll, at); !ran || err != nil {
+		t.Fatalf("latest sync: ran %v, err %v", ran, err)
+	}
+	got := runs()
+	for key, want := range map[string]int64{sweeper.JobRankDaily + "/failed": 1, sweeper.JobRankDaily + "/completed": 0,
+		sweeper.JobLatestAll + "/completed": 1, sweeper.JobLatestAll + "/failed": 0} {
+		if got[key] != want {
+			t.Errorf("runs %s = %d, want %d (all: %v)", key, got[key], want, got)
+		}
 	}
 }

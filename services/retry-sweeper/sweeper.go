@@ -29,8 +29,10 @@
 //
 // It also consumes the ADVISORIES stream and turns JetStream MAX_DELIVERIES
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
-// nothing ends silently. A tick runs on exactly one replica: the replicas
-// race to create the tick's key in the cron-locks KV bucket.
+// nothing ends silently, and reads lol.ingest.rejected on EVENTS
+// (consumer retry-sweeper-rejections, HandleRejection) so a refused
+// request's pending job ends rejected. A tick runs on exactly one replica:
+// the replicas race to create the tick's key in the cron-locks KV bucket.
 package sweeper
 
 import (
@@ -65,6 +67,8 @@ type Store interface {
 	ResetSync(ctx context.Context, puuid, requestID string) error
 	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
 	Ping(ctx context.Context) error
+	// RejectQueued ends a refused request's pending job (HandleRejection).
+	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
 }
 
 // Config tunes the sweeper; FromInfra reads it from the environment
@@ -98,6 +102,9 @@ type Config struct {
 type Deps struct {
 	JS         jetstream.JetStream
 	Advisories jetstream.Consumer // "retry-sweeper" on ADVISORIES; nil to skip
+	// Rejections is "retry-sweeper-rejections" on EVENTS (HandleRejection);
+	// nil to skip.
+	Rejections jetstream.Consumer
 	Store      Store
 	Locks      natsx.Lock         // sync-locks
 	CronLocks  jetstream.KeyValue // cron-locks
@@ -135,6 +142,13 @@ func (s *Service) Run(ctx context.Context) error {
 				Name: "retry-sweeper", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
 				// Paused while Postgres is down, as every writer is: an
 				// outage costs an advisory no deliveries.
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
+		})
+	}
+	if s.d.Rejections != nil {
+		g.Go(func() error {
+			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
+				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
 				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -60,7 +61,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 	}
 	// Fast 409: the account's lock is held by another request. The lister
 	// re-checks atomically; this only saves a round trip.
-	if puuid := a.knownPUUID(r.Context(), req); puuid != "" {
+	puuid := a.knownPUUID(r.Context(), req)
+	if puuid != "" {
 		if locks, err := a.inf.Lock(r.Context(), streams.BucketSyncLocks); err == nil {
 			if v, err := synclock.Get(r.Context(), locks, puuid); err == nil && v.RequestID != req.RequestID {
 				a.rejectBusy(r.Context(), req, puuid, v.RequestID)
@@ -70,9 +72,20 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 			}
 		}
 	}
+	// Accepted: pending in the job log from now on, also while the pause
+	// switch or a backlog holds it.
+	if a.inf.Store != nil {
+		if _, err := a.inf.Store.QueueSync(r.Context(), app.QueuedSync(req, puuid)); err != nil {
+			writeError(w, r, http.StatusServiceUnavailable, err)
+			return
+		}
+	}
 	m := nats.NewMsg(a.inf.Subjects.IngestFor(req.Priority))
 	m.Data, _ = json.Marshal(req)
 	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+		if a.inf.Store != nil {
+			_ = a.inf.Store.FinishJob(r.Context(), req.RequestID, "failed", "not queued: "+err.Error())
+		}
 		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
@@ -194,8 +207,8 @@ func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case s.SyncStatus == "syncing":
-		writeJSON(w, http.StatusOK, map[string]any{"status": "syncing", "request_id": s.SyncRequestID})
+	case s.SyncStatus == "syncing" || s.SyncStatus == "pending" && len(s.Queued) > 0:
+		writeJSON(w, http.StatusOK, map[string]any{"status": s.SyncStatus, "request_id": s.SyncRequestID})
 		return
 	case !s.LastSyncedAt.IsZero() && a.now().Sub(s.LastSyncedAt) < a.StaleAfter:
 		writeJSON(w, http.StatusOK, map[string]any{"status": "fresh", "last_synced_at": s.LastSyncedAt})
@@ -231,6 +244,7 @@ type jobJSON struct {
 	Type        string          `json:"type"`
 	PUUID       string          `json:"puuid,omitempty"`
 	Status      string          `json:"status"`
+	Position    int             `json:"position,omitempty"` // pending syncs: place in the queue, 1 = next
 	Retries     int             `json:"retries"`
 	RequestedBy string          `json:"requested_by,omitempty"`
 	Error       string          `json:"error,omitempty"`
@@ -241,7 +255,7 @@ type jobJSON struct {
 }
 
 func toJobJSON(j store.Job) jobJSON {
-	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: j.Status, Retries: j.Retries, Error: j.Error,
+	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: j.Status, Position: j.Position, Retries: j.Retries, Error: j.Error,
 		RequestedBy: j.RequestedBy, Detail: j.Detail, RequestedAt: j.RequestedAt}
 	if !j.StartedAt.IsZero() {
 		out.StartedAt = &j.StartedAt

@@ -22,7 +22,8 @@ import (
 // TestForgetPlayer: DELETE /v1/admin/accounts/{puuid} erases a synced
 // player's account, job log, sync rows, cursor and riot-ids entry, and the
 // matches only they needed (with participants, timelines and ledger rows),
-// keeps whole the match another stored account played in, logs the counts
+// keeps the match another stored account played in (without the player's
+// participant row: TestForgetLeavesNoTrace checks the rest), logs the counts
 // in a forget job that names the player by hash only; a second call is 404.
 func TestForgetPlayer(t *testing.T) {
 	h, p := syncedHarness(t, 3)
@@ -48,7 +49,7 @@ func TestForgetPlayer(t *testing.T) {
 		`SELECT count(*) FROM accounts WHERE puuid = $1`:                                         0,
 		`SELECT count(*) FROM jobs WHERE puuid = $1`:                                             0,
 		`SELECT count(*) FROM sync_matches WHERE puuid = $1`:                                     0,
-		`SELECT count(*) FROM match_participants WHERE puuid = $1`:                               1, // in the kept match
+		`SELECT count(*) FROM match_participants WHERE puuid = $1`:                               0, // none, even in the kept match
 		`SELECT count(*) FROM jobs WHERE type = 'forget' AND detail::text LIKE '%' || $1 || '%'`: 0,
 	} {
 		if n := h.count(q, p.PUUID); n != want {

@@ -1,7 +1,9 @@
 package riftflow
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -21,7 +23,8 @@ import (
 //	POST /v1/sync                       [sync] body: an IngestRequest; 202 {"request_id","events"}, 400, or
 //	                                    409 (problem+json with "request_id", the holder's) when another
 //	                                    request syncs the account
-//	GET  /v1/accounts/{puuid}           [read] the account's sync status, progress, counts (404 unknown)
+//	GET  /v1/accounts/{puuid}           [read] the account's sync status (pending while a request is queued),
+//	                                    progress, counts, queued requests (404 unknown and nothing queued)
 //	POST /v1/accounts/{puuid}/link      [sync] body {"platform", "riot_id"?}: the account becomes active
 //	                                    and a full sync starts now: 202 as POST /v1/sync, or 409
 //	POST /v1/accounts/{puuid}/unlink    [sync] active = false (scheduled jobs skip it): 200, 404
@@ -32,7 +35,8 @@ import (
 //	                                    replayed for a late client, at once when already finished;
 //	                                    404 for a request id nobody submitted; 429 with Retry-After
 //	                                    beyond API_SSE_MAX_PER_TOKEN or API_SSE_MAX open streams
-//	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first
+//	GET  /v1/jobs?type=&puuid=&status=&limit=  [read] the job log (design 002), newest first; a pending
+//	                                    sync (accepted, not started) has its queue position
 //	POST /v1/admin/retry                [admin] body: a RetryRequest; 200 RetryResult: replays permanently
 //	                                    unfetchable matches (and dead letters), 100 per run
 //	GET  /v1/admin/pause                [admin] the pause switch: {"paused","reason","by","at"}
@@ -40,6 +44,8 @@ import (
 //	DELETE /v1/admin/accounts/{puuid}   [admin] erase a player (ForgetPlayer): 200 what was removed, 404
 //	GET  /v1/players/{puuid}            [read] a player: account, sync state, counts
 //	GET  /v1/players/{puuid}/matches?limit=&cursor=  [read] their stored matches, newest first, paged
+//	GET  /v1/players/{puuid}/ranks?limit=&cursor=    [read] their daily league-v4 snapshots, newest first, paged
+//	GET  /v1/players/{puuid}/reports?limit=&cursor=  [read] their weekly reports, newest first, paged
 //	GET  /v1/matches/{match_id}         [read] the stored MatchDto as Riot sent it (ETag, 1-day cache)
 //	GET  /v1/matches/{match_id}/timeline  [read] the stored TimelineDto
 //	GET  /openapi.json                  [read] the OpenAPI document of these routes
@@ -92,16 +98,21 @@ type APILimits struct {
 type APIEnv struct {
 	StaleAfter time.Duration `env:"LOGIN_SYNC_STALE_AFTER" envDefault:"1h"`
 	Limits     APILimits
+	ReadCache  ReadCacheEnv
 }
 
 // NewAPI builds the API over a running stack's infrastructure (its Store
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
 func NewAPI(inf *app.Infra) *API {
-	a := &API{inf: inf, StaleAfter: time.Hour, cache: newReadCache(),
+	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
+	memory := int64(defaultReadCacheMemory)
 	if err := config.Parse(&e); err == nil {
+		if e.ReadCache.MemoryBytes >= 0 {
+			memory = e.ReadCache.MemoryBytes
+		}
 		if e.StaleAfter > 0 {
 			a.StaleAfter = e.StaleAfter
 		}
@@ -110,6 +121,11 @@ func NewAPI(inf *app.Infra) *API {
 		}
 	}
 	a.Limits.Keepalive = 15 * time.Second
+	log := slog.Default()
+	if inf.Log != nil {
+		log = inf.Logger("api")
+	}
+	a.cache = newReadCache(context.Background(), inf.JS, memory, log)
 	if inf.Store != nil {
 		a.tokens = NewTokens(inf.Store)
 	}
@@ -191,6 +207,8 @@ func (a *API) routeTable() []route {
 		{"DELETE /v1/admin/accounts/{puuid}", ScopeAdmin, http.HandlerFunc(a.deleteAccount)},
 		{"GET /v1/players/{puuid}", ScopeRead, http.HandlerFunc(a.getPlayer)},
 		{"GET /v1/players/{puuid}/matches", ScopeRead, http.HandlerFunc(a.getPlayerMatches)},
+		{"GET /v1/players/{puuid}/ranks", ScopeRead, http.HandlerFunc(a.getPlayerRanks)},
+		{"GET /v1/players/{puuid}/reports", ScopeRead, http.HandlerFunc(a.getPlayerReports)},
 		{"GET /v1/matches/{match_id}", ScopeRead, http.HandlerFunc(a.getMatch)},
 		{"GET /v1/matches/{match_id}/timeline", ScopeRead, http.HandlerFunc(a.getTimeline)},
 		{"GET /openapi.json", ScopeRead, http.HandlerFunc(a.getOpenAPI)},

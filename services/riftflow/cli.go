@@ -34,11 +34,13 @@ Usage:
   riftflow token create --name N --scopes read,sync   a bearer token for the HTTP API (shown once)
   riftflow token list [--json]                       tokens (never the secret), scopes, last use
   riftflow token revoke ID                           revoke a token at once
-  riftflow ingest --riot-id 'Name#TAG' | --puuid P  --platform na1 [--mode latest|full]
+  riftflow ingest --riot-id 'Name#TAG' | --puuid P  [--platform na1] [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
                   [--requested-by NAME] [--wait]
-  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state and counts
+  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state (pending: queued, with its place), counts
   riftflow status --failures                         fetch failures by status, with reasons
+  riftflow status --jobs [--job-type T]              the job log, newest first (pending ones with their place)
+  riftflow status --schedules                        each scheduled job's last run and next run
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
   riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
   riftflow streams apply                             create/update streams, consumers, KV buckets (NATS_URL)
@@ -49,7 +51,7 @@ Usage:
                                                      replay dead letters to their original subjects
   riftflow serve                                     the HTTP API alone (/v1/..., SSE, /healthz, /metrics)
                                                      over NATS_URL and DATABASE_URL, for a Deployment
-  riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]
+  riftflow show --match ID [--timeline] | --puuid P [--ranks | --reports] [--limit N] [--cursor C]
                                                      what the read API serves, from Postgres
   riftflow forget --puuid P                          erase a player: rows, cursors, cache; keeps
                                                      matches other stored accounts played in
@@ -59,7 +61,7 @@ Usage:
                                                      (else each probes Riot with one call, 1m..30m apart)
   riftflow pause [--off] [--reason TEXT]             the pause switch: every service stops pulling
                                                      work (and the API answers 503) until --off
-  riftflow sim [--addr 127.0.0.1:8099] [--key K]     serve the Riot API simulator
+  riftflow sim [--addr 127.0.0.1:8099] [--key K] [--expose]  serve the Riot API simulator
   riftflow version                                   print the stamped version
 
 Configuration comes from the environment; see README.md and docs/security.md.
@@ -322,7 +324,8 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
+	addr := fs.String("addr", "127.0.0.1:8099", "listen address (loopback unless --expose)")
+	expose := fs.Bool("expose", false, "allow a listen address beyond loopback (a simulator in a pod, behind a Service)")
 	key := fs.String("key", "", "API key clients must send (default: generated and printed)")
 	fixtures := fs.String("fixtures", sim.FindFixtures(), "recorded Riot responses, laid out like testdata/riot-fixtures")
 	app := fs.String("app-limit", sim.DefaultAppLimit, "application rate limit, Riot's header format")
@@ -342,7 +345,16 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer s.Close()
-	base, err := s.Start(*addr)
+	var base string
+	if *expose {
+		ln, lerr := net.Listen("tcp", *addr)
+		if lerr != nil {
+			return fmt.Errorf("sim: %w", lerr)
+		}
+		base, err = s.Serve(ln)
+	} else {
+		base, err = s.Start(*addr)
+	}
 	if err != nil {
 		return err
 	}

@@ -17,11 +17,14 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -33,7 +36,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	var queue int
 	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")
 	fs.StringVar(&req.PUUID, "puuid", "", "PUUID (instead of --riot-id)")
-	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ...")
+	fs.StringVar(&req.Platform, "platform", "", "platform routing value: na1, euw1, kr, jp1, ... (default: the player's active platform, from account-v1)")
 	mode := fs.String("mode", "latest", "latest (the newest --count matches, from the cursor) or full (backfill --lookback-days)")
 	fs.IntVar(&req.Count, "count", 0, "max matches this run (default INGESTION_MAX_MATCHES_PER_RUN)")
 	fs.IntVar(&req.LookbackDays, "lookback-days", 0, "full backfill depth (default INGESTION_LOOKBACK_DAYS)")
@@ -84,6 +87,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer nc.Close()
 	subj := bus.Subjects{Prefix: env.NATS.SubjectPrefix}
+	queueInJobLog(ctx, env, req, out)
 	if !*wait {
 		if err := publishRequest(ctx, nc, subj, req); err != nil {
 			return err
@@ -102,6 +106,25 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
 	return nil
+}
+
+// queueInJobLog records req as a pending sync in the job log
+// (store.QueueSync) when the database is known (DATABASE_URL or a local
+// `riftflow up`), so `riftflow status` shows it queued at once; without
+// one the request is only published, and a failure is only noted on out.
+func queueInJobLog(ctx context.Context, env app.Env, req bus.IngestRequest, out io.Writer) {
+	url, err := dbURL(env)
+	if err != nil {
+		return
+	}
+	st, err := store.Open(ctx, url)
+	if err == nil {
+		defer st.Close()
+		_, err = st.QueueSync(ctx, app.QueuedSync(req, req.PUUID))
+	}
+	if err != nil {
+		fmt.Fprintf(out, "note: request %s not recorded as pending in the job log: %v\n", req.RequestID, redact.String(err.Error()))
+	}
 }
 
 func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest) error {
@@ -179,6 +202,7 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	jobType := fs.String("job-type", "", "with --jobs: only this type (sync, latest_all, rank_daily, weekly_report, recovery)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rateLimit := fs.Bool("ratelimit", false, "shared Riot rate-limit state: budgets used, 429s by type, waits, key rejected (from NATS KV)")
+	schedules := fs.Bool("schedules", false, "each scheduled job (CRON_*): its last run from the job log and its next run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,6 +224,9 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	if *jobs {
 		return printJobs(ctx, st, out, store.JobFilter{PUUID: *puuid, Type: *jobType, Limit: 50}, *asJSON)
 	}
+	if *schedules {
+		return printSchedules(ctx, st, out, time.Now(), *asJSON)
+	}
 	var s store.AccountStatus
 	switch {
 	case *puuid != "":
@@ -211,7 +238,7 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 		}
 		s, err = st.AccountByRiotID(ctx, id.GameName, id.TagLine)
 	default:
-		return errors.New("give --riot-id, --puuid, --failures or --jobs")
+		return errors.New("give --riot-id, --puuid, --failures, --jobs, --schedules or --ratelimit")
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errors.New("no such account: it has never been synced")
@@ -226,6 +253,9 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	a := s.Account
 	fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
 	fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
+	for _, q := range s.Queued {
+		fmt.Fprintf(tw, "queued\t%s, #%d in the %s queue, requested %s\n", q.RequestID, q.Position, q.Priority, fmtTime(q.RequestedAt))
+	}
 	if a.SyncError != "" {
 		fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
 	}
@@ -292,8 +322,68 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, j.Status, j.Retries, fmtTime(j.RequestedAt),
+		status := j.Status
+		if j.Position > 0 {
+			status = fmt.Sprintf("%s #%d", j.Status, j.Position)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, status, j.Retries, fmtTime(j.RequestedAt),
 			fmtTime(j.StartedAt), fmtTime(j.FinishedAt), j.PUUID, j.Error)
+	}
+	return tw.Flush()
+}
+
+// scheduleRun is a scheduled job in `riftflow status --schedules`: its
+// schedule and next time, and its last run from the job log (absent when
+// it never ran).
+type scheduleRun struct {
+	sweeper.Schedule
+	LastRun *jobJSON `json:"last_run,omitempty"`
+}
+
+// printSchedules is `riftflow status --schedules`: each scheduled job of
+// the retry-sweeper, as this environment configures them (SCHEDULE_ENABLE,
+// CRON_*), with its last run (the newest jobs row of its type: scheduled
+// time, status, end) and its next time after now.
+func printSchedules(ctx context.Context, st *store.Store, out io.Writer, now time.Time, asJSON bool) error {
+	var e sweeper.ScheduleEnv
+	if err := config.Parse(&e); err != nil {
+		return err
+	}
+	scheds, err := sweeper.Schedules(e, now)
+	if err != nil {
+		return err
+	}
+	runs := make([]scheduleRun, 0, len(scheds))
+	for _, sc := range scheds {
+		r := scheduleRun{Schedule: sc}
+		last, err := st.Jobs(ctx, store.JobFilter{Type: sc.Job, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(last) > 0 {
+			j := toJobJSON(last[0])
+			r.LastRun = &j
+		}
+		runs = append(runs, r)
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(runs)
+	}
+	if scheds == nil {
+		fmt.Fprintln(out, "no schedules: SCHEDULE_ENABLE is false")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSCHEDULE (UTC)\tLAST RUN\tSTATUS\tFINISHED\tNEXT RUN")
+	for _, r := range runs {
+		last, status, finished := "never", "", ""
+		if j := r.LastRun; j != nil {
+			last, status = fmtTime(j.RequestedAt), j.Status
+			if j.FinishedAt != nil {
+				finished = fmtTime(*j.FinishedAt)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%s\t%s\n", r.Job, r.Expr, r.Env, last, status, finished, fmtTime(r.Next))
 	}
 	return tw.Flush()
 }
@@ -628,20 +718,26 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 // cmdShow is `riftflow show`: the read API's answers from the CLI, read
 // from Postgres (DATABASE_URL): --match ID [--timeline] prints the stored
 // MatchDto (or TimelineDto) as Riot sent it; --puuid P prints the player
-// and a page of their matches (--limit, --cursor as the API's).
+// and a page of their matches, or with --ranks their league snapshots, or
+// with --reports their weekly reports (--limit, --cursor as the API's).
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	match := fs.String("match", "", "a match ID")
 	timeline := fs.Bool("timeline", false, "with --match: the timeline")
 	puuid := fs.String("puuid", "", "a player")
-	limit := fs.Int("limit", 20, "with --puuid: matches per page (1..100)")
+	ranks := fs.Bool("ranks", false, "with --puuid: their daily league-v4 snapshots instead of matches")
+	reports := fs.Bool("reports", false, "with --puuid: their weekly reports instead of matches")
+	limit := fs.Int("limit", 20, "with --puuid: rows per page (1..100)")
 	cursor := fs.String("cursor", "", "with --puuid: the next page's cursor")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if (*match == "") == (*puuid == "") {
-		return errors.New("usage: riftflow show --match ID [--timeline] | --puuid P [--limit N] [--cursor C]")
+	if (*match == "") == (*puuid == "") || (*ranks && *reports) || (*match != "" && (*ranks || *reports)) {
+		return errors.New("usage: riftflow show --match ID [--timeline] | --puuid P [--ranks | --reports] [--limit N] [--cursor C]")
+	}
+	if *limit < 1 || *limit > 100 {
+		return fmt.Errorf("--limit %d: want 1..100", *limit)
 	}
 	env, err := app.LoadEnv()
 	if err != nil {
@@ -664,22 +760,51 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err = stdout.Write(append(body, '\n'))
 		return err
 	}
-	page, err := decodeCursor(*cursor)
-	if err != nil {
-		return err
-	}
 	acct, err := st.AccountStatus(ctx, *puuid)
 	if err != nil {
 		return err
 	}
-	ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
-	if err != nil {
-		return err
+	out := map[string]any{"player": acct}
+	switch {
+	case *ranks || *reports:
+		page, err := decodeDayCursor(*cursor)
+		if err != nil {
+			return err
+		}
+		if *ranks {
+			rs, err := st.RankSnapshots(ctx, *puuid, page, *limit)
+			if err != nil {
+				return err
+			}
+			out["ranks"] = rs
+			if len(rs) == *limit {
+				out["next"] = encodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
+			}
+		} else {
+			rs, err := st.WeeklyReports(ctx, *puuid, page, *limit)
+			if err != nil {
+				return err
+			}
+			out["reports"] = rs
+			if len(rs) == *limit {
+				out["next"] = encodeDayCursor(rs[len(rs)-1].WeekStart, "")
+			}
+		}
+	default:
+		page, err := decodeCursor(*cursor)
+		if err != nil {
+			return err
+		}
+		ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
+		if err != nil {
+			return err
+		}
+		mp := newMatchesPage(ms, *limit)
+		out["matches"] = mp.Matches
+		if mp.Next != "" {
+			out["next"] = mp.Next
+		}
 	}
-	out := struct {
-		Player store.AccountStatus `json:"player"`
-		matchesPage
-	}{Player: acct, matchesPage: newMatchesPage(ms, *limit)}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

@@ -232,8 +232,9 @@ func TestDesign002Promises(t *testing.T) {
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 10}}})
 	p := synthPlayer(t, h, 1)
 
-	// 1. The exact design-002 payload on lol.ingest.request.
-	payload := fmt.Sprintf(`{"puuid":%q,"count":3,"lookbackDays":30,"force":false,"requestedBy":"bot-7","platform":"na1"}`, p.PUUID)
+	// 1. The exact design-002 payload on lol.ingest.request: no platform;
+	// the resolver finds it (account-v1 getActiveRegion) and the job says so.
+	payload := fmt.Sprintf(`{"puuid":%q,"count":3,"lookbackDays":30,"force":false,"requestedBy":"bot-7"}`, p.PUUID)
 	if _, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), []byte(payload)); err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +242,7 @@ func TestDesign002Promises(t *testing.T) {
 	if job.Status != "completed" {
 		t.Fatalf("design-002 payload: job %+v, want completed", job)
 	}
+	wantFoundPlatform(t, job, p.Platform)
 	stored := map[string]bool{}
 	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, p.PUUID)
 	for rows.Next() {
@@ -261,7 +263,7 @@ func TestDesign002Promises(t *testing.T) {
 	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	p2 := synthPlayer(t, h, 2)
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json", strings.NewReader(
-		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui","platform":"na1"}`, p2.PUUID)))
+		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui"}`, p2.PUUID)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +271,13 @@ func TestDesign002Promises(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync with the design-002 payload: %d, want 202", resp.StatusCode)
 	}
-	if job := h.jobBy(t, "web-ui", 2*time.Minute); job.Status != "completed" || job.PUUID != p2.PUUID {
+	job = h.jobBy(t, "web-ui", 2*time.Minute)
+	if job.Status != "completed" || job.PUUID != p2.PUUID {
 		t.Errorf("HTTP design-002 job: %+v", job)
+	}
+	wantFoundPlatform(t, job, p2.Platform)
+	if n := h.st.Sim.Stats().MethodCount(sim.MethodActiveRegion, 200); n != 2 {
+		t.Errorf("%d account-v1 getActiveRegion calls, want 2 (one per player)", n)
 	}
 	h.waitIdle(20 * time.Second)
 
@@ -314,6 +321,19 @@ func TestDesign002Promises(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "force: refetching and overwriting stored matches") {
 		t.Error("the lister did not log the forced refetch")
+	}
+}
+
+// wantFoundPlatform checks that job's detail names platform as the one the
+// resolver found (the request named none).
+func wantFoundPlatform(t *testing.T, job store.Job, platform string) {
+	t.Helper()
+	var d struct {
+		Platform      string `json:"platform"`
+		PlatformFound bool   `json:"platform_found"`
+	}
+	if err := json.Unmarshal(job.Detail, &d); err != nil || d.Platform != platform || !d.PlatformFound {
+		t.Errorf("job %s detail %s, want platform %q found through account-v1", job.ID, job.Detail, platform)
 	}
 }
 

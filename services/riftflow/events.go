@@ -197,7 +197,13 @@ func (a *API) finishedEvent(ctx context.Context, j store.Job) (string, []byte, e
 			Progress: done, Total: total, Error: j.Error, At: j.FinishedAt})
 		return "progress", b, err
 	case "rejected":
-		b, err := json.Marshal(bus.Rejection{RequestID: j.ID, Reason: j.Error, Code: http.StatusConflict, At: j.FinishedAt})
+		// A 409 (the lister, the API), or the code a refused queued
+		// request kept (store.RejectQueued).
+		d := struct {
+			Code int `json:"code"`
+		}{http.StatusConflict}
+		_ = json.Unmarshal(j.Detail, &d)
+		b, err := json.Marshal(bus.Rejection{RequestID: j.ID, Reason: j.Error, Code: d.Code, At: j.FinishedAt})
 		return "rejected", b, err
 	}
 	return "", nil, nil

@@ -3,8 +3,8 @@ module github.com/riftflow/riftflow/services/riftflow
 go 1.26.0
 
 require (
-	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/maypok86/otter/v2 v2.4.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/riftflow/riftflow/internal v0.0.0

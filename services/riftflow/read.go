@@ -14,39 +14,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
-
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
-// Design 002's cache lifetimes, used by the read API's in-process caches
+// Design 002's cache lifetimes, used by the read API's cache (readcache.go)
 // and its Cache-Control answers.
 const (
 	MatchCacheTTL    = 24 * time.Hour  // a match's details: they do not change
-	MatchIDsCacheTTL = 5 * time.Minute // a player's list of matches: new games arrive
+	MatchIDsCacheTTL = 5 * time.Minute // a player's list of matches (and ranks, reports): new ones arrive
 )
-
-// readCache holds the read API's answers: whole match and timeline bodies
-// for MatchCacheTTL, pages of a player's matches for MatchIDsCacheTTL
-// (expirable LRUs of hashicorp/golang-lru, 2,000 and 10,000 entries).
-type readCache struct {
-	bodies *expirable.LRU[string, cachedBody]
-	pages  *expirable.LRU[string, matchesPage]
-}
-
-type cachedBody struct {
-	body []byte
-	etag string
-}
-
-func newReadCache() *readCache {
-	return &readCache{
-		bodies: expirable.NewLRU[string, cachedBody](2000, nil, MatchCacheTTL),
-		pages:  expirable.NewLRU[string, matchesPage](10000, nil, MatchIDsCacheTTL),
-	}
-}
 
 // openAPIDoc is the OpenAPI 3.1 document of the HTTP API, served at
 // /openapi.json; TestOpenAPIMatchesRoutes keeps it in step with the routes.
@@ -66,10 +44,33 @@ func etagOf(body []byte) string {
 	return `"` + hex.EncodeToString(sum[:12]) + `"`
 }
 
-// serveBody answers body as JSON with its ETag and Cache-Control max-age,
-// or 304 when the client has it (If-None-Match).
+// serveBody answers a cached body as JSON with its ETag and Cache-Control
+// max-age, or 304 when the client has it (If-None-Match). A client that
+// accepts gzip gets the cached gzip bytes as they are (Content-Encoding:
+// gzip, ETag suffixed "-gz"); another gets them inflated.
 func serveBody(w http.ResponseWriter, r *http.Request, c cachedBody, maxAge time.Duration) {
-	serveCached(w, r, c, fmt.Sprintf("public, max-age=%d", int(maxAge.Seconds())))
+	gz := acceptsGzip(r)
+	etag := c.etag
+	if gz {
+		etag = strings.TrimSuffix(c.etag, `"`) + `-gz"`
+	}
+	w.Header().Add("Vary", "Accept-Encoding")
+	if notModified(w, r, etag, c.etag, fmt.Sprintf("public, max-age=%d", int(maxAge.Seconds()))) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if gz {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", strconv.Itoa(len(c.gz)))
+		w.Write(c.gz)
+		return
+	}
+	body, err := gunzipBody(c.gz)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	w.Write(body)
 }
 
 // serveJSON answers v as JSON with a strong ETag over it and cacheControl,
@@ -80,55 +81,70 @@ func serveJSON(w http.ResponseWriter, r *http.Request, v any, cacheControl strin
 		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	serveCached(w, r, cachedBody{body: body, etag: etagOf(body)}, cacheControl)
-}
-
-// serveCached is serveBody with any Cache-Control value.
-func serveCached(w http.ResponseWriter, r *http.Request, c cachedBody, cacheControl string) {
-	w.Header().Set("ETag", c.etag)
-	w.Header().Set("Cache-Control", cacheControl)
-	if inm := r.Header.Get("If-None-Match"); inm != "" && (inm == "*" || strings.Contains(inm, c.etag)) {
-		w.WriteHeader(http.StatusNotModified)
+	if etag := etagOf(body); notModified(w, r, etag, etag, cacheControl) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(c.body)
+	w.Write(body)
+}
+
+// notModified sets the ETag (etag) and Cache-Control headers and answers
+// 304 when If-None-Match names etag or same (the ETag of the other
+// encoding of the same body), or is "*"; it reports whether it did.
+func notModified(w http.ResponseWriter, r *http.Request, etag, same, cacheControl string) bool {
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", cacheControl)
+	inm := r.Header.Get("If-None-Match")
+	if inm == "" || (inm != "*" && !strings.Contains(inm, etag) && !strings.Contains(inm, same)) {
+		return false
+	}
+	w.WriteHeader(http.StatusNotModified)
+	return true
+}
+
+// acceptsGzip reports whether r's Accept-Encoding takes gzip (and not with
+// q=0).
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 // getMatch is GET /v1/matches/{match_id}: the stored MatchDto exactly as
 // Riot sent it.
 func (a *API) getMatch(w http.ResponseWriter, r *http.Request) {
-	a.serveRaw(w, r, "match:", a.inf.Store.MatchRaw)
+	a.serveRaw(w, r, "m", "match", a.inf.Store.MatchRaw)
 }
 
 // getTimeline is GET /v1/matches/{match_id}/timeline: the stored TimelineDto.
 func (a *API) getTimeline(w http.ResponseWriter, r *http.Request) {
-	a.serveRaw(w, r, "timeline:", a.inf.Store.TimelineRaw)
+	a.serveRaw(w, r, "t", "timeline", a.inf.Store.TimelineRaw)
 }
 
-func (a *API) serveRaw(w http.ResponseWriter, r *http.Request, prefix string,
+func (a *API) serveRaw(w http.ResponseWriter, r *http.Request, kind, what string,
 	load func(context.Context, string) ([]byte, time.Time, error)) {
 	id := r.PathValue("match_id")
 	if _, _, err := riot.ParseMatchID(id); err != nil {
 		writeError(w, r, http.StatusNotFound, err) // no stored match has such an ID
 		return
 	}
-	if c, ok := a.cache.bodies.Get(prefix + id); ok {
-		serveBody(w, r, c, MatchCacheTTL)
-		return
-	}
-	body, _, err := load(r.Context(), id)
+	c, err := a.cache.get(r.Context(), matchCacheKey(kind, id), MatchCacheTTL, func(ctx context.Context) ([]byte, error) {
+		body, _, err := load(ctx, id)
+		return body, err
+	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, r, http.StatusNotFound, fmt.Errorf("no stored %s%s", prefix, id))
-		return
+		writeError(w, r, http.StatusNotFound, fmt.Errorf("no stored %s %s", what, id))
 	case err != nil:
 		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
+	default:
+		serveBody(w, r, c, MatchCacheTTL)
 	}
-	c := cachedBody{body: body, etag: etagOf(body)}
-	a.cache.bodies.Add(prefix+id, c)
-	serveBody(w, r, c, MatchCacheTTL)
 }
 
 // matchesPage is one page of GET /v1/players/{puuid}/matches.
@@ -170,6 +186,59 @@ func (a *API) getPlayer(w http.ResponseWriter, r *http.Request) {
 // getPlayerMatches is GET /v1/players/{puuid}/matches?limit=20&cursor=…:
 // the player's stored matches, newest first, paged by an opaque cursor.
 func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
+	servePlayerPage(w, r, a, "matches", decodeCursor, func(ctx context.Context, puuid string, page store.MatchPage, limit int) (any, error) {
+		ms, err := a.inf.Store.PlayerMatches(ctx, puuid, page, limit)
+		return newMatchesPage(ms, limit), err
+	})
+}
+
+// ranksPage is one page of GET /v1/players/{puuid}/ranks.
+type ranksPage struct {
+	Ranks []store.RankSnapshot `json:"ranks"`
+	Next  string               `json:"next,omitempty"` // the following page's cursor; absent on the last one
+}
+
+// getPlayerRanks is GET /v1/players/{puuid}/ranks?limit=20&cursor=…: the
+// player's daily league-v4 snapshots (one per ranked queue and day),
+// newest day first, paged by an opaque cursor.
+func (a *API) getPlayerRanks(w http.ResponseWriter, r *http.Request) {
+	servePlayerPage(w, r, a, "ranks", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
+		rs, err := a.inf.Store.RankSnapshots(ctx, puuid, page, limit)
+		p := ranksPage{Ranks: rs}
+		if len(rs) == limit {
+			last := rs[len(rs)-1]
+			p.Next = encodeDayCursor(last.SnapshotDate, last.QueueType)
+		}
+		return p, err
+	})
+}
+
+// reportsPage is one page of GET /v1/players/{puuid}/reports.
+type reportsPage struct {
+	Reports []store.StoredReport `json:"reports"`
+	Next    string               `json:"next,omitempty"` // the following page's cursor; absent on the last one
+}
+
+// getPlayerReports is GET /v1/players/{puuid}/reports?limit=20&cursor=…:
+// the player's weekly reports, newest week first, paged by an opaque
+// cursor.
+func (a *API) getPlayerReports(w http.ResponseWriter, r *http.Request) {
+	servePlayerPage(w, r, a, "reports", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
+		rs, err := a.inf.Store.WeeklyReports(ctx, puuid, page, limit)
+		p := reportsPage{Reports: rs}
+		if len(rs) == limit {
+			p.Next = encodeDayCursor(rs[len(rs)-1].WeekStart, "")
+		}
+		return p, err
+	})
+}
+
+// servePlayerPage answers one page of a player's list (what: matches,
+// ranks, reports) from the read cache (MatchIDsCacheTTL), loading it with
+// load on a miss. limit is 1..100 (default 20); cursor is decoded by
+// decode; both bad give 400, an invalid PUUID 404.
+func servePlayerPage[P any](w http.ResponseWriter, r *http.Request, a *API, what string, decode func(string) (P, error),
+	load func(ctx context.Context, puuid string, page P, limit int) (any, error)) {
 	puuid, q := r.PathValue("puuid"), r.URL.Query()
 	if !validID(puuid, bus.MaxPUUIDLen) {
 		writeError(w, r, http.StatusNotFound, errors.New("no such player"))
@@ -184,23 +253,31 @@ func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	page, err := decodeCursor(q.Get("cursor"))
+	cursor := q.Get("cursor")
+	page, err := decode(cursor)
+	if err == nil && len(cursor) > 200 { // none this API gives; it would make a long cache key
+		err = errors.New("cursor: not one this API gave")
+	}
 	if err != nil {
 		writeError(w, r, http.StatusBadRequest, err)
 		return
 	}
-	key := fmt.Sprintf("%s|%d|%s", puuid, limit, q.Get("cursor"))
-	out, ok := a.cache.pages.Get(key)
-	if !ok {
-		ms, err := a.inf.Store.PlayerMatches(r.Context(), puuid, page, limit)
-		if err != nil {
-			writeError(w, r, http.StatusServiceUnavailable, err)
-			return
-		}
-		out = newMatchesPage(ms, limit)
-		a.cache.pages.Add(key, out)
+	if cursor == "" {
+		cursor = "first"
 	}
-	serveJSON(w, r, out, fmt.Sprintf("public, max-age=%d", int(MatchIDsCacheTTL.Seconds())))
+	key := playerCacheKey(puuid, fmt.Sprintf("%s.%d.%s", what, limit, cursor))
+	c, err := a.cache.get(r.Context(), key, MatchIDsCacheTTL, func(ctx context.Context) ([]byte, error) {
+		v, err := load(ctx, puuid, page, limit)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	if err != nil {
+		writeError(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	serveBody(w, r, c, MatchIDsCacheTTL)
 }
 
 // encodeCursor and decodeCursor turn a MatchPage into an opaque cursor:
@@ -220,4 +297,23 @@ func decodeCursor(s string) (store.MatchPage, error) {
 		return store.MatchPage{}, errors.New("cursor: not one this API gave")
 	}
 	return store.MatchPage{Before: time.Unix(0, n).UTC(), BeforeID: id}, nil
+}
+
+// encodeDayCursor and decodeDayCursor turn a DayPage into an opaque
+// cursor: base64url("<YYYY-MM-DD>|<key>").
+func encodeDayCursor(day, key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(day + "|" + key))
+}
+
+func decodeDayCursor(s string) (store.DayPage, error) {
+	if s == "" {
+		return store.DayPage{}, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	d, key, ok := strings.Cut(string(b), "|")
+	t, terr := time.Parse(time.DateOnly, d)
+	if err != nil || !ok || terr != nil {
+		return store.DayPage{}, errors.New("cursor: not one this API gave")
+	}
+	return store.DayPage{Before: t, BeforeKey: key}, nil
 }

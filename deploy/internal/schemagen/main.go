@@ -15,7 +15,11 @@
 //   - monitoring.coreos.com PodMonitor and PrometheusRule:
 //     example/prometheus-operator-crd of
 //     github.com/prometheus-operator/prometheus-operator (the newest
-//     version the proxy serves of that module).
+//     version the proxy serves of that module);
+//   - postgresql.cnpg.io Cluster and ScheduledBackup: config/crd/bases of
+//     github.com/cloudnative-pg/cloudnative-pg. The proxy refuses that
+//     module's version list, but serves an exact version's zip (CRDs
+//     included), so the version here is always written out in full.
 //
 // Only the kinds the overlays render are written, without descriptions,
 // so the files stay small. The output is deterministic: running it twice
@@ -42,6 +46,7 @@ const (
 	kubernetesModule = "k8s.io/kubernetes@v1.37.2"
 	kedaModule       = "github.com/kedacore/keda/v2@v2.21.0"
 	promOpModule     = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+	cnpgModule       = "github.com/cloudnative-pg/cloudnative-pg@v1.28.0"
 )
 
 // builtin names a built-in kind by its swagger definition.
@@ -69,6 +74,8 @@ var crds = []crd{
 	{kedaModule, "config/crd/bases/keda.sh_triggerauthentications.yaml", "v1alpha1"},
 	{promOpModule, "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml", "v1"},
 	{promOpModule, "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml", "v1"},
+	{cnpgModule, "config/crd/bases/postgresql.cnpg.io_clusters.yaml", "v1"},
+	{cnpgModule, "config/crd/bases/postgresql.cnpg.io_scheduledbackups.yaml", "v1"},
 }
 
 const objectMeta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"

@@ -1,0 +1,218 @@
+package riftflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
+)
+
+// TestQueuedSyncIsVisible (design 001's "pending"): sync requests accepted
+// while the pause switch holds every service are pending, with their place
+// in the queue, in GET /v1/jobs, GET /v1/accounts/{puuid} (an account never
+// synced included) and `riftflow status`, from the moment they are
+// accepted (the HTTP API and the CLI's ingest); they run once the switch is
+// off. An account that was synced shows its new request pending too, and
+// a queued request the resolver refuses ends rejected.
+func TestQueuedSyncIsVisible(t *testing.T) {
+	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
+	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pause := func(on bool) {
+		t.Helper()
+		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
+	}
+	// An API replica that accepted its requests before the switch reached it.
+	api := *h.st.Infra
+	api.Pause = nil
+	srv := apiServer(t, &api, ScopeAdmin)
+	do := func(method, path, body string, out any) int {
+		t.Helper()
+		code, _ := jsonCall(t, srv.URL, method, path, body, out)
+		return code
+	}
+	p1, p2, p3 := synthPlayer(t, h, 1), synthPlayer(t, h, 2), synthPlayer(t, h, 3)
+
+	pause(true)
+	var ids []string
+	for _, p := range []sim.PlayerTruth{p1, p2} {
+		var acc struct {
+			RequestID string `json:"request_id"`
+		}
+		if code := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p.PUUID), &acc); code != http.StatusAccepted {
+			t.Fatalf("POST /v1/sync: %d", code)
+		}
+		ids = append(ids, acc.RequestID)
+	}
+	// `riftflow ingest` records its request as the API does, then publishes.
+	cli := bus.IngestRequest{RequestID: "cli-queued", PUUID: p3.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30, Trigger: "cli",
+		RequestedAt: time.Now().UTC()}
+	if err := cli.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	env := h.st.Infra.Env
+	env.Postgres.URL = config.Secret(h.st.DBURL)
+	queueInJobLog(h.ctx, env, cli, io.Discard)
+	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, cli); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, cli.RequestID)
+	time.Sleep(2 * time.Second) // several pull rounds: the switch holds them
+
+	var jobs struct {
+		Jobs []jobJSON `json:"jobs"`
+	}
+	if code := do("GET", "/v1/jobs?type=sync", "", &jobs); code != 200 {
+		t.Fatalf("GET /v1/jobs: %d", code)
+	}
+	pos := map[string]int{}
+	for _, j := range jobs.Jobs {
+		if j.Status == "pending" {
+			pos[j.ID] = j.Position
+		}
+	}
+	for i, id := range ids {
+		if pos[id] != i+1 {
+			t.Errorf("GET /v1/jobs: request %s pending at %d, want pending at %d (jobs %+v)", id, pos[id], i+1, jobs.Jobs)
+		}
+	}
+	var acct store.AccountStatus
+	if code := do("GET", "/v1/accounts/"+p1.PUUID, "", &acct); code != 200 || acct.SyncStatus != "pending" ||
+		acct.SyncRequestID != ids[0] || len(acct.Queued) != 1 || acct.Queued[0].Position != 1 {
+		t.Errorf("GET /v1/accounts/{never synced, queued}: %d %+v, want pending %s at 1", code, acct, ids[0])
+	}
+	t.Setenv("DATABASE_URL", h.st.DBURL)
+	for args, want := range map[string][]string{
+		"status --puuid " + p2.PUUID: {"pending, 0/0 matches, request " + ids[1], "#2 in the interactive queue"},
+		"status --jobs":              {"pending #3", cli.RequestID},
+	} {
+		var out, errOut bytes.Buffer
+		if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
+			t.Fatalf("riftflow %s: exit %d: %s", args, code, errOut.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("riftflow %s lacks %q:\n%s", args, w, out.String())
+			}
+		}
+	}
+
+	pause(false)
+	for _, id := range ids {
+		waitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
+			return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, id) == 1
+		})
+	}
+	h.waitIdle(20 * time.Second)
+
+	// A synced account with a new request queued: pending again, with
+	// its last sync kept.
+	pause(true)
+	var again struct {
+		RequestID string `json:"request_id"`
+	}
+	if code := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1"}`, p1.PUUID), &again); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync again: %d", code)
+	}
+	acct = store.AccountStatus{}
+	if code := do("GET", "/v1/accounts/"+p1.PUUID, "", &acct); code != 200 || acct.SyncStatus != "pending" ||
+		acct.SyncRequestID != again.RequestID || acct.LastSyncedAt.IsZero() || acct.Matches == 0 {
+		t.Errorf("GET /v1/accounts/{synced, queued}: %d %+v, want pending %s with its last sync", code, acct, again.RequestID)
+	}
+	pause(false)
+	waitFor(t, "the second request to complete", 2*time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, again.RequestID) == 1
+	})
+	if s, err := h.st.Infra.Store.AccountStatus(h.ctx, p1.PUUID); err != nil || s.SyncStatus != "completed" || len(s.Queued) != 0 {
+		t.Errorf("after the queued sync ran: %+v %v, want completed, nothing queued", s, err)
+	}
+
+	// A queued request the resolver refuses (an unknown Riot ID) does not
+	// stay pending: its job ends rejected with the reason.
+	var unknown struct {
+		RequestID string `json:"request_id"`
+	}
+	if code := do("POST", "/v1/sync", `{"riot_id":"Nobody Here#0000","platform":"na1"}`, &unknown); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync for an unknown Riot ID: %d", code)
+	}
+	waitFor(t, "the refused request's job to end rejected", 30*time.Second, func() bool {
+		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'rejected' AND error LIKE '%no Riot account%'`, unknown.RequestID) == 1
+	})
+	// A client that asks later hears the outcome, with the resolver's code.
+	events := sseEvents(t, srv.URL+"/v1/sync/"+unknown.RequestID+"/events", "", 30*time.Second)
+	var rej bus.Rejection
+	if len(events) > 0 {
+		json.Unmarshal([]byte(events[len(events)-1][1]), &rej)
+	}
+	if len(events) == 0 || events[len(events)-1][0] != "rejected" || rej.Code != http.StatusNotFound {
+		t.Errorf("late SSE client of the refused request: %v, want a rejected event with code 404", events)
+	}
+}
+
+// `riftflow status --schedules` shows each scheduled job with its
+// schedule, its last run from the job log (or never) and its next time
+// (design 000 checked its recurring job in Hangfire's dashboard).
+func TestStatusSchedules(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	st, err := store.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ran := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	if err := st.RecordJob(t.Context(), store.Job{ID: "latest_all-ran", Type: "latest_all", Status: "completed",
+		RequestedAt: ran, StartedAt: ran, FinishedAt: ran.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("SCHEDULE_ENABLE", "true")
+	t.Setenv("CRON_RANK_DAILY", "15 3 * * *")
+	before := time.Now()
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"status", "--schedules", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("status --schedules: exit %d: %s", code, errOut.String())
+	}
+	var runs []scheduleRun
+	if err := json.Unmarshal(out.Bytes(), &runs); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	got := map[string]scheduleRun{}
+	for _, r := range runs {
+		got[r.Job] = r
+	}
+	latest, rank := got["latest_all"], got["rank_daily"]
+	if len(runs) != 4 || latest.LastRun == nil || latest.LastRun.ID != "latest_all-ran" || latest.LastRun.Status != "completed" ||
+		latest.Next.Minute() != 0 || !latest.Next.After(before) || latest.Next.Sub(before) > 2*time.Hour {
+		t.Errorf("latest_all: %+v (of %d schedules), want its last run latest_all-ran and the next full hour", latest, len(runs))
+	}
+	if rank.Expr != "15 3 * * *" || rank.Env != "CRON_RANK_DAILY" || rank.LastRun != nil || rank.Next.Hour() != 3 || rank.Next.Minute() != 15 {
+		t.Errorf("rank_daily: %+v, want CRON_RANK_DAILY 15 3 * * *, never run, next at 03:15", rank)
+	}
+	out.Reset()
+	if code := Main([]string{"status", "--schedules"}, &out, &errOut); code != 0 {
+		t.Fatalf("status --schedules: exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"NEXT RUN", "latest_all", "completed", "never", "CRON_PRUNE_JOBS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status --schedules lacks %q:\n%s", want, out.String())
+		}
+	}
+}
