@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,6 +242,17 @@ WHERE a.type = 'sync' AND b.type = 'sync' AND a.status IN ('completed','failed')
 	}
 	if len(s.faults) < min(len(soakKinds)-1, int(d/p.every)-1) {
 		t.Errorf("only %d faults injected in %s", len(s.faults), d)
+	}
+	if d >= 3*time.Minute {
+		// From 3 minutes on the plan has room for every kind.
+		for _, k := range soakKinds {
+			if k == "full-disk" && !root {
+				continue
+			}
+			if !slices.ContainsFunc(s.faults, func(f soakFault) bool { return f.kind == k }) {
+				t.Errorf("no %s fault was injected in %s", k, d)
+			}
+		}
 	}
 	if t.Failed() {
 		e.keepLogs()
