@@ -5,7 +5,8 @@ BIN := bin
 SERVICES := resolver matchid-lister match-fetcher persister retry-sweeper
 # Every module of the go.work workspace.
 MODULES := pkg internal streams migrations deploy $(addprefix services/,$(SERVICES) riftflow)
-TEST_TIMEOUT ?= 30m
+# Per module: services/riftflow holds the short chaos suite and the 3-minute soak.
+TEST_TIMEOUT ?= 45m
 FUZZTIME ?= 10s
 # make test fuzzes each target for a count of executions, not a duration:
 # Go 1.26's fuzz coordinator can fail a duration run with a bare "context

@@ -512,7 +512,7 @@ func startProc(b *testing.B, out, name, path string, env []string, args ...strin
 	return p
 }
 
-func waitHTTP(b *testing.B, url string, within time.Duration) {
+func waitHTTP(b testing.TB, url string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(url); err == nil {

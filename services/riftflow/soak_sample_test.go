@@ -205,14 +205,13 @@ func median(v []float64) float64 {
 // soakSlope is the verdict on one process: its longest-lived incarnation
 // (a killed process comes back with a new pid), without its warm-up.
 type soakSlope struct {
-	proc             string
-	pid, samples     int
-	span             float64 // seconds judged
-	judged           bool    // long enough to judge (≥ 40 % of the chaos phase)
-	rss, gor, fds    soakMetric
-	incarnations     int
-	rssMax, fdsMax   float64
-	goroutinesMaxVal float64
+	proc          string
+	pid, samples  int
+	span          float64 // seconds judged
+	judged        bool    // long enough to judge (≥ 40 % of the chaos phase)
+	rss, gor, fds soakMetric
+	incarnations  int
+	rssMax        float64 // bytes, over the whole incarnation
 }
 
 // Leak thresholds: growth over the judged span beyond max(abs, rel ×
@@ -256,8 +255,6 @@ func judgeSamples(rows []soakSample, p soakPlan, until float64) []soakSlope {
 		var t, rss, gor, fds, gt []float64
 		for _, r := range v {
 			sl.rssMax = math.Max(sl.rssMax, float64(r.rss))
-			sl.fdsMax = math.Max(sl.fdsMax, float64(r.fds))
-			sl.goroutinesMaxVal = math.Max(sl.goroutinesMaxVal, float64(r.goroutines))
 			if r.t < v[0].t+warm {
 				continue
 			}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,6 +176,13 @@ func TestSoak(t *testing.T) {
 	e := startChaos(t, o)
 	s.e = e
 	out := soakOutDir(t)
+	// The faults are for a running system: every process answers /readyz
+	// before the first one. (A service whose first Postgres ping fails
+	// exits: the persister and the sweeper did, when an outage began while
+	// they were still starting on a loaded machine.)
+	for _, name := range e.order {
+		waitHTTP(t, "http://"+e.procs[name].ops+"/readyz", 3*time.Minute)
+	}
 
 	s.start = time.Now()
 	samples := startSampler(s)
@@ -234,6 +242,17 @@ WHERE a.type = 'sync' AND b.type = 'sync' AND a.status IN ('completed','failed')
 	}
 	if len(s.faults) < min(len(soakKinds)-1, int(d/p.every)-1) {
 		t.Errorf("only %d faults injected in %s", len(s.faults), d)
+	}
+	if d >= 3*time.Minute {
+		// From 3 minutes on the plan has room for every kind.
+		for _, k := range soakKinds {
+			if k == "full-disk" && !root {
+				continue
+			}
+			if !slices.ContainsFunc(s.faults, func(f soakFault) bool { return f.kind == k }) {
+				t.Errorf("no %s fault was injected in %s", k, d)
+			}
+		}
 	}
 	if t.Failed() {
 		e.keepLogs()
