@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -68,29 +69,10 @@ type Policy struct {
 	RetryMax   time.Duration
 }
 
-// WithDefaults fills zero fields.
+// WithDefaults fills zero (or negative) fields with the defaults.
 func (p Policy) WithDefaults() Policy {
-	if len(p.Backoff) == 0 {
-		p.Backoff = DefaultBackoff
-	}
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = DefaultMaxAttempts
-	}
-	if p.MatchRetention <= 0 {
-		p.MatchRetention = DefaultMatchRetention
-	}
-	if p.TimelineRetention <= 0 {
-		p.TimelineRetention = DefaultTimelineRetention
-	}
-	if p.FreshFor <= 0 {
-		p.FreshFor = DefaultFreshFor
-	}
-	if p.StaleAfter <= 0 {
-		p.StaleAfter = DefaultStaleAfter
-	}
-	if p.RetryMax <= 0 {
-		p.RetryMax = DefaultRetryMax
-	}
+	config.Fill(&p, Policy{Backoff: DefaultBackoff, MaxAttempts: DefaultMaxAttempts, MatchRetention: DefaultMatchRetention,
+		TimelineRetention: DefaultTimelineRetention, FreshFor: DefaultFreshFor, StaleAfter: DefaultStaleAfter, RetryMax: DefaultRetryMax})
 	return p
 }
 

@@ -781,28 +781,28 @@ func (e *chaosEnv) consumersBusy() (string, error) {
 
 // chaosResult are the figures of one run, checked against the sim's truth.
 type chaosResult struct {
-	Case          string           `json:"case"`
-	Listed        int              `json:"matches_checked"`
-	Stored        int              `json:"stored"`
-	FinalFailed   int              `json:"final_with_reason"`
-	Timelines     int              `json:"timelines_stored"`
-	Participants  int              `json:"participant_rows"`
-	Losses        int              `json:"losses"`
-	WronglyGone   int              `json:"wrongly_gone"`
-	Duplicates    int              `json:"duplicates"`
-	Wrong         int              `json:"content_mismatches"`
-	Syncing       int              `json:"accounts_left_syncing"`
-	Requests      int64            `json:"riot_requests"`
-	MatchFetches  int64            `json:"getmatch_200"`
-	MaxCalls      int64            `json:"max_getmatch_calls_per_match"`
-	MaxCallsID    string           `json:"max_calls_match,omitempty"`
+	Case         string `json:"case"`
+	Listed       int    `json:"matches_checked"`
+	Stored       int    `json:"stored"`
+	FinalFailed  int    `json:"final_with_reason"`
+	Timelines    int    `json:"timelines_stored"`
+	Participants int    `json:"participant_rows"`
+	Losses       int    `json:"losses"`
+	WronglyGone  int    `json:"wrongly_gone"`
+	Duplicates   int    `json:"duplicates"`
+	Wrong        int    `json:"content_mismatches"`
+	Syncing      int    `json:"accounts_left_syncing"`
+	Requests     int64  `json:"riot_requests"`
+	MatchFetches int64  `json:"getmatch_200"`
+	MaxCalls     int64  `json:"max_getmatch_calls_per_match"`
+	MaxCallsID   string `json:"max_calls_match,omitempty"`
 	// ExtraCalls is the calls (getMatch and getTimeline) beyond each
 	// match's Riot failures + 1, summed over the listed matches: calls the
 	// pipeline spent twice. OverBound counts the matches past
 	// failures + 1 + LostCalls (the case fails when it is not 0).
-	ExtraCalls int64 `json:"extra_calls"`
-	OverBound  int   `json:"matches_over_call_bound"`
-	LostCalls  int64 `json:"lost_calls_allowed"`
+	ExtraCalls    int64            `json:"extra_calls"`
+	OverBound     int              `json:"matches_over_call_bound"`
+	LostCalls     int64            `json:"lost_calls_allowed"`
 	Faults        map[string]int64 `json:"sim_faults,omitempty"`
 	Injected      []string         `json:"injected"`
 	Violations    int64            `json:"rate_limit_violations"`
