@@ -304,7 +304,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 // outside retention without a request.
 func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
 	tl := cmd
-	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold = bus.KindTimeline, 1, 0, 0, ""
+	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold, tl.PrevHold = bus.KindTimeline, 1, 0, 0, "", ""
 	if expired, reason := s.policy.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
@@ -437,7 +437,7 @@ func (c Config) BackoffAfter(n int) time.Duration {
 // schedule already exists, and the message is acked all the same.
 // Scheduled messages carry the trace context.
 func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) natsx.Result {
-	cmd.Hold = nuid.Next()
+	cmd.PrevHold, cmd.Hold = cmd.Hold, nuid.Next()
 	data, _ := json.Marshal(cmd)
 	token := fmt.Sprintf("%s_%s_a%d_%s", cmd.MatchID, cmd.Kind, cmd.Attempt, cmd.Hold)
 	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, token))
