@@ -36,10 +36,11 @@ var (
 // binary (see Ensure; a temporary cluster with fsync off), runs the tests and
 // stops the cluster. When no server can be had and CI=true it exits with
 // status 1 before running anything; otherwise tests calling NewDatabase skip
-// with the reason.
+// with the reason. Each after func runs once the tests have run (reports
+// over every test of the binary).
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M, after ...func()) {
 	mainCalled = true
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -55,6 +56,9 @@ func Main(m *testing.M) {
 	}
 	adminURL = u
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if tmplName != "" {
 		dropDatabase(adminURL, tmplName)
 	}

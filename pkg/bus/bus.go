@@ -274,6 +274,11 @@ type FetchCommand struct {
 	// schedule waited. A command whose fetch is held by another schedule
 	// makes no Riot call.
 	Hold string `json:"hold,omitempty"`
+	// PrevHold is the Hold of the command that made this command's
+	// schedule ("" when none): until this command's own hold is recorded
+	// the fetch may still show its predecessor's, which does not turn it
+	// away (a schedule can fire before its hold is written).
+	PrevHold string `json:"prev_hold,omitempty"`
 }
 
 // DedupSuffix is appended to every Nats-Msg-Id derived from c: "" for an

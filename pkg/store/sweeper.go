@@ -86,7 +86,8 @@ LIMIT $2`, olderThan, limit, ts(since), mid, kind)
 // row t (LEFT JOIN), that a listed match is pending: its fetch, or its
 // timeline's when the match is stored, is temporary_failure after at least
 // $1 failed attempts, fewer than $1 of them 404 (that many 404s make it
-// permanently_unfetchable instead).
+// permanently_unfetchable instead). $1 is fetchpolicy.Policy.MaxAttempts,
+// which the retry-sweeper passes to SettlePending.
 const pendingMatch = `((m.status = 'temporary_failure' AND m.retry_count >= $1 AND m.not_found < $1)
   OR (m.status = 'success' AND t.status = 'temporary_failure' AND t.retry_count >= $1 AND t.not_found < $1))`
 

@@ -7,29 +7,29 @@
 // The persister writes the rows and the fetch ledger; the fetcher holds no
 // database connection.
 //
-// Retry semantics (design 000 in docs/designs.md, done with JetStream):
+// Retry semantics (design 000 and Riot's retention; the rules are
+// pkg/fetchpolicy's, shared with the retry-sweeper):
 //   - a temporary failure (5xx, timeout, connection error) is attempt N;
 //     attempt N+1 is scheduled after Backoff[N-1] (30 s, 60 s, 120 s, 300 s)
 //     as a JetStream message schedule, and the message is acked, so waiting
 //     retries hold no MaxAckPending slot;
-//   - a fetch Riot answered 404 MaxAttempts (5) times is
-//     permanently_unfetchable; a 404 never ends the in-process retries
-//     otherwise, whatever 5xx or timeouts came between the 404s;
-//   - MaxAttempts failures other than 404 in a row (a 5xx or timeout
-//     streak; since the fetch's last 404, or in all when that is not
-//     known) end the in-process retries: the fetch stays temporary_failure,
-//     "left to the retry-sweeper", which re-publishes it on a capped
-//     backoff for as long as Riot fails, and the sync completes with it
-//     pending;
+//   - a 404 for a match that may be fresh (created less than NotFoundFresh
+//     ago, or of unknown age) is a failed attempt, and MaxAttempts (5) 404s
+//     make the fetch permanently_unfetchable; a 404 for an older match (a
+//     timeline, whose match was fetched) is final at once; a 404 for a
+//     match listed in a window that reached past retention is
+//     outside_retention_window at once;
+//   - MaxAttempts failures other than 404 in a row end the in-process
+//     retries: the fetch stays temporary_failure, "left to the
+//     retry-sweeper", and the sync completes with it pending;
 //   - a rate-limit wait (429, or a budget wait longer than the limiter's
 //     MaxWait) is rescheduled at Riot's Retry-After and is NOT an attempt;
 //   - retention is checked before calling: a match known to be older than
 //     730 days, or a timeline of a match older than 365 days, is
-//     outside_retention_window without a request. A 404 for a match listed
-//     in a window that itself began outside retention is also
-//     outside_retention_window (Riot lists expired IDs and 404s them,
-//     developer-relations #868); any other 404 is a failed attempt, so a
-//     freshly listed match that 404s gets the same few delayed retries.
+//     outside_retention_window without a request;
+//   - every schedule is recorded as the fetch's hold in the ledger, and a
+//     command for a fetch already final or held by another schedule makes
+//     no Riot call (holds.go).
 package fetcher
 
 import (
@@ -51,6 +51,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fetchpolicy"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
@@ -67,8 +68,8 @@ type Matches interface {
 // timelines for about one; older IDs may still be listed but answer 404
 // (https://github.com/RiotGames/developer-relations/issues/902).
 const (
-	DefaultMatchRetention    = 730 * 24 * time.Hour
-	DefaultTimelineRetention = 365 * 24 * time.Hour
+	DefaultMatchRetention    = fetchpolicy.DefaultMatchRetention
+	DefaultTimelineRetention = fetchpolicy.DefaultTimelineRetention
 )
 
 // Config tunes the fetcher.
@@ -82,6 +83,9 @@ type Config struct {
 	MaxAttempts       int
 	MatchRetention    time.Duration
 	TimelineRetention time.Duration
+	// NotFoundFresh is how young a match must be for a 404 of it to be
+	// retried (FETCH_NOT_FOUND_FRESH, default 6 h; fetchpolicy.Policy.FreshFor).
+	NotFoundFresh time.Duration
 	// KeyRejectedDelay parks fetches while the API key is rejected (401/403).
 	KeyRejectedDelay time.Duration
 	// CallTimeout bounds one Riot call including its rate-limit wait and
@@ -117,10 +121,16 @@ type Config struct {
 // PendingReason starts the ledger error of a fetch whose in-process retries
 // ended on a 5xx or timeout streak: temporary_failure, left to the
 // retry-sweeper (never final).
-const PendingReason = "left to the retry-sweeper"
+const PendingReason = fetchpolicy.PendingReason
 
 // DefaultBackoff is design 000's schedule.
-var DefaultBackoff = []time.Duration{30 * time.Second, 60 * time.Second, 120 * time.Second, 300 * time.Second}
+var DefaultBackoff = fetchpolicy.DefaultBackoff
+
+// Policy is the fetch policy of c (the rules live in pkg/fetchpolicy).
+func (c Config) Policy() fetchpolicy.Policy {
+	return fetchpolicy.Policy{Backoff: c.Backoff, MaxAttempts: c.MaxAttempts, MatchRetention: c.MatchRetention,
+		TimelineRetention: c.TimelineRetention, FreshFor: c.NotFoundFresh}.WithDefaults()
+}
 
 // Deps are the fetcher's collaborators.
 type Deps struct {
@@ -154,6 +164,7 @@ type Service struct {
 
 	attempts metric.Int64Counter
 	ledger   ledgerGate
+	policy   fetchpolicy.Policy
 }
 
 // New checks deps and fills defaults.
@@ -170,7 +181,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second, ResultsBacklogMax: 64 << 20,
 	})
 	d.Base.Fill("match-fetcher")
-	s := &Service{cfg: cfg, d: d}
+	s := &Service{cfg: cfg, d: d, policy: cfg.Policy()}
 	s.attempts, _ = otel.Meter("riftflow/match-fetcher").Int64Counter("riftflow.fetch.outcomes",
 		metric.WithDescription("Fetch outcomes by kind and outcome (success, temporary_failure, permanently_unfetchable, outside_retention_window, rescheduled)"))
 	return s, nil
@@ -245,7 +256,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	now := s.d.Now()
 
 	// Retention, before any request.
-	if expired, reason := s.cfg.Expired(cmd.Kind, cmd.GameCreationMs, now); expired {
+	if expired, reason := s.policy.Expired(cmd.Kind, cmd.GameCreationMs, now); expired {
 		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 
@@ -293,8 +304,8 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 // outside retention without a request.
 func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
 	tl := cmd
-	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold = bus.KindTimeline, 1, 0, 0, ""
-	if expired, reason := s.cfg.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
+	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold, tl.PrevHold = bus.KindTimeline, 1, 0, 0, "", ""
+	if expired, reason := s.policy.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 	if err := s.publishHeld(ctx, m, func() error {
@@ -328,11 +339,6 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		s.d.Logger.ErrorContext(ctx, "Riot API key rejected; fetch parked", "match_id", cmd.MatchID, "status", re.Status)
 		return s.reschedule(ctx, cmd, now.Add(s.cfg.KeyRejectedDelay), "key rejected", waitID(m, cmd))
 	case riot.KindNotFound:
-		cmd.NotFound++
-		cmd.NotFoundAt = cmd.Attempt
-		if s.cfg.NotFoundExpired(cmd, now) {
-			return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 404, "404 for a match listed in a window reaching past the match retention (Riot lists expired IDs and 404s them)", riot.Body{})
-		}
 		return s.failedAttempt(ctx, m, cmd, re)
 	case riot.KindServer, riot.KindTransport:
 		if ctx.Err() != nil {
@@ -345,62 +351,35 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 }
 
 // failedAttempt records attempt N as failed and schedules N+1, or ends the
-// fetch: permanently_unfetchable on its MaxAttempts-th 404, temporary_failure
-// for the retry-sweeper when a failure other than 404 makes a streak of
-// MaxAttempts. A 404 below MaxAttempts always schedules N+1: Riot has
-// answered about the match, and the sweeper's capped backoff (one attempt
-// per re-publish, StaleAfter doubling up to hours) would make each further
-// 404 wait for a sweep. The schedule of attempt
-// N+1 has the message id "retry/<match>/<kind>/a<N+1>/s<seq>" (seq: the
-// stream sequence of the message being handled), so a redelivery of
-// attempt N (crash after scheduling, before the ack) cannot start a second,
-// parallel retry chain within the FETCH stream's duplicate window, while a
-// new command for the same attempt (the retry-sweeper's) starts its own.
+// fetch, as fetchpolicy.Policy.Decide says: final (permanently_unfetchable,
+// outside_retention_window), pending (temporary_failure for the
+// retry-sweeper), or retried. The schedule of attempt N+1 has the message
+// id "retry/<match>/<kind>/a<N+1>/s<seq>" (seq: the stream sequence of the
+// message being handled), so a redelivery of attempt N (crash after
+// scheduling, before the ack) cannot start a second, parallel retry chain
+// within the FETCH stream's duplicate window, while a new command for the
+// same attempt (the retry-sweeper's) starts its own.
 func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, re *riot.Error) natsx.Result {
-	reason := re.Error()
-	notFound := re.Kind == riot.KindNotFound
-	if notFound && cmd.NotFound >= s.cfg.MaxAttempts {
-		// MaxAttempts 404s: Riot does not have the match (or not any
-		// more); retrying will not change that.
-		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status,
-			fmt.Sprintf("gave up after %d attempts: %s", cmd.Attempt, reason), riot.Body{})
+	d := s.policy.Decide(cmd, re, s.d.Now())
+	switch d.Action {
+	case fetchpolicy.Final, fetchpolicy.Pending:
+		return s.finish(ctx, m, d.Cmd, d.Outcome, re.Status, d.Reason, riot.Body{})
 	}
-	if !notFound && streak(cmd) >= s.cfg.MaxAttempts {
-		// MaxAttempts 5xx or timeouts in a row say nothing about the
-		// match: they are never final. The in-process retries end here;
-		// the fetch stays temporary_failure, the retry-sweeper tries it
-		// again on its capped backoff, and the sync completes with it
-		// pending. A 404 never ends up here: 404s with 5xx or timeouts
-		// between them end as the 404s say (above), within the fetcher's
-		// own retries.
-		return s.finish(ctx, m, cmd, bus.TemporaryFailure, re.Status,
-			fmt.Sprintf("%s after %d attempts: %s", PendingReason, cmd.Attempt, reason), riot.Body{})
-	}
-	if err := s.publishResult(ctx, m, cmd, bus.TemporaryFailure, re.Status, reason, riot.Body{}); err != nil {
+	if err := s.publishResult(ctx, m, d.Cmd, bus.TemporaryFailure, re.Status, d.Reason, riot.Body{}); err != nil {
 		return natsx.Retry(err)
 	}
-	next := cmd
+	next := d.Cmd
 	next.Attempt++
 	id := ""
 	if tag := deliveryTag(m); tag != "" {
 		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag) + next.DedupSuffix()
 	}
-	return s.reschedule(ctx, next, s.cfg.NextAttemptAt(cmd.Attempt, re, s.d.Now()), "retry", id)
+	return s.reschedule(ctx, next, d.RetryAt, "retry", id)
 }
 
-// streak is the number of failures other than 404 in a row that cmd's
-// failed attempt (not a 404) ends: those since the fetch's last 404
-// (NotFoundAt), or, when that is not known (a retry-sweeper re-publish),
-// every failure other than 404 it has had (Attempt − NotFound).
-func streak(cmd bus.FetchCommand) int {
-	return cmd.Attempt - max(cmd.NotFound, cmd.NotFoundAt)
-}
-
-// NextAttemptAt is when a fetch whose attempt number attempt (1-based)
-// failed with re is tried again: after the backoff schedule's delay for
-// that attempt, or at the Retry-After a 5xx carried when that is later.
+// NextAttemptAt is fetchpolicy.Policy.NextAttemptAt of c.
 func (c Config) NextAttemptAt(attempt int, re *riot.Error, now time.Time) time.Time {
-	return now.Add(re.RetryDelay(now, c.BackoffAfter(attempt)))
+	return c.Policy().NextAttemptAt(attempt, re, now)
 }
 
 // waitID is the schedule message id of a rate-limit or key wait: the same
@@ -434,55 +413,22 @@ func deliveryTag(m jetstream.Msg) string {
 	return fmt.Sprintf("s%d", md.Sequence.Stream)
 }
 
-// Expired reports whether a fetch of kind for a match created at
-// gameCreationMs (epoch ms; 0 = unknown) is outside Riot's retention at now:
-// a match older than MatchRetention, or a timeline of a match older than
-// TimelineRetention. reason says why, in days. An unknown date never expires.
+// Expired is fetchpolicy.Policy.Expired of c.
 func (c Config) Expired(kind bus.Kind, gameCreationMs int64, now time.Time) (bool, string) {
-	if gameCreationMs <= 0 {
-		return false, ""
-	}
-	age := now.Sub(time.UnixMilli(gameCreationMs))
-	limit, what := c.MatchRetention, "matches"
-	if kind == bus.KindTimeline {
-		limit, what = c.TimelineRetention, "timelines"
-	}
-	if age <= limit {
-		return false, ""
-	}
-	return true, fmt.Sprintf("match is %d days old; Riot keeps %s %d days", int(age.Hours()/24), what, int(limit.Hours()/24))
+	return c.Policy().Expired(kind, gameCreationMs, now)
 }
 
-// NotFoundExpired reports whether a 404 for cmd means the match expired
-// rather than "not there yet": a match (not a timeline) listed in a window
-// whose startTime (ListedAfterS, epoch s) lies more than MatchRetention
-// before now. Riot keeps listing expired IDs and answers 404 for them
-// (developer-relations #868); such a 404 is outside_retention_window at
-// once, never a retry chain. Any other 404 is a failed attempt.
-//
-// ListedAfterS is only a lower bound on the match's creation: a full sync
-// lists from now−730 days, so a moment later that bound alone is already
-// "older than retention" while the match itself may be a day old. Riot's
-// list honours startTime, so a listed match was created after it; the 404
-// is taken as expiry only when the window began more than NotFoundGrace
-// before the retention limit (a window that reached past retention), never
-// for a window that merely touches it.
+// NotFoundExpired is fetchpolicy.Policy.NotFoundExpired of c.
 func (c Config) NotFoundExpired(cmd bus.FetchCommand, now time.Time) bool {
-	return cmd.Kind == bus.KindMatch && cmd.ListedAfterS > 0 &&
-		now.Sub(time.Unix(cmd.ListedAfterS, 0)) > c.MatchRetention+NotFoundGrace
+	return c.Policy().NotFoundExpired(cmd, now)
 }
 
-// NotFoundGrace is how far before the retention limit a listing window must
-// begin for its 404s to count as expiry (see NotFoundExpired).
-const NotFoundGrace = 24 * time.Hour
+// NotFoundGrace is fetchpolicy.NotFoundGrace.
+const NotFoundGrace = fetchpolicy.NotFoundGrace
 
-// BackoffAfter is the delay before attempt n+1 after failed attempt n
-// (1-based): Backoff[n-1], the last entry repeating; n < 1 counts as 1.
+// BackoffAfter is fetchpolicy.Policy.BackoffAfter of c.
 func (c Config) BackoffAfter(n int) time.Duration {
-	if len(c.Backoff) == 0 {
-		return 0
-	}
-	return c.Backoff[min(max(n, 1)-1, len(c.Backoff)-1)]
+	return fetchpolicy.Policy{Backoff: c.Backoff}.BackoffAfter(n)
 }
 
 // reschedule publishes cmd as a JetStream message schedule firing at at
@@ -491,7 +437,7 @@ func (c Config) BackoffAfter(n int) time.Duration {
 // schedule already exists, and the message is acked all the same.
 // Scheduled messages carry the trace context.
 func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) natsx.Result {
-	cmd.Hold = nuid.Next()
+	cmd.PrevHold, cmd.Hold = cmd.Hold, nuid.Next()
 	data, _ := json.Marshal(cmd)
 	token := fmt.Sprintf("%s_%s_a%d_%s", cmd.MatchID, cmd.Kind, cmd.Attempt, cmd.Hold)
 	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, token))

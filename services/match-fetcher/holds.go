@@ -20,7 +20,9 @@ import (
 //   - a command for a fetch held by a schedule other than the one it came
 //     from (FetchState.HeldBy ≠ FetchCommand.Hold) until a time still to
 //     come is acked without a call: that schedule owns the fetch and will
-//     fire. A retry-sweeper re-publish, a redelivered command whose
+//     fire. The hold of the command that made this command's schedule
+//     (FetchCommand.PrevHold) does not count: a schedule may fire before
+//     its own hold is recorded. A retry-sweeper re-publish, a redelivered command whose
 //     handler already rescheduled, or an older chain's retry therefore
 //     never calls Riot beside the fetch's live schedule;
 //   - every schedule (rate-limit and key waits, the backoff before the
@@ -70,7 +72,7 @@ func (s *Service) notNeeded(ctx context.Context, cmd bus.FetchCommand, now time.
 	if st.Final() && !cmd.Force {
 		return "already " + st.Status
 	}
-	if st.HeldBy != "" && st.HeldBy != cmd.Hold && st.HeldUntil.After(now) {
+	if st.HeldBy != "" && st.HeldBy != cmd.Hold && (cmd.PrevHold == "" || st.HeldBy != cmd.PrevHold) && st.HeldUntil.After(now) {
 		return fmt.Sprintf("held by schedule %s until %s", st.HeldBy, st.HeldUntil.UTC().Format(time.RFC3339))
 	}
 	return ""

@@ -21,6 +21,10 @@ type Env struct {
 	// Backoff is FETCH_BACKOFF: delays before attempts 2, 3, 4, 5 (design 000).
 	Backoff     []time.Duration `env:"FETCH_BACKOFF" envDefault:"30s,60s,120s,300s" envSeparator:","`
 	MaxAttempts int             `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+	// NotFoundFresh is FETCH_NOT_FOUND_FRESH: a 404 for a match older than
+	// this (known from its fetch or the ledger) is final at once; only a
+	// younger one gets the backoff's retries.
+	NotFoundFresh time.Duration `env:"FETCH_NOT_FOUND_FRESH" envDefault:"6h"`
 	// Retention in days: Riot keeps matches 2 years and timelines 1 year.
 	MatchRetentionDays    int `env:"MATCH_RETENTION_DAYS" envDefault:"730"`
 	TimelineRetentionDays int `env:"TIMELINE_RETENTION_DAYS" envDefault:"365"`
@@ -75,7 +79,7 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 		context.AfterFunc(ctx, st.Close)
 		d.Ledger = st
 	}
-	return New(Config{ResultsBacklogMax: e.ResultsBacklogMax, Backoff: e.Backoff, MaxAttempts: e.MaxAttempts,
+	return New(Config{ResultsBacklogMax: e.ResultsBacklogMax, Backoff: e.Backoff, MaxAttempts: e.MaxAttempts, NotFoundFresh: e.NotFoundFresh,
 		MatchRetention:    time.Duration(e.MatchRetentionDays) * 24 * time.Hour,
 		TimelineRetention: time.Duration(e.TimelineRetentionDays) * 24 * time.Hour, Concurrency: e.Concurrency, InteractiveConcurrency: e.InteractiveConcurrency,
 		InlinePayloadMax: e.InlinePayloadMax,

@@ -53,6 +53,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/fault"
+	"github.com/riftflow/riftflow/pkg/fetchpolicy"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -329,21 +330,20 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				rep.Capped = true
 				break
 			}
-			if f.Status == string(bus.TemporaryFailure) && f.NotFound >= s.cfg.MaxAttempts {
+			switch act, reason := s.policy().Sweep(fetchpolicy.Row{Status: f.Status, RetryCount: f.RetryCount, NotFound: f.NotFound,
+				Since: f.Since}, now); act {
+			case fetchpolicy.MakeFinal:
 				// Riot answered 404 MaxAttempts times (the fetcher's own
 				// final result was lost): gone. Any other streak is never
 				// final.
-				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, fmt.Sprintf("gave up after %d attempts, %d of them 404 (sweeper)", f.RetryCount, f.NotFound), f.Attempt+1)
+				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, reason, f.Attempt+1)
 				if err != nil {
 					return rep, err
 				}
 				s.afterCommit(ctx, res.Progress)
 				rep.Permanent++
 				continue
-			}
-			// A 404 is Riot's answer, not a failed try to reach it: only
-			// the other failures space the sweep retries out.
-			if f.Status == string(bus.TemporaryFailure) && f.Since.After(now.Add(-s.PendingDelay(f.RetryCount-f.NotFound))) {
+			case fetchpolicy.Wait:
 				rep.Waiting++
 				continue
 			}
@@ -398,7 +398,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	}
 	// Before the stuck-sync scan: a sync waiting only for pending fetches
 	// is finished, not restarted.
-	settled, err := s.d.Store.SettlePending(ctx, s.cfg.MaxAttempts)
+	settled, err := s.d.Store.SettlePending(ctx, s.policy().MaxAttempts)
 	if err != nil {
 		return rep, err
 	}
@@ -423,21 +423,15 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// PendingDelay is how long after its last attempt a temporary_failure row
-// with retryCount failed attempts other than 404 is due again: StaleAfter
-// while the fetcher's own retries may still run (retryCount < MaxAttempts),
-// then StaleAfter·2^k for a pending fetch after its k-th sweep retry,
-// capped at RetryMax.
+// PendingDelay is fetchpolicy.Policy.PendingDelay of the sweeper's
+// configuration.
 func (s *Service) PendingDelay(retryCount int) time.Duration {
-	k := retryCount - s.cfg.MaxAttempts
-	if k <= 0 {
-		return s.cfg.StaleAfter
-	}
-	d := s.cfg.StaleAfter
-	for ; k > 0 && d < s.cfg.RetryMax; k-- {
-		d *= 2
-	}
-	return min(d, s.cfg.RetryMax)
+	return s.policy().PendingDelay(retryCount)
+}
+
+// policy is the fetch policy of the sweeper's configuration.
+func (s *Service) policy() fetchpolicy.Policy {
+	return fetchpolicy.Policy{MaxAttempts: s.cfg.MaxAttempts, StaleAfter: s.cfg.StaleAfter, RetryMax: s.cfg.RetryMax}.WithDefaults()
 }
 
 // resultsLag is the age (on the NATS server's clock, natsx.StoredAge: this

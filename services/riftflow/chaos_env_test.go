@@ -213,9 +213,12 @@ type chaosOptions struct {
 	riotProxy bool
 	// skew is each process's clock skew (RIFTFLOW_TEST_CLOCK_SKEW).
 	skew map[string]time.Duration
-	// callBound is the most getMatch calls any match may take (default
-	// 2: one, plus one in flight in a killed or cut-off process).
-	callBound int64
+	// lostCalls is how many calls per match and method may go unseen as
+	// failures: a call Riot answered whose answer died with a killed
+	// process, or on a connection the test cut. checkCalls fails the case
+	// when a match took more getMatch (or getTimeline) calls than its Riot
+	// failures + 1 + lostCalls. Default 0: the bound is failures + 1.
+	lostCalls int64
 	// beforeServices runs after the schema migration, before the services
 	// start (tablespaces, …).
 	beforeServices func(e *chaosEnv)
@@ -797,22 +800,28 @@ func (e *chaosEnv) consumersBusy() (string, error) {
 
 // chaosResult are the figures of one run, checked against the sim's truth.
 type chaosResult struct {
-	Case          string           `json:"case"`
-	Listed        int              `json:"matches_checked"`
-	Stored        int              `json:"stored"`
-	FinalFailed   int              `json:"final_with_reason"`
-	Timelines     int              `json:"timelines_stored"`
-	Participants  int              `json:"participant_rows"`
-	Losses        int              `json:"losses"`
-	WronglyGone   int              `json:"wrongly_gone"`
-	Duplicates    int              `json:"duplicates"`
-	Wrong         int              `json:"content_mismatches"`
-	Syncing       int              `json:"accounts_left_syncing"`
-	Requests      int64            `json:"riot_requests"`
-	MatchFetches  int64            `json:"getmatch_200"`
-	MaxCalls      int64            `json:"max_getmatch_calls_per_match"`
-	MaxCallsID    string           `json:"max_calls_match,omitempty"`
-	CallBound     int64            `json:"getmatch_calls_bound"`
+	Case         string `json:"case"`
+	Listed       int    `json:"matches_checked"`
+	Stored       int    `json:"stored"`
+	FinalFailed  int    `json:"final_with_reason"`
+	Timelines    int    `json:"timelines_stored"`
+	Participants int    `json:"participant_rows"`
+	Losses       int    `json:"losses"`
+	WronglyGone  int    `json:"wrongly_gone"`
+	Duplicates   int    `json:"duplicates"`
+	Wrong        int    `json:"content_mismatches"`
+	Syncing      int    `json:"accounts_left_syncing"`
+	Requests     int64  `json:"riot_requests"`
+	MatchFetches int64  `json:"getmatch_200"`
+	MaxCalls     int64  `json:"max_getmatch_calls_per_match"`
+	MaxCallsID   string `json:"max_calls_match,omitempty"`
+	// ExtraCalls is the calls (getMatch and getTimeline) beyond each
+	// match's Riot failures + 1, summed over the listed matches: calls the
+	// pipeline spent twice. OverBound counts the matches past
+	// failures + 1 + LostCalls (the case fails when it is not 0).
+	ExtraCalls    int64            `json:"extra_calls"`
+	OverBound     int              `json:"matches_over_call_bound"`
+	LostCalls     int64            `json:"lost_calls_allowed"`
 	Faults        map[string]int64 `json:"sim_faults,omitempty"`
 	Injected      []string         `json:"injected"`
 	Violations    int64            `json:"rate_limit_violations"`
@@ -1030,6 +1039,10 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 			r.MaxCalls, r.MaxCallsID = n, id
 		}
 	}
+	for id := range listed {
+		c := st.PerMatch[id]
+		r.ExtraCalls += max(c.Match-c.MatchFailed-1, 0) + max(c.Timeline-c.TimelineFailed-1, 0)
+	}
 	r.Requests, r.MatchFetches, r.Violations, r.Faults = st.Total, st.MethodCount(sim.MethodMatch, 200), st.Violations, st.Faults
 	if st.Violations != 0 {
 		t.Errorf("%d rate-limit violations (application/method 429s)", st.Violations)
@@ -1078,10 +1091,7 @@ func (e *chaosEnv) check(name string, started time.Time, injected ...string) cha
 	e.t.Helper()
 	r := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
 	r.Case, r.Injected, r.ElapsedSecond = name, injected, time.Since(started).Round(time.Second).Seconds()
-	r.CallBound = e.o.callBound
-	if r.CallBound == 0 {
-		r.CallBound = 2
-	}
+	checkCalls(e.t, e.sim, e.o.players, e.o.lostCalls, &r)
 	r.ServiceExits = e.checkProcs()
 	recordResult(e.t, r)
 	return r
@@ -1110,8 +1120,37 @@ func (e *chaosEnv) checkProcs() (exits int) {
 	return exits
 }
 
+// checkCalls fails the case for every synthetic match that took more
+// getMatch or getTimeline calls than its Riot failures (any answer but
+// 200, a truncated body, a timeout) + 1 + lost, and records the count
+// and lost in r.
+func checkCalls(t testing.TB, s *sim.Sim, players int, lost int64, r *chaosResult) {
+	t.Helper()
+	r.LostCalls = lost
+	truth, st := s.Truth(), s.Stats()
+	for i := 1; i <= players; i++ {
+		for _, m := range truth.Players[sim.SyntheticPUUID("na1", i)].Matches {
+			c := st.PerMatch[m.ID]
+			for _, x := range []struct {
+				method       string
+				calls, fails int64
+			}{{sim.MethodMatch, c.Match, c.MatchFailed}, {sim.MethodTimeline, c.Timeline, c.TimelineFailed}} {
+				if x.calls > x.fails+1+lost {
+					r.OverBound++
+					if r.OverBound <= 10 {
+						t.Errorf("%s: %d %s calls, %d of them failed: bound failures + 1 + %d", m.ID, x.calls, x.method, x.fails, lost)
+					}
+				}
+			}
+		}
+	}
+	if r.OverBound > 10 {
+		t.Errorf("%d matches over the call bound in all", r.OverBound)
+	}
+}
+
 // chaosResults collects every case's figures in this test binary, for the
-// table TestChaosTable prints at the end.
+// table printChaosTable prints at the end (TestMain).
 var chaosResults struct {
 	sync.Mutex
 	list []chaosResult

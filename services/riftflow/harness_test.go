@@ -25,7 +25,7 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, printChaosTable) }
 
 // harness runs the whole pipeline in-process on a fresh database, an
 // in-process embedded NATS server with memory streams, and the simulator.

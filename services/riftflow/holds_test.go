@@ -21,7 +21,10 @@ import (
 // and the schedule fired beside that copy: two 200s for each.
 func TestRateLimitedFetchHeldFromTheSweeper(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{
-		"SWEEP_INTERVAL": "1s", "SWEEP_STALE_AFTER": "2s", "SWEEP_QUEUE_SLACK": "1s", "RIOT_RATELIMIT_MAX_WAIT": "1s"}})
+		"SWEEP_INTERVAL": "1s", "SWEEP_STALE_AFTER": "2s", "SWEEP_QUEUE_SLACK": "1s",
+		// The call gives up on the wait (1 s + 2 s < 10 s) instead of
+		// holding the 429 in process: the fetch is rescheduled.
+		"RIOT_RATELIMIT_MAX_WAIT": "1s", "RIOT_HTTP_TIMEOUT_MS": "2000"}})
 	m := fetchable(t, h, 1, 300*24*time.Hour, true)[0]
 	if err := h.st.Sim.SetFaults(sim.Faults{ServerRetryAfter: 10,
 		Match: map[string]sim.MatchFault{m.ID: {Kind: sim.FaultServer429N, N: 1}}}); err != nil {

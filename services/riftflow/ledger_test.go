@@ -720,15 +720,18 @@ func TestLedgerRecoversLostCommits(t *testing.T) {
 	// The lost commits, an hour ago by the ledger's clock (stale for the
 	// sweeper).
 	pool := h.st.Infra.Store.Pool()
+	// Every column goes back, the fetcher's holds (written after those
+	// commits) too.
 	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'temporary_failure', attempt = 2, retry_count = 2,
-  not_found = 2, last_attempt_at = now() - interval '1 hour' WHERE match_id = $1 AND kind = 'match'`, gone); err != nil {
+  not_found = 2, last_attempt_at = now() - interval '1 hour', held_until = NULL, held_by = NULL WHERE match_id = $1 AND kind = 'match'`, gone); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, clean); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'unfetched', attempt = 0, fetched_at = NULL,
-  last_attempt_at = now() - interval '1 hour', updated_at = now() - interval '1 hour' WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
+  last_attempt_at = now() - interval '1 hour', updated_at = now() - interval '1 hour', held_until = NULL, held_by = NULL
+  WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
 		t.Fatal(err)
 	}
 	h.waitFinal(30*time.Second, gone, clean)

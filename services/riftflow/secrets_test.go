@@ -72,9 +72,6 @@ func TestSecretsNeverLeak(t *testing.T) {
 	players, per := 2, 20
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, apiKey: key, dbPassword: dbPassword,
 		simHandler: reqs.wrap, otlp: recv.URL(),
-		// Riot faults retry: as TestChaosRiotFaults, a match may take
-		// several getMatch calls (each 5xx, 429 or timeout is one more).
-		callBound: 12,
 		// Errors on purpose, so error strings are produced and logged:
 		// 5xx, service 429s, a poisoned body and timeouts.
 		faults: sim.Faults{Seed: 3, Error5xx: 0.1, Service429: 0.05, Slow: 0.02, SlowDelay: 2 * time.Second,
