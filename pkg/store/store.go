@@ -78,13 +78,20 @@ CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
 
 // Open connects a pool to url (a postgres:// URL or DSN; pool_* parameters
 // are honoured) with the otelpgx tracer (global OTel provider), and checks
-// the connection. It does not migrate: call Migrate first.
-func Open(ctx context.Context, url string) (*Store, error) {
+// the connection. Every connection waits at most the call timeout
+// (DefaultCallTimeout, WithCallTimeout) for Postgres. It does not migrate:
+// call Migrate first.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
 	}
 	applyTimeouts(cfg.ConnConfig)
+	o := openOptions{callTimeout: callTimeout(&cfg.ConnConfig.Config)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	withCallTimeout(&cfg.ConnConfig.Config, o.callTimeout)
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, stagingDDL)

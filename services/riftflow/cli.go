@@ -316,8 +316,19 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 	})
 	inf.Ops.AddCheck("shutdown", func(context.Context) error { return ctx.Err() })
 	NewAPI(inf).Mount(inf.Ops)
-	log.Info("HTTP API serving", "addr", env.Ops.HTTPAddr)
-	return inf.Ops.Serve(ctx, env.Ops.HTTPAddr)
+	addr := env.Ops.HTTPAddr
+	if addr == "" {
+		addr = telemetry.Addr()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	log.Info("HTTP API serving", "addr", ln.Addr().String())
+	// The same server as `riftflow up`'s: read, write and idle timeouts and
+	// a 32 KiB header limit (docs/security.md).
+	return telemetry.ServeUntil(ctx, newAPIServer(context.WithoutCancel(ctx), inf.Ops.Handler(), log, apiTimeouts), ln)
 }
 
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
