@@ -108,9 +108,15 @@ func TestAPIAuthentication(t *testing.T) {
 	if c.code != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
 	}
+	var held struct {
+		Events string `json:"events"` // the request ID is scoped to the token (TestRequestIDScopedToToken)
+	}
+	if err := json.Unmarshal(c.body, &held); err != nil || held.Events == "" {
+		t.Fatalf("POST /v1/sync: %s", c.body)
+	}
 	open := func(token string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(t.Context())
-		return send(t, ctx, http.MethodGet, srv.URL+"/v1/sync/held/events", token, nil), cancel
+		return send(t, ctx, http.MethodGet, srv.URL+held.Events, token, nil), cancel
 	}
 	first, stop1 := open(read)
 	defer stop1()
