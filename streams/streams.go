@@ -112,7 +112,9 @@ type Options struct {
 	AckWait time.Duration
 	// MaxDeliver, if ≠ 0, replaces every consumer's MaxDeliver (tests).
 	MaxDeliver int
-	// MemoryStorage puts every stream and bucket in memory (tests, demos).
+	// MemoryStorage puts every stream and bucket in memory (tests, demos),
+	// with a stream's byte cap (DEAD's 1 GiB) lowered to 16 MiB, since
+	// JetStream reserves it from the server's memory at creation.
 	MemoryStorage bool
 }
 
@@ -135,6 +137,10 @@ type Set struct {
 	Buckets   []jetstream.KeyValueConfig
 	Objects   []jetstream.ObjectStoreConfig
 }
+
+// memoryMaxBytes is the largest stream byte cap under
+// Options.MemoryStorage.
+const memoryMaxBytes = 16 << 20
 
 // Stream returns the declared stream called name, or nil.
 func (s *Set) Stream(name string) *jetstream.StreamConfig {
@@ -204,6 +210,10 @@ func Load(o Options) (*Set, error) {
 		set.Streams[i].Replicas = o.Replicas
 		if o.MemoryStorage {
 			set.Streams[i].Storage = jetstream.MemoryStorage
+			// A byte cap is reserved up front: in memory, keep it small.
+			if set.Streams[i].MaxBytes > memoryMaxBytes {
+				set.Streams[i].MaxBytes = memoryMaxBytes
+			}
 		}
 	}
 	for i := range set.Buckets {

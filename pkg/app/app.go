@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -61,11 +62,22 @@ func LoadEnv() (Env, error) {
 // mask the configured secrets (redact.Register).
 func registerSecrets(e Env) {
 	redact.Register(e.Riot.APIKey.Reveal(), e.NATS.Password.Reveal(), e.NATS.Token.Reveal())
-	if u, err := url.Parse(e.Postgres.URL.Reveal()); err == nil && u.User != nil {
+	redact.Register(postgresPassword(e.Postgres.URL.Reveal()))
+}
+
+// postgresPassword is the password in a DATABASE_URL, in either form
+// libpq takes: a URL (postgres://user:pw@host/db) or keyword/value
+// (host=… password=pw, or password='p w' with quotes); "" if none.
+func postgresPassword(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		if pw, ok := u.User.Password(); ok {
-			redact.Register(pw)
+			return pw
 		}
 	}
+	if cfg, err := pgconn.ParseConfig(dsn); err == nil && cfg.Password != "" {
+		return cfg.Password
+	}
+	return redact.KeywordPassword(dsn) // what pgconn could not parse (a missing sslcert file)
 }
 
 // Infra is what a service is built from. Fields a process does not use may

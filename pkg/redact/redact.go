@@ -1,10 +1,11 @@
 // Package redact removes secrets from text before it leaves the process:
 // log lines, error messages, health reports.
 //
-// It removes four things: Riot API keys ("RGAPI-" and a UUID), riftflow
+// It removes five things: Riot API keys ("RGAPI-" and a UUID), riftflow
 // API tokens ("rft_<id>_<secret>", see docs/security.md), the
 // password of any URL with user information ("nats://user:pw@host",
-// "postgres://user:pw@host/db" become "…user:xxxxx@host…"), and every value
+// "postgres://user:pw@host/db" become "…user:xxxxx@host…"), a libpq
+// keyword/value password ("password=pw" becomes "password=xxxxx"), and every value
 // registered with Register (the configured Riot key, NATS password and
 // token, API tokens), whatever their format. riftflow's loggers
 // (telemetry.NewLogger) pass every message and string value through String;
@@ -33,6 +34,9 @@ var (
 	riotKey  = regexp.MustCompile(`RGAPI-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}`)
 	apiToken = regexp.MustCompile(`rft_[0-9a-f]{16}_[A-Za-z0-9_-]{43}`)
 	userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^/@\s:,]*):([^/@\s,]*)@`)
+	// kvPassword is a libpq keyword/value password: password=pw or
+	// password='p w' (quotes escaped with a backslash inside).
+	kvPassword = regexp.MustCompile(`(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)`)
 
 	mu      sync.RWMutex
 	secrets []string
@@ -73,6 +77,9 @@ func String(s string) string {
 	if strings.Contains(s, "@") && strings.Contains(s, "://") {
 		s = userinfo.ReplaceAllString(s, "${1}:"+MaskedPassword+"@")
 	}
+	if strings.Contains(s, "password") {
+		s = kvPassword.ReplaceAllString(s, "${1}"+MaskedPassword)
+	}
 	mu.RLock()
 	defer mu.RUnlock()
 	for _, v := range secrets {
@@ -81,6 +88,21 @@ func String(s string) string {
 		}
 	}
 	return s
+}
+
+// KeywordPassword is the password of a libpq keyword/value connection
+// string ("host=db password=pw" or "password='p w'", unquoted and
+// unescaped), or "" if it has none.
+func KeywordPassword(dsn string) string {
+	m := kvPassword.FindStringSubmatch(dsn)
+	if m == nil {
+		return ""
+	}
+	v := m[2]
+	if strings.HasPrefix(v, "'") {
+		v = strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(v[1 : len(v)-1])
+	}
+	return v
 }
 
 // Panics, deferred first thing in main, prints a panic of the main

@@ -49,3 +49,21 @@ func TestPanics(t *testing.T) {
 		}
 	}
 }
+
+// Issue 27 finding 10: a keyword/value DATABASE_URL's password is masked
+// wherever it appears, quoted or not, and KeywordPassword finds it for
+// Register.
+func TestKeywordValuePassword(t *testing.T) {
+	for _, c := range []struct{ dsn, pw, masked string }{
+		{"host=db user=u password=s3cretpw dbname=x", "s3cretpw", "host=db user=u password=xxxxx dbname=x"},
+		{"host=db password = 'p w\\'d' sslmode=disable", "p w'd", "host=db password = xxxxx sslmode=disable"},
+		{"host=db user=u", "", "host=db user=u"},
+	} {
+		if got := KeywordPassword(c.dsn); got != c.pw {
+			t.Errorf("KeywordPassword(%q) = %q, want %q", c.dsn, got, c.pw)
+		}
+		if got := String("connect " + c.dsn + ": refused"); got != "connect "+c.masked+": refused" {
+			t.Errorf("String(%q) = %q", c.dsn, got)
+		}
+	}
+}

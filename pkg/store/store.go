@@ -82,23 +82,18 @@ CREATE TEMP TABLE IF NOT EXISTS stage_ledger (
     error text, game_creation timestamptz, attempted_at timestamptz, request_id text) ON COMMIT DELETE ROWS;
 `
 
-// Option adjusts how Open configures the pool.
-type Option func(*pgxpool.Config, string)
-
 // MaxConns caps the pool at n connections (DATABASE_POOL_MAX_CONNS) unless
 // the URL sets pool_max_conns itself; n < 1 keeps pgx's default
 // (max(4, NumCPU)).
 func MaxConns(n int32) Option {
-	return func(cfg *pgxpool.Config, url string) {
-		if n >= 1 && !strings.Contains(url, "pool_max_conns") {
-			cfg.MaxConns = n
-		}
-	}
+	return func(o *openOptions) { o.maxConns = n }
 }
 
 // Open connects a pool to url (a postgres:// URL or DSN; pool_* parameters
 // are honoured) with the otelpgx tracer (global OTel provider), and checks
-// the connection. It does not migrate: call Migrate first.
+// the connection. Every connection waits at most the call timeout
+// (DefaultCallTimeout, WithCallTimeout) for Postgres. It does not migrate:
+// call Migrate first.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	s, err := Dial(url, opts...)
 	if err != nil {
@@ -119,10 +114,15 @@ func Dial(url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: parse url: %w", err)
 	}
-	for _, o := range opts {
-		o(cfg, url)
-	}
 	applyTimeouts(cfg.ConnConfig)
+	o := openOptions{callTimeout: callTimeout(&cfg.ConnConfig.Config)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxConns >= 1 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = o.maxConns
+	}
+	withCallTimeout(&cfg.ConnConfig.Config, o.callTimeout)
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, stagingDDL)

@@ -173,6 +173,13 @@ func (o *Ops) ServeListener(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	return ServeUntil(ctx, srv, ln)
+}
+
+// ServeUntil serves srv on ln (which it closes) until ctx is done, then
+// shuts srv down gracefully (5 s for requests in flight). It returns nil
+// after a shutdown caused by ctx.
+func ServeUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,13 +40,17 @@ func putDoc(b *bytes.Buffer) {
 }
 
 // decodeAll decodes msgs on up to Config.DecodeWorkers goroutines (each
-// message independently; the order of items is the order of msgs).
+// message independently; the order of items is the order of msgs). A panic
+// while decoding one message is that message's Transient failure (as a
+// handler's panic is in natsx): it is logged with its stack and retried,
+// and dead-lettered after its last delivery; the rest of the batch and the
+// process go on.
 func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 	items := make([]item, len(msgs))
 	workers := min(s.cfg.DecodeWorkers, len(msgs))
 	if workers <= 1 {
 		for i, m := range msgs {
-			items[i] = s.decode(ctx, m)
+			items[i] = s.decodeSafe(ctx, m)
 		}
 		return items
 	}
@@ -58,12 +63,27 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 				if i >= len(msgs) {
 					return
 				}
-				items[i] = s.decode(ctx, msgs[i])
+				items[i] = s.decodeSafe(ctx, msgs[i])
 			}
 		})
 	}
 	wg.Wait()
 	return items
+}
+
+// decodeHook, when a test sets it (export_test.go), is called with every
+// fetch result before it is decoded: a fault injector.
+var decodeHook func(bus.FetchResult)
+
+// decodeSafe is decode with a panic turned into item.retry.
+func (s *Service) decodeSafe(ctx context.Context, m jetstream.Msg) (it item) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.d.Logger.ErrorContext(ctx, "decode panic", "subject", m.Subject(), "panic", p, "stack", string(debug.Stack()))
+			it = item{retry: fmt.Errorf("decode panic: %v", p)}
+		}
+	}()
+	return s.decode(ctx, m)
 }
 
 // decode turns one FetchResult message into rows and one ledger update.
@@ -98,6 +118,9 @@ func (s *Service) decode(ctx context.Context, m jetstream.Msg) item {
 
 // decodeRows is decode before the NUL repair.
 func (s *Service) decodeRows(r bus.FetchResult) item {
+	if decodeHook != nil {
+		decodeHook(r)
+	}
 	if r.MatchID == "" || (r.Kind != bus.KindMatch && r.Kind != bus.KindTimeline) {
 		return item{bad: fmt.Errorf("fetch result without match_id or kind")}
 	}

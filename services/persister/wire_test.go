@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/services/persister"
 )
 
 func gzipped(s string) []byte {
@@ -88,5 +90,40 @@ WHERE match_id = $1`, id).Scan(&raw, &interval, &frames); err != nil {
 	}
 	if !strings.Contains(m.Header.Get(natsx.DeadReasonHeader), "gzip") {
 		t.Errorf("dead-letter reason %q does not name the gzip", m.Header.Get(natsx.DeadReasonHeader))
+	}
+}
+
+// Issue 27 finding 8: a panic while one message is decoded (a decode
+// worker goroutine, where no handler's recover reaches) is that message's
+// failure only: the process lives, the other messages of the batch are
+// stored, and the panicking one is redelivered (a Transient failure, as a
+// handler panic is) instead of killing the persister.
+func TestDecodePanicFailsOneMessage(t *testing.T) {
+	var panics atomic.Int32
+	persister.SetDecodeHook(func(r bus.FetchResult) {
+		if r.MatchID == "JP1_66" {
+			panics.Add(1)
+			panic("decoder bug on " + r.MatchID)
+		}
+	})
+	t.Cleanup(func() { persister.SetDecodeHook(nil) })
+	e := newEnv(t, "")
+	doc := func(id string) string {
+		return `{"metadata":{"matchId":"` + id + `"},"info":{"frameInterval":60000,"frames":[{},{}]}}`
+	}
+	// Published before the persister starts, so they arrive as one batch
+	// decoded on several worker goroutines (DecodeWorkers = GOMAXPROCS).
+	for _, id := range []string{"JP1_65", "JP1_66", "JP1_67", "JP1_68"} {
+		e.publishResult(bus.FetchResult{MatchID: id, Kind: bus.KindTimeline, Region: "asia", Outcome: bus.Success,
+			Attempt: 1, Status: 200, Payload: gzipped(doc(id)), AttemptedAt: time.Now(),
+			Timeline: &bus.TimelineMeta{FrameIntervalMs: 60000, FrameCount: 2}})
+	}
+	e.run()
+	e.waitFor("the three others stored", func() bool {
+		return e.count(`SELECT count(*) FROM match_timelines WHERE match_id IN ('JP1_65','JP1_67','JP1_68')`) == 3
+	})
+	e.waitFor("the panicking message redelivered", func() bool { return panics.Load() >= 2 })
+	if n := e.count(`SELECT count(*) FROM match_timelines WHERE match_id = 'JP1_66'`); n != 0 {
+		t.Errorf("the panicking message was stored (%d rows)", n)
 	}
 }

@@ -2,6 +2,8 @@ package riftflow
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,7 +35,22 @@ func (a *API) postSync(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, err)
 		return
 	}
+	if t, ok := tokenFrom(r.Context()); ok && req.RequestID != "" {
+		req.RequestID = scopedRequestID(t.ID, req.RequestID)
+	}
 	a.submit(w, r, req)
+}
+
+// scopedRequestID is the request ID of a POST /v1/sync whose body chose
+// key as its request_id: "http-" and 16 hex digits of a hash of the
+// token's ID and key. A client's key is an idempotency key within its own
+// token (the same key gives the same request, and the stream's duplicate
+// window keeps one), and no token can choose another's request ID: taking
+// the ID of a 409's holder, or a key another client used, never joins
+// that request's sync lock or publish.
+func scopedRequestID(tokenID, key string) string {
+	sum := sha256.Sum256([]byte(tokenID + "\x00" + key))
+	return "http-" + hex.EncodeToString(sum[:8])
 }
 
 // decodeSync parses POST /v1/sync's body: a bus.IngestRequest, normalised

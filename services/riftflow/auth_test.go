@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // S1: every route needs a token with its scope; tokens are stored as
@@ -105,9 +108,15 @@ func TestAPIAuthentication(t *testing.T) {
 	if c.code != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
 	}
+	var held struct {
+		Events string `json:"events"` // the request ID is scoped to the token (TestRequestIDScopedToToken)
+	}
+	if err := json.Unmarshal(c.body, &held); err != nil || held.Events == "" {
+		t.Fatalf("POST /v1/sync: %s", c.body)
+	}
 	open := func(token string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(t.Context())
-		return send(t, ctx, http.MethodGet, srv.URL+"/v1/sync/held/events", token, nil), cancel
+		return send(t, ctx, http.MethodGet, srv.URL+held.Events, token, nil), cancel
 	}
 	first, stop1 := open(read)
 	defer stop1()
@@ -275,5 +284,63 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 	}
 	if keepalives < 30 {
 		t.Fatalf("the stream ended after %d keepalives (%v): the server's timeouts cut it", keepalives, sc.Err())
+	}
+}
+
+// Issue 27 finding 10: a client's request_id is scoped to its token. A
+// sync token that names the request holding an account (the 409's
+// request_id) gets its own request ID, so it is refused like anyone else
+// instead of joining that sync; two tokens choosing the same key get
+// different requests; the same token and key get the same request again.
+func TestRequestIDScopedToToken(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	ctx := h.ctx
+	ts := NewTokens(h.st.Infra.Store)
+	a, _, err := ts.Create(ctx, "a", []Scope{ScopeSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := ts.Create(ctx, "b", []Scope{ScopeSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	defer srv.Close()
+	const puuid = "scoped-request-puuid"
+	post := func(tok, key string) apiCall {
+		return call(t, http.MethodPost, srv.URL+"/v1/sync", tok,
+			`{"puuid":"`+puuid+`","platform":"na1","request_id":"`+key+`"}`)
+	}
+	idOf := func(c apiCall) string {
+		t.Helper()
+		var v struct {
+			RequestID string `json:"request_id"`
+		}
+		if err := json.Unmarshal(c.body, &v); err != nil || v.RequestID == "" {
+			t.Fatalf("%d %s: no request_id", c.code, c.body)
+		}
+		return v.RequestID
+	}
+	ca := post(a, "mine")
+	if ca.code != http.StatusAccepted {
+		t.Fatalf("a's sync: %d %s", ca.code, ca.body)
+	}
+	held := idOf(ca)
+	if again := post(a, "mine"); again.code != http.StatusAccepted || idOf(again) != held {
+		t.Errorf("the same token and key: %d %s, want 202 with %s", again.code, again.body, held)
+	}
+	// The lister took the account's lock for a's request.
+	locks, err := h.st.Infra.Lock(ctx, streams.BucketSyncLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synclock.Claim(ctx, locks, puuid, held, time.Minute, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"mine", held} {
+		c := post(b, key)
+		if c.code != http.StatusConflict {
+			t.Errorf("b with request_id %q: %d %s, want 409 (a's request holds the account)", key, c.code, c.body)
+		}
 	}
 }

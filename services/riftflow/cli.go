@@ -27,7 +27,7 @@ import (
 const usage = `riftflow keeps a Postgres database filled with League of Legends data from the Riot API.
 
 Usage:
-  riftflow up [--demo] [--ephemeral-db] [--http-addr 127.0.0.1:8080] [--expose]
+  riftflow up [--demo] [--ephemeral-db] [--simulator] [--http-addr 127.0.0.1:8080] [--expose]
                                 run the whole pipeline in one process (until Ctrl-C;
                                 --demo ingests the recorded demo player, prints a summary, exits);
                                 prints an admin API token; the API listens on loopback unless --expose
@@ -66,8 +66,8 @@ Usage:
 
 Configuration comes from the environment; see README.md and docs/security.md.
 Without NATS_URL or RIOT_API_KEY, 'up' starts its own embedded NATS and the
-simulator; without DATABASE_URL it needs --ephemeral-db for a throwaway
-Postgres. The other commands find them through .data/.
+simulator (with DATABASE_URL, only given --simulator or --demo); without
+DATABASE_URL it needs --ephemeral-db for a throwaway Postgres. The other commands find them through .data/.
 `
 
 // Invocation is one run of the CLI: its arguments (without the program
@@ -149,6 +149,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
 	httpAddr := fs.String("http-addr", "", "the API's listen address (default HTTP_ADDR if set, else "+defaultAPIAddr+")")
 	expose := fs.Bool("expose", false, "allow an --http-addr/HTTP_ADDR beyond loopback (the API is authenticated, but not encrypted: put TLS in front)")
+	simulator := fs.Bool("simulator", false, "with DATABASE_URL and no RIOT_API_KEY: fetch from the built-in Riot simulator anyway, storing its matches in that database")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -158,6 +159,9 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	env, err := app.LoadEnv()
 	if err != nil {
+		return err
+	}
+	if err := simulatorChosen(env, *simulator || *demo || *ephemeral); err != nil {
 		return err
 	}
 	log := newLogger(stderr, env)
@@ -212,7 +216,8 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	done := make(chan error, 1)
 	go func() { done <- st.Run(runCtx) }()
 
-	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", orInProcess(st.NATSURL), "http://"+ln.Addr().String())
+	// NATS_URL may carry a password: the banner shows the URL redacted.
+	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", redact.String(orInProcess(st.NATSURL)), "http://"+ln.Addr().String())
 	fmt.Fprintf(stdout, "API token for %s (scope admin, revoked at the next `riftflow up`; also in %s):\n  %s\n",
 		localUser(), filepath.Join(dataDir(), "api.token"), token)
 	if st.WebSocketURL != "" {
@@ -244,6 +249,19 @@ func drainWait(done <-chan error, d time.Duration) error {
 	case <-time.After(d):
 		return errors.New("services did not drain within SHUTDOWN_TIMEOUT")
 	}
+}
+
+// simulatorChosen refuses to run the built-in Riot simulator (no
+// RIOT_API_KEY) against a database the user gave (DATABASE_URL) unless
+// that was asked for (--simulator, or --demo, which is a simulator run),
+// so synthetic matches never land in a real database by default.
+func simulatorChosen(env app.Env, asked bool) error {
+	if env.Riot.APIKey != "" || env.Postgres.URL == "" || asked {
+		return nil
+	}
+	return errors.New("RIOT_API_KEY is not set, so `up` would fetch from the built-in Riot simulator and store its " +
+		"synthetic matches in DATABASE_URL as if Riot had sent them: set RIOT_API_KEY, pass --simulator to do it " +
+		"on purpose, or unset DATABASE_URL and pass --ephemeral-db for a throwaway database")
 }
 
 func orInProcess(s string) string {
@@ -318,8 +336,19 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 	})
 	inf.Ops.AddCheck("shutdown", func(context.Context) error { return ctx.Err() })
 	NewAPI(inf).Mount(inf.Ops)
-	log.Info("HTTP API serving", "addr", env.Ops.HTTPAddr)
-	return inf.Ops.Serve(ctx, env.Ops.HTTPAddr)
+	addr := env.Ops.HTTPAddr
+	if addr == "" {
+		addr = telemetry.Addr()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	log.Info("HTTP API serving", "addr", ln.Addr().String())
+	// The same server as `riftflow up`'s: read, write and idle timeouts and
+	// a 32 KiB header limit (docs/security.md).
+	return telemetry.ServeUntil(ctx, newAPIServer(context.WithoutCancel(ctx), inf.Ops.Handler(), log, apiTimeouts), ln)
 }
 
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {

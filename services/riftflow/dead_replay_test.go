@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -15,6 +17,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -30,33 +33,9 @@ import (
 // Riot, so no payload a dead-letter writer chose reaches the persister.
 // The fetcher's honest dead fetch command goes back to lol.match.fetch.
 func TestRetryDeadRefusesForgedLetters(t *testing.T) {
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, err := natsUsers(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true,
-		Configure: func(o *server.Options) { o.Users = users.server }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	set, as := serverWithUsers(t)
 	ctx := t.Context()
-	as := func(user string) jetstream.JetStream {
-		t.Helper()
-		nc, _, err := connectAs(t, srv.ClientURL(), user, users.password[user])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return natstest.Handle(t, nc)
-	}
 	admin := as(streams.UserAdmin)
-	if err := streams.Apply(ctx, admin, set, nil); err != nil {
-		t.Fatal(err)
-	}
 	subj := bus.Subjects{Prefix: set.Prefix}
 
 	// Forgeries, each published with the forger's own permissions.
@@ -98,9 +77,6 @@ func TestRetryDeadRefusesForgedLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Setenv("NATS_URL", srv.ClientURL())
-	t.Setenv("NATS_USER", streams.UserAdmin)
-	t.Setenv("NATS_PASSWORD", users.password[streams.UserAdmin])
 	var out bytes.Buffer
 	code := Main([]string{"retry", "--dead"}, &out, &out)
 	t.Logf("riftflow retry --dead: exit %d\n%s", code, out.String())
@@ -145,5 +121,85 @@ func TestRetryDeadRefusesForgedLetters(t *testing.T) {
 	dead, _ := admin.Stream(ctx, streams.StreamDead)
 	if info, _ := dead.Info(ctx); info.State.Msgs != 2 {
 		t.Errorf("%d dead letters left, want the 2 refused", info.State.Msgs)
+	}
+}
+
+// serverWithUsers starts an embedded NATS server with the users and
+// permissions `riftflow up` gives it (streams.Grants), applies the
+// declarations as admin and points the CLI's environment (NATS_URL,
+// NATS_USER, NATS_PASSWORD) at it as admin. as connects as a user.
+func serverWithUsers(t *testing.T) (set *streams.Set, as func(user string) jetstream.JetStream) {
+	t.Helper()
+	set, err := streams.Load(streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := natsUsers(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true,
+		Configure: func(o *server.Options) { o.Users = users.server }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	as = func(user string) jetstream.JetStream {
+		t.Helper()
+		nc, _, err := connectAs(t, srv.ClientURL(), user, users.password[user])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return natstest.Handle(t, nc)
+	}
+	if err := streams.Apply(t.Context(), as(streams.UserAdmin), set, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_URL", srv.ClientURL())
+	t.Setenv("NATS_USER", streams.UserAdmin)
+	t.Setenv("NATS_PASSWORD", users.password[streams.UserAdmin])
+	t.Setenv("RIOT_API_KEY", "")
+	return set, as
+}
+
+// `riftflow clear-key-rejection` (issue 27 finding 6): a fetcher's shared
+// limiter rejected the key; `status --ratelimit` shows it with its probes,
+// the command clears it, and the fetcher's limiter (a Shared on its own
+// connection, as in a fetcher process) resumes at once.
+func TestClearKeyRejectionCommand(t *testing.T) {
+	_, as := serverWithUsers(t)
+	ctx := t.Context()
+	var cleared atomic.Int32
+	lim, err := ratelimit.NewShared(ctx, as(streams.UserMatchFetcher), ratelimit.SharedOptions{KeyID: "kfetcher",
+		OnKeyCleared: func() { cleared.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lim.Close)
+	if err := lim.RejectKey(403); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printRateLimit(ctx, as(streams.UserCLI), "kfetcher", &out, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "clear-key-rejection") {
+		t.Fatalf("status --ratelimit:\n%s", out.String())
+	}
+	out.Reset()
+	if code := Main([]string{"clear-key-rejection"}, &out, &out); code != 0 || !strings.Contains(out.String(), "cleared the rejection of key kfetcher") {
+		t.Fatalf("clear-key-rejection: exit %d\n%s", code, out.String())
+	}
+	for deadline := time.Now().Add(5 * time.Second); cleared.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fetcher's limiter did not see the rejection cleared")
+		}
+	}
+	if rej, _ := lim.KeyRejected(); rej {
+		t.Error("the fetcher's limiter still refuses the key")
+	}
+	out.Reset()
+	if code := Main([]string{"clear-key-rejection"}, &out, &out); code != 0 || !strings.Contains(out.String(), "no key is rejected") {
+		t.Errorf("clear-key-rejection again: exit %d\n%s", code, out.String())
 	}
 }

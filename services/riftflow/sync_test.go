@@ -542,17 +542,21 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var accepted struct {
+		RequestID string `json:"request_id"` // "late-rej" scoped to the token (TestRequestIDScopedToToken)
+	}
+	json.NewDecoder(resp.Body).Decode(&accepted)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /v1/sync: %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusAccepted || accepted.RequestID == "" {
+		t.Fatalf("POST /v1/sync: %d %+v", resp.StatusCode, accepted)
 	}
 	waitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
-	got := sseEvents(t, srv.URL+"/v1/sync/late-rej/events", "", 10*time.Second)
+	got := sseEvents(t, srv.URL+"/v1/sync/"+accepted.RequestID+"/events", "", 10*time.Second)
 	var rej bus.Rejection
 	if len(got) != 1 || got[0][0] != "rejected" || json.Unmarshal([]byte(got[0][1]), &rej) != nil {
 		t.Fatalf("events for a rejected request: %v, want one rejected event", got)
 	}
-	if rej.RequestID != "late-rej" || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
+	if rej.RequestID != accepted.RequestID || rej.Code != http.StatusNotFound || !strings.Contains(rej.Reason, "Nobody Here#NOPE1") {
 		t.Errorf("rejection %+v, want 404 naming the Riot ID", rej)
 	}
 }
