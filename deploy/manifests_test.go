@@ -32,6 +32,10 @@ type workload struct {
 	// (every stage reads an interactive and a background queue): the
 	// ScaledObject has a trigger on each.
 	other string
+	// bound are consumers the workload reads without scaling on them
+	// (the retry-sweeper's rejections on EVENTS): declared, but no
+	// ScaledObject trigger.
+	bound []string
 
 	region    string // FETCHER_REGIONS, fetchers only
 	riotKey   bool   // calls the Riot API
@@ -55,7 +59,7 @@ var workloads = func() []workload {
 			other: streams.ConsumerPersisterInteractive},
 		// The sweeper's daily rank job calls league-v4 (scheduler.go).
 		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper,
-			riotKey: true, maxScaled: 2},
+			bound: []string{streams.ConsumerRetrySweeperRejections}, riotKey: true, maxScaled: 2},
 	)
 }()
 
@@ -87,6 +91,12 @@ func TestWorkloadsMatchStreamDeclarations(t *testing.T) {
 			}
 			if c.Stream != w.stream {
 				t.Errorf("%s: consumer %s is declared on stream %s, the table says %s", w.name, name, c.Stream, w.stream)
+			}
+		}
+		for _, name := range w.bound {
+			byConsumer[name] = w
+			if set.Consumer(name) == nil {
+				t.Errorf("%s reads consumer %s, which streams/ does not declare", w.name, name)
 			}
 		}
 	}
