@@ -67,7 +67,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		found, err := s.activePlatform(ctx, cmd.PUUID)
 		if err != nil {
 			return s.lookupFailed(ctx, m, req.RequestID,
-				fmt.Errorf("Riot knows no League platform for PUUID %s; give platform", cmd.PUUID), err)
+				fmt.Errorf("no League platform known to Riot for PUUID %s; give platform", cmd.PUUID), err)
 		}
 		platform, cmd.PlatformFound = found, true
 		cmd.Platform, cmd.Region = string(found), string(found.Region())
