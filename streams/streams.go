@@ -116,6 +116,11 @@ type Options struct {
 	// with a stream's byte cap (DEAD's 1 GiB) lowered to 16 MiB, since
 	// JetStream reserves it from the server's memory at creation.
 	MemoryStorage bool
+	// MaxStreamBytes, if > 0, lowers every stream byte cap above it to it:
+	// JetStream reserves a cap on every replica's disk at creation, so a
+	// node with a small store (a test's 64 MiB tmpfs) could place no
+	// stream with DEAD's 1 GiB.
+	MaxStreamBytes int64
 }
 
 // Consumer is a durable consumer declared on a stream.
@@ -214,6 +219,9 @@ func Load(o Options) (*Set, error) {
 			if set.Streams[i].MaxBytes > memoryMaxBytes {
 				set.Streams[i].MaxBytes = memoryMaxBytes
 			}
+		}
+		if o.MaxStreamBytes > 0 && set.Streams[i].MaxBytes > o.MaxStreamBytes {
+			set.Streams[i].MaxBytes = o.MaxStreamBytes
 		}
 	}
 	for i := range set.Buckets {

@@ -266,12 +266,19 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 	}
 	base := serveLoopback(t, newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
 		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second}))
-	if c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`); c.code != http.StatusAccepted {
+	c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`)
+	if c.code != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	}
+	var accepted struct {
+		RequestID string `json:"request_id"` // "long", scoped to the token
+	}
+	if err := json.Unmarshal(c.body, &accepted); err != nil || accepted.RequestID == "" {
+		t.Fatalf("POST /v1/sync answered %s: %v", c.body, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := send(t, ctx, http.MethodGet, base+"/v1/sync/long/events", token, nil)
+	resp := send(t, ctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", token, nil)
 	defer resp.Body.Close()
 	// Ten times the read timeout, counted in keepalives received, not in
 	// wall time: the stream must still deliver the 30th.

@@ -391,7 +391,9 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	if e.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
-	set, err := streams.Load(streams.Options{Replicas: o.nodes, AckWait: chaosAckWait})
+	// A node's store may be a 64 MiB tmpfs (the soak's full disk): keep
+	// DEAD's byte cap, reserved on every replica, well under it.
+	set, err := streams.Load(streams.Options{Replicas: o.nodes, AckWait: chaosAckWait, MaxStreamBytes: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

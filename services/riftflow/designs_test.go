@@ -55,9 +55,18 @@ SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[
 	if n := h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'permanently_unfetchable'`); n != 20 {
 		t.Errorf("%d still unfetchable after the first run, want 20", n)
 	}
+	// The second run takes the other 20 matches; it may also take timeline
+	// rows the first run's fetches found gone (a 404 for a match older than
+	// FETCH_NOT_FOUND_FRESH is final at once).
 	code, res, _ = post(`{"all":true}`)
-	if code != http.StatusOK || len(res.Reopened) != 20 {
-		t.Fatalf("second run: %d, %d reopened, want 20", code, len(res.Reopened))
+	matchRows := 0
+	for _, r := range res.Reopened {
+		if strings.HasSuffix(r, "/match") {
+			matchRows++
+		}
+	}
+	if code != http.StatusOK || matchRows != 20 {
+		t.Fatalf("second run: %d, %d matches reopened (%d rows), want 20", code, matchRows, len(res.Reopened))
 	}
 	waitFor(t, "all 120 stored", 2*time.Minute, func() bool { return stored() == 120 })
 	if n := h.count(`SELECT count(*) FROM matches m JOIN match_participants pp USING (match_id) WHERE pp.puuid = $1`, p.PUUID); n != 120 {
