@@ -100,7 +100,7 @@ func (s *soak) sampleOnce() []soakSample {
 		add(fmt.Sprintf("nats n%d", n), e.cluster.Pid(n), -1)
 	}
 	add("postgres (postmaster)", postmasterPid(e.pgDir), -1)
-	add("harness (sim)", os.Getpid(), runtime.NumGoroutine())
+	add(soakHarnessProc, os.Getpid(), runtime.NumGoroutine())
 	return out
 }
 
@@ -165,6 +165,11 @@ func leastSquares(x, y []float64) float64 {
 	}
 	return (n*sxy - sx*sy) / d
 }
+
+// soakHarnessProc names the test process in the samples: the simulator,
+// the TCP proxies and the samplers, reported beside riftflow's processes
+// but never failed for growth (soak_test.go).
+const soakHarnessProc = "harness (sim)"
 
 // soakMetric is one resource of one process over the judged samples.
 type soakMetric struct {

@@ -237,6 +237,13 @@ WHERE a.type = 'sync' AND b.type = 'sync' AND a.status IN ('completed','failed')
 	}
 	for _, sl := range slopes {
 		for _, m := range sl.leaks() {
+			if sl.proc == soakHarnessProc {
+				// The test process itself (the simulator, the partition
+				// proxies holding black-holed connections, the samplers):
+				// reported, not a riftflow process, so not failed.
+				t.Logf("harness growth (reported, not judged): %s", m)
+				continue
+			}
 			t.Errorf("LEAK %s: %s", sl.proc, m)
 		}
 	}
