@@ -173,6 +173,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "riftflow.local/pause:3.10"
   enable_selinux = false
+  # This machine's root lacks CAP_SYS_RESOURCE (a sandboxed VM), so no
+  # process may lower its oom_score_adj: kubelet's -998 for sandboxes
+  # and -997 for Guaranteed pods would fail every runc create with
+  # "can't get final child's PID from pipe". containerd clamps them to
+  # its own score instead.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
