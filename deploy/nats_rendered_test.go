@@ -91,6 +91,16 @@ func TestNATSRendered(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nats.conf does not parse: %v", err)
 			}
+			// nats-server reads these as numbers (sizes with a unit must be
+			// unquoted, << 8MB >> in the chart's values): a string fails its
+			// start with "interface {} is string, not int64".
+			js, _ := m["jetstream"].(map[string]any)
+			for key, v := range map[string]any{"max_payload": m["max_payload"], "port": m["port"], "http_port": m["http_port"],
+				"jetstream.max_file_store": js["max_file_store"], "jetstream.max_memory_store": js["max_memory_store"]} {
+				if _, ok := v.(int64); v != nil && !ok {
+					t.Errorf("nats.conf %s = %#v (%T): nats-server needs a number", key, v, v)
+				}
+			}
 			b, _ := json.Marshal(m)
 			var cfg struct {
 				Websocket struct {
