@@ -125,52 +125,17 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			i = s.scanString(p, i+1)
 			continue
 		case '{', '[':
-			s.depth++
-			s.containers++
-			s.elements++
-			if s.depth > MaxJSONDepth {
-				return i, errTooDeep
-			}
-			if s.containers > MaxJSONContainers {
-				return i, errTooMany
-			}
-			s.valueFor = ""
-			if d := s.depth; d < len(s.object) {
-				s.object[d] = c == '{'
-				s.expectKey[d] = c == '{'
-				s.key[d] = ""
-				s.opener[d] = ""
-				if d > 1 && s.object[d-1] {
-					s.opener[d] = s.key[d-1]
-				}
-				s.inFrames = d == 3 && c == '[' && s.opener[2] == "info" && s.opener[3] == "frames"
-				if s.inFrames {
-					s.frames, s.framesSeen = 0, false
-				}
+			if err := s.open(c); err != nil {
+				return i, err
 			}
 		case '}', ']':
-			if s.depth == 0 {
-				// More closed than opened: not JSON, and the depth
-				// bookkeeping below must never go negative.
-				return i, fmt.Errorf("%w: %q closes nothing (not JSON)", ErrJSONBounds, c)
+			if err := s.close(c); err != nil {
+				return i, err
 			}
-			if s.depth == 3 {
-				s.inFrames = false
-			}
-			s.depth--
-			s.valueFor = ""
 		case ',':
-			s.elements++
-			if s.elements > MaxJSONElements {
-				return i, errTooManyElems
+			if err := s.comma(); err != nil {
+				return i, err
 			}
-			if d := s.depth; d < len(s.object) && s.object[d] {
-				s.expectKey[d] = true
-			}
-			if s.inFrames && s.depth == 3 {
-				s.frames++
-			}
-			s.valueFor = ""
 		case ':':
 			s.valueFor = s.wanted()
 		default:
@@ -188,6 +153,66 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		i++
 	}
 	return len(p), nil
+}
+
+// open records a '{' or '[': one level deeper, within the bounds, and at a
+// tracked depth whether it is an object and which key opened it.
+func (s *DocScan) open(c byte) error {
+	s.depth++
+	s.containers++
+	s.elements++
+	if s.depth > MaxJSONDepth {
+		return errTooDeep
+	}
+	if s.containers > MaxJSONContainers {
+		return errTooMany
+	}
+	s.valueFor = ""
+	if d := s.depth; d < len(s.object) {
+		s.object[d] = c == '{'
+		s.expectKey[d] = c == '{'
+		s.key[d] = ""
+		s.opener[d] = ""
+		if d > 1 && s.object[d-1] {
+			s.opener[d] = s.key[d-1]
+		}
+		s.inFrames = d == 3 && c == '[' && s.opener[2] == "info" && s.opener[3] == "frames"
+		if s.inFrames {
+			s.frames, s.framesSeen = 0, false
+		}
+	}
+	return nil
+}
+
+// close records a '}' or ']'; more closed than opened is not JSON, and the
+// depth bookkeeping must never go negative.
+func (s *DocScan) close(c byte) error {
+	if s.depth == 0 {
+		return fmt.Errorf("%w: %q closes nothing (not JSON)", ErrJSONBounds, c)
+	}
+	if s.depth == 3 {
+		s.inFrames = false
+	}
+	s.depth--
+	s.valueFor = ""
+	return nil
+}
+
+// comma records a ',': one more element (bounded), a key next in an
+// object, one more frame in info.frames.
+func (s *DocScan) comma() error {
+	s.elements++
+	if s.elements > MaxJSONElements {
+		return errTooManyElems
+	}
+	if d := s.depth; d < len(s.object) && s.object[d] {
+		s.expectKey[d] = true
+	}
+	if s.inFrames && s.depth == 3 {
+		s.frames++
+	}
+	s.valueFor = ""
+	return nil
 }
 
 // scanDeep scans p[i:] below the tracked depths (s.depth ≥ len(s.object)),
