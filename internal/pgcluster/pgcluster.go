@@ -76,59 +76,25 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 		return "", nil, err
 	}
 
-	c := &cluster{bins: bins, log: log, fsync: opts.Fsync}
-	if os.Geteuid() == 0 {
-		if c.runAs, err = user.Lookup("postgres"); err != nil {
-			return "", nil, fmt.Errorf("pgcluster: initdb refuses to run as root and there is no `postgres` OS user "+
-				"(create one with `useradd -r postgres`, run as a normal user, or set DATABASE_URL): %w", err)
-		}
-	}
-
-	temp := opts.DataDir == ""
-	if temp {
-		// Short path: the unix socket lives in here (max ~107 bytes).
-		if c.dir, err = os.MkdirTemp("", "rfpg"); err != nil {
-			return "", nil, fmt.Errorf("pgcluster: %w", err)
-		}
-	} else {
-		if c.dir, err = filepath.Abs(opts.DataDir); err != nil {
-			return "", nil, fmt.Errorf("pgcluster: %w", err)
-		}
-		if err := os.MkdirAll(c.dir, 0o700); err != nil {
-			return "", nil, fmt.Errorf("pgcluster: %w", err)
-		}
+	c, temp, err := newCluster(bins, log, opts)
+	if err != nil {
+		return "", nil, err
 	}
 	cleanup := func() {
 		if temp {
 			_ = os.RemoveAll(c.dir)
 		}
 	}
-
 	if port, ok := c.running(); ok {
 		log.Info("postgres: reusing running cluster", "dir", c.dir, "port", port)
 		return c.url(port), noop, nil
 	}
-	if err := c.chown(); errors.Is(err, errNotTraversable) && !temp {
-		// Running as root from a directory the postgres user cannot enter
-		// (e.g. under /root): keep the cluster in a stable directory of its
-		// own under the system temp dir instead, reused on the next run.
-		sum := sha256.Sum256([]byte(c.dir))
-		alt := filepath.Join(os.TempDir(), "riftflow-pg-"+hex.EncodeToString(sum[:6]))
-		log.Warn("postgres: the postgres OS user cannot reach the data dir; using another", "wanted", c.dir, "using", alt)
-		if err := os.MkdirAll(alt, 0o700); err != nil {
-			return "", nil, fmt.Errorf("pgcluster: %w", err)
-		}
-		c.dir = alt
-		if port, ok := c.running(); ok {
-			log.Info("postgres: reusing running cluster", "dir", c.dir, "port", port)
-			return c.url(port), noop, nil
-		}
-		if err := c.chown(); err != nil {
-			return "", nil, err
-		}
-	} else if err != nil {
+	if port, ok, err := c.reachableDir(temp); err != nil {
 		cleanup()
 		return "", nil, err
+	} else if ok {
+		log.Info("postgres: reusing running cluster", "dir", c.dir, "port", port)
+		return c.url(port), noop, nil
 	}
 	if _, statErr := os.Stat(filepath.Join(c.dir, "PG_VERSION")); statErr != nil {
 		if err := c.initdb(ctx); err != nil {
@@ -138,19 +104,7 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 	} else {
 		log.Info("postgres: reusing cluster", "dir", c.dir)
 	}
-
-	var port int
-	for try := 0; ; try++ {
-		if port, err = freeport.Get(); err != nil {
-			err = fmt.Errorf("pgcluster: free port: %w", err)
-		} else {
-			err = c.start(ctx, port)
-		}
-		if err == nil || try == 2 {
-			break
-		}
-		log.Warn("postgres: start failed, retrying on another port", "err", err)
-	}
+	port, err := c.startOnFreePort(ctx)
 	if err != nil {
 		cleanup()
 		return "", nil, err
@@ -164,6 +118,74 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 		return err
 	}
 	return dbURL, stop, nil
+}
+
+// newCluster prepares a cluster of the binaries in directory bins, in opts.DataDir, or in a new
+// temporary directory (temp is then true: stop removes it). As root it
+// runs the server as the `postgres` OS user, and fails clearly without one.
+func newCluster(bins string, log *slog.Logger, opts Options) (c *cluster, temp bool, err error) {
+	c = &cluster{bins: bins, log: log, fsync: opts.Fsync}
+	if os.Geteuid() == 0 {
+		if c.runAs, err = user.Lookup("postgres"); err != nil {
+			return nil, false, fmt.Errorf("pgcluster: initdb refuses to run as root and there is no `postgres` OS user "+
+				"(create one with `useradd -r postgres`, run as a normal user, or set DATABASE_URL): %w", err)
+		}
+	}
+	if opts.DataDir == "" {
+		// Short path: the unix socket lives in here (max ~107 bytes).
+		if c.dir, err = os.MkdirTemp("", "rfpg"); err != nil {
+			return nil, false, fmt.Errorf("pgcluster: %w", err)
+		}
+		return c, true, nil
+	}
+	if c.dir, err = filepath.Abs(opts.DataDir); err != nil {
+		return nil, false, fmt.Errorf("pgcluster: %w", err)
+	}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("pgcluster: %w", err)
+	}
+	return c, false, nil
+}
+
+// reachableDir gives the data directory to the server's OS user. Run as
+// root from a directory that user cannot enter (e.g. under /root), the
+// cluster moves to a stable directory of its own under the system temp
+// dir, reused on the next run: if a cluster already runs there, ok is true
+// and port is its port.
+func (c *cluster) reachableDir(temp bool) (port int, ok bool, err error) {
+	err = c.chown()
+	if !errors.Is(err, errNotTraversable) || temp {
+		return 0, false, err
+	}
+	sum := sha256.Sum256([]byte(c.dir))
+	alt := filepath.Join(os.TempDir(), "riftflow-pg-"+hex.EncodeToString(sum[:6]))
+	c.log.Warn("postgres: the postgres OS user cannot reach the data dir; using another", "wanted", c.dir, "using", alt)
+	if err := os.MkdirAll(alt, 0o700); err != nil {
+		return 0, false, fmt.Errorf("pgcluster: %w", err)
+	}
+	c.dir = alt
+	if port, ok := c.running(); ok {
+		return port, true, nil
+	}
+	return 0, false, c.chown()
+}
+
+// startOnFreePort starts the server on a free port, trying another port
+// twice if the start fails (a port taken between the check and the bind).
+func (c *cluster) startOnFreePort(ctx context.Context) (int, error) {
+	var err error
+	for try := 0; ; try++ {
+		var port int
+		if port, err = freeport.Get(); err != nil {
+			err = fmt.Errorf("pgcluster: free port: %w", err)
+		} else if err = c.start(ctx, port); err == nil {
+			return port, nil
+		}
+		if try == 2 {
+			return 0, err
+		}
+		c.log.Warn("postgres: start failed, retrying on another port", "err", err)
+	}
 }
 
 func ping(ctx context.Context, dbURL string, timeout time.Duration) error {
