@@ -238,46 +238,16 @@ func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	long := lims[0]
-	for _, l := range lims {
-		// the tightest window: the lowest rate
-		if float64(l[0])/float64(l[1]) < float64(long[0])/float64(long[1]) {
-			long = l
-		}
-	}
+	long := tightest(lims)
 	res.LongLimit, res.LongSecs = long[0], long[1]
 	name := fmt.Sprintf("%s-N%d", c.Name, c.N)
-	store, err := os.MkdirTemp("", "bench-limit-"+name+"-")
+	node, stopNode, err := startNode(ctx, env, name)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(store)
-	port, err := freeport.Get()
-	if err != nil {
-		return res, err
-	}
-	node := &natsNode{bin: filepath.Join(env.BinDir, "nats-server"), store: store, port: port, logPath: filepath.Join(env.OutDir, name+".nats.log")}
-	if err := node.start(); err != nil {
-		return res, err
-	}
-	defer func() { node.p.stop(syscall.SIGTERM) }()
-	if err := setupBucket(ctx, env.BinDir, node.url()); err != nil {
-		return res, err
-	}
+	defer stopNode()
 
-	const apiKey = "RGAPI-bench-limit"
-	// Method limits of the order Riot reports for these methods; the
-	// application limit is the tighter one.
-	methodLimits := map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10",
-		sim.MethodAccountByPUUID: "2000:10", sim.MethodMatchIDs: "2000:10"}
-	s, err := sim.New(sim.Options{APIKey: apiKey, DeriveTimelines: true,
-		Limits: sim.RateLimits{App: c.Key.App,
-			Method: methodLimits},
-		// Riot's escalating blacklist: more than 5 application or method
-		// 429s within a minute turn the key to 403s for a minute, then
-		// twice as long each time.
-		Blacklist: sim.Blacklist{Violations: 5, Period: time.Minute, Duration: time.Minute},
-		Logger:    slog.New(slog.DiscardHandler)})
+	s, err := newSim(c.Key.App)
 	if err != nil {
 		return res, err
 	}
@@ -294,10 +264,6 @@ func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 		return res, errors.New("the simulator has no match with a timeline")
 	}
 
-	calls := "light"
-	if c.Match {
-		calls = "match"
-	}
 	var cg *Cgroup
 	if env.CPUQuotaUS > 0 {
 		if cg, err = NewCgroup(fmt.Sprintf("bench-limit-%s-%d", name, os.Getpid()), env.CPUQuotaUS, 100000); err != nil {
@@ -321,28 +287,100 @@ func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 		wg.Wait()
 	}()
 	t0 := time.Now()
+	fetchers, err = startFetchers(env, c, name, node.url(), base, region, ids, cg)
+	if err != nil {
+		return res, err
+	}
+	logf("%d fetchers started (skew ±%d ms)", c.N, c.SkewMS)
+
+	if err := res.watch(ctx, env, c, node, s, region, lims, fetchers, t0, logf); err != nil {
+		return res, err
+	}
+	res.Elapsed = time.Since(t0)
+	hist := map[int][]sim.WindowInstance{}
+	for _, l := range lims {
+		hist[l[1]] = s.WindowHistory(region, "", l[1])
+	}
+	res.Measure(s.Stats(), hist[res.LongSecs], t0, methodLimits)
+	if c.Duration > 0 {
+		return res, res.short(env, name, t0, hist, lims)
+	}
+	if !res.OutageFrom.IsZero() {
+		res.overDuringOutage(s, region, lims, hist)
+	}
+	if err := res.write(env, name, t0, hist, lims); err != nil {
+		return res, err
+	}
+	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
+	return res, nil
+}
+
+// methodLimits are method limits of the order Riot reports for these
+// methods; the application limit is the tighter one.
+var methodLimits = map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10",
+	sim.MethodAccountByPUUID: "2000:10", sim.MethodMatchIDs: "2000:10"}
+
+const apiKey = "RGAPI-bench-limit"
+
+// tightest is the window of lims (count, seconds) with the lowest rate.
+func tightest(lims [][2]int) [2]int {
+	long := lims[0]
+	for _, l := range lims {
+		if float64(l[0])/float64(l[1]) < float64(long[0])/float64(long[1]) {
+			long = l
+		}
+	}
+	return long
+}
+
+// newSim is the simulator of a case: app limits app ("count:secs,..."),
+// methodLimits, and Riot's escalating blacklist: more than 5 application
+// or method 429s within a minute turn the key to 403s for a minute, then
+// twice as long each time.
+func newSim(app string) (*sim.Sim, error) {
+	return sim.New(sim.Options{APIKey: apiKey, DeriveTimelines: true,
+		Limits:    sim.RateLimits{App: app, Method: methodLimits},
+		Blacklist: sim.Blacklist{Violations: 5, Period: time.Minute, Duration: time.Minute},
+		Logger:    slog.New(slog.DiscardHandler)})
+}
+
+// startFetchers starts the case's N limitfetcher processes on the NATS
+// node natsURL and the simulator base, clocks skewed ±c.SkewMS
+// alternately, in cgroup cg when it is not nil.
+func startFetchers(env Env, c Case, name, natsURL, base, region string, ids []string, cg *Cgroup) ([]*proc, error) {
+	calls := "light"
+	if c.Match {
+		calls = "match"
+	}
+	var fetchers []*proc
 	for i := range c.N {
 		skew := c.SkewMS
 		if i%2 == 1 {
 			skew = -skew
 		}
 		f, err := start(filepath.Join(env.BinDir, "limitfetcher"), nil, []string{
-			"NATS_URL=" + node.url(), "RIOT_BASE_URL=" + base, "RIOT_API_KEY=" + apiKey,
+			"NATS_URL=" + natsURL, "RIOT_BASE_URL=" + base, "RIOT_API_KEY=" + apiKey,
 			"BENCH_LIMIT_REGION=" + region, "BENCH_LIMIT_IDS=" + strings.Join(ids, ","), "BENCH_LIMIT_CALLS=" + calls,
 			"BENCH_LIMIT_WORKERS=" + strconv.Itoa(c.Workers), "BENCH_LIMIT_SKEW_MS=" + strconv.Itoa(skew),
 		}, filepath.Join(env.OutDir, fmt.Sprintf("%s.fetcher%d.log", name, i)))
 		if err != nil {
-			return res, err
+			return fetchers, err
 		}
 		fetchers = append(fetchers, f)
 		if cg != nil {
 			if err := cg.Add(f.cmd.Process.Pid); err != nil {
-				return res, err
+				return fetchers, err
 			}
 		}
 	}
-	logf("%d fetchers started (skew ±%d ms)", c.N, c.SkewMS)
+	return fetchers, nil
+}
 
+// watch runs the case until its windows (or c.Duration) have passed,
+// sampling the load average every 200 ms and killing the NATS node at
+// c.KillAt for c.KillFor; it fails when a fetcher exits early.
+func (res *Result) watch(ctx context.Context, env Env, c Case, node *natsNode, s *sim.Sim, region string,
+	lims [][2]int, fetchers []*proc, t0 time.Time, logf func(string, ...any)) error {
 	killed := c.KillAt <= 0
 	longLen := time.Duration(res.LongSecs) * time.Second
 	deadline := t0.Add(time.Duration(c.Windows+3)*longLen + c.KillFor)
@@ -352,10 +390,15 @@ func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var loads int
+	defer func() {
+		if loads > 0 {
+			res.Load /= float64(loads)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		case <-tick.C:
 		}
 		if l := LoadAvg(); l > 0 {
@@ -371,72 +414,94 @@ func Run(ctx context.Context, env Env, c Case) (res Result, err error) {
 			logf("nats-server killed (SIGKILL); restarting in %s", c.KillFor)
 			select {
 			case <-ctx.Done():
-				return res, ctx.Err()
+				return ctx.Err()
 			case <-time.After(c.KillFor):
 			}
 			if err := node.start(); err != nil {
-				return res, fmt.Errorf("restart nats-server: %w", err)
+				return fmt.Errorf("restart nats-server: %w", err)
 			}
 			res.OutageTo = time.Now()
 			logf("nats-server restarted on its store")
 		}
 		if c.Duration > 0 {
 			if first := firstStart(s.WindowHistory(region, "", lims[0][1]), t0); (!first.IsZero() && time.Since(first) > c.Duration+time.Second) || time.Now().After(deadline) {
-				break
+				return nil
 			}
 		} else if n := len(Since(s.WindowHistory(region, "", res.LongSecs), t0)); n > c.Windows || time.Now().After(deadline) {
-			break
+			return nil
 		}
 		for _, f := range fetchers {
 			select {
 			case <-f.done:
-				return res, fmt.Errorf("a fetcher exited early; see %s", env.OutDir)
+				return fmt.Errorf("a fetcher exited early; see %s", env.OutDir)
 			default:
 			}
 		}
 	}
-	res.Elapsed = time.Since(t0)
-	if loads > 0 {
-		res.Load /= float64(loads)
-	}
-	hist := map[int][]sim.WindowInstance{}
-	for _, l := range lims {
-		hist[l[1]] = s.WindowHistory(region, "", l[1])
-	}
-	res.Measure(s.Stats(), hist[res.LongSecs], t0, methodLimits)
-	if c.Duration > 0 {
-		return res, res.short(env, name, t0, hist, lims)
-	}
-	if !res.OutageFrom.IsZero() {
-		check := func(h []sim.WindowInstance, limit, secs int) {
-			for _, w := range h {
-				end := w.Start.Add(time.Duration(secs) * time.Second)
-				if w.Start.Before(res.OutageTo) && end.After(res.OutageFrom) {
-					res.OverOutage = max(res.OverOutage, w.Count-limit)
-				}
-			}
-		}
-		for _, l := range lims {
-			check(hist[l[1]], l[0], l[1])
-		}
-		for m := range methodLimits {
-			check(s.WindowHistory(region, m, 10), 2000, 10)
-		}
-	}
+}
+
+// write puts the case's windows in OutDir: name.csv (every window of
+// every limit) and name.svg (the tightest window's).
+func (res *Result) write(env Env, name string, t0 time.Time, hist map[int][]sim.WindowInstance, lims [][2]int) error {
 	path := filepath.Join(env.OutDir, name)
 	limits := map[int]int{}
 	for _, l := range lims {
 		limits[l[1]] = l[0]
 	}
 	if err := WriteWindowCSV(path+".csv", t0, hist, limits); err != nil {
-		return res, err
+		return err
 	}
-	title := fmt.Sprintf("%s, N=%d, app %s: requests per %d s window", c.Name, c.N, c.Key.App, res.LongSecs)
+	title := fmt.Sprintf("%s, N=%d, app %s: requests per %d s window", res.Case.Name, res.Case.N, res.Case.Key.App, res.LongSecs)
 	if err := WriteWindowSVG(path+".svg", title, t0, hist[res.LongSecs], res.LongLimit); err != nil {
-		return res, err
+		return err
 	}
-	logf("used %.3f over %d windows, 429s %v, over %d, load %.1f", res.Used, res.Windows, res.TooMany, res.Over, res.Load)
-	return res, nil
+	return nil
+}
+
+// startNode starts the case's nats-server process on a free port with a
+// temporary store, and the limiter's KV bucket on it; stop stops it and
+// removes the store.
+func startNode(ctx context.Context, env Env, name string) (node *natsNode, stop func(), err error) {
+	store, err := os.MkdirTemp("", "bench-limit-"+name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() { os.RemoveAll(store) }
+	port, err := freeport.Get()
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	node = &natsNode{bin: filepath.Join(env.BinDir, "nats-server"), store: store, port: port, logPath: filepath.Join(env.OutDir, name+".nats.log")}
+	if err := node.start(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	stop = func() { node.p.stop(syscall.SIGTERM); os.RemoveAll(store) }
+	if err := setupBucket(ctx, env.BinDir, node.url()); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return node, stop, nil
+}
+
+// overDuringOutage records the most any window overlapping the NATS
+// outage went over its limit.
+func (res *Result) overDuringOutage(s *sim.Sim, region string, lims [][2]int, hist map[int][]sim.WindowInstance) {
+	check := func(h []sim.WindowInstance, limit, secs int) {
+		for _, w := range h {
+			end := w.Start.Add(time.Duration(secs) * time.Second)
+			if w.Start.Before(res.OutageTo) && end.After(res.OutageFrom) {
+				res.OverOutage = max(res.OverOutage, w.Count-limit)
+			}
+		}
+	}
+	for _, l := range lims {
+		check(hist[l[1]], l[0], l[1])
+	}
+	for m := range methodLimits {
+		check(s.WindowHistory(region, m, 10), 2000, 10)
+	}
 }
 
 // short measures a short run (Case.Duration): Served is the requests of
