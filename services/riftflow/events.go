@@ -56,16 +56,10 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	// the server's ReadTimeout: clear the read deadline so the connection's
 	// background read can never end it.
 	_ = rc.SetReadDeadline(time.Time{})
-	var job store.Job
-	if a.inf.Store != nil {
-		j, err := a.inf.Store.JobByID(ctx, id)
-		switch {
-		case err == nil:
-			job = j
-		case !errors.Is(err, store.ErrNotFound):
-			writeError(w, r, http.StatusServiceUnavailable, err)
-			return
-		}
+	job, err := a.jobOf(ctx, id)
+	if err != nil {
+		writeError(w, r, http.StatusServiceUnavailable, err)
+		return
 	}
 	if final, data, err := a.finishedEvent(ctx, job); err != nil {
 		writeError(w, r, http.StatusServiceUnavailable, err)
@@ -79,58 +73,15 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 	// Known so far: in the jobs table, or submitted here. Otherwise the
 	// replay decides.
 	known := job.ID != "" || a.submitted.has(id)
-
-	progress := a.inf.Subjects.ProgressAll()
-	if job.PUUID != "" {
-		progress = a.inf.Subjects.Progress(job.PUUID)
-	}
-	cons, err := a.inf.JS.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{progress, a.inf.Subjects.IngestRejected()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	ch, backlog, stop, err := a.replayEvents(ctx, job)
 	if err != nil {
 		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	ch := make(chan jetstream.Msg, 256)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case ch <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
-	}
-	defer cc.Stop()
-	// What the replay holds: delivered so far plus still pending (an
-	// ordered consumer exists only once consuming).
-	info, err := cons.Info(ctx)
-	if err != nil {
-		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
-	}
-	backlog := info.NumPending + info.Delivered.Consumer
-	started := false
-	start := func() {
-		if !started {
-			startSSE(w)
-			started = true
-		}
-	}
-	// write extends the write deadline (the server's WriteTimeout would
-	// cut a long stream) and flushes.
-	write := func(format string, args ...any) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(2 * a.Limits.Keepalive))
-		start()
-		if _, err := fmt.Fprintf(w, format, args...); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	defer stop()
+	out := &sseStream{w: w, rc: rc, keepalive: a.Limits.Keepalive}
 	if known {
-		if !write(": following %s\n\n", id) {
+		if !out.write(": following %s\n\n", id) {
 			return
 		}
 	}
@@ -145,35 +96,124 @@ func (a *API) syncEvents(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-keepalive.C:
-			if started && !write(": keepalive\n\n") {
+			if out.started && !out.write(": keepalive\n\n") {
 				return
 			}
 		case m := <-ch:
-			var probe struct {
-				RequestID string `json:"request_id"`
-				Status    string `json:"status"`
-			}
-			if json.Unmarshal(m.Data(), &probe) != nil || probe.RequestID != id {
-				// The end of the replay without an event for an id
-				// nobody submitted: it does not exist.
-				if md, err := m.Metadata(); err == nil && md.NumPending == 0 && !started {
-					writeProblemAt(w, r, http.StatusNotFound, "no such request")
-					return
-				}
-				continue
-			}
-			event := "progress"
-			if m.Subject() == a.inf.Subjects.IngestRejected() {
-				event = "rejected"
-			}
-			if !write("event: %s\ndata: %s\n\n", event, m.Data()) {
+			switch a.relay(out, m, id) {
+			case relayNotFound:
+				writeProblemAt(w, r, http.StatusNotFound, "no such request")
 				return
-			}
-			if event == "rejected" || probe.Status == "completed" || probe.Status == "failed" {
+			case relayEnd:
 				return
 			}
 		}
 	}
+}
+
+// jobOf is the job of request id, or the zero Job when the jobs table has
+// none (yet) or there is no store.
+func (a *API) jobOf(ctx context.Context, id string) (store.Job, error) {
+	if a.inf.Store == nil {
+		return store.Job{}, nil
+	}
+	j, err := a.inf.Store.JobByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, nil
+	}
+	return j, err
+}
+
+// replayEvents replays EVENTS from the start for the job's player (every
+// player's progress when the job is not known yet) and the rejections,
+// into ch. backlog is what the replay holds: delivered so far plus still
+// pending (an ordered consumer exists only once consuming). stop ends it.
+func (a *API) replayEvents(ctx context.Context, job store.Job) (ch chan jetstream.Msg, backlog uint64, stop func(), err error) {
+	progress := a.inf.Subjects.ProgressAll()
+	if job.PUUID != "" {
+		progress = a.inf.Subjects.Progress(job.PUUID)
+	}
+	cons, err := a.inf.JS.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{progress, a.inf.Subjects.IngestRejected()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	ch = make(chan jetstream.Msg, 256)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		cc.Stop()
+		return nil, 0, nil, err
+	}
+	return ch, info.NumPending + info.Delivered.Consumer, cc.Stop, nil
+}
+
+// sseStream writes Server-Sent Events, the headers with the first write.
+type sseStream struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	keepalive time.Duration
+	started   bool
+}
+
+// write extends the write deadline (the server's WriteTimeout would cut a
+// long stream), writes and flushes; false when the client is gone.
+func (s *sseStream) write(format string, args ...any) bool {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(2 * s.keepalive))
+	if !s.started {
+		startSSE(s.w)
+		s.started = true
+	}
+	if _, err := fmt.Fprintf(s.w, format, args...); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
+}
+
+// relayed is what relay did with one replayed message.
+type relayed int
+
+const (
+	relayNext     relayed = iota // written or skipped: go on
+	relayEnd                     // the last event of the request, or the client is gone
+	relayNotFound                // the replay ended with no event of the request: it does not exist
+)
+
+// relay writes m to out when it is an event of request id: a progress
+// event, or its rejection (the last). A final progress status (completed,
+// failed) is the last too.
+func (a *API) relay(out *sseStream, m jetstream.Msg, id string) relayed {
+	var probe struct {
+		RequestID string `json:"request_id"`
+		Status    string `json:"status"`
+	}
+	if json.Unmarshal(m.Data(), &probe) != nil || probe.RequestID != id {
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 && !out.started {
+			return relayNotFound
+		}
+		return relayNext
+	}
+	event := "progress"
+	if m.Subject() == a.inf.Subjects.IngestRejected() {
+		event = "rejected"
+	}
+	if !out.write("event: %s\ndata: %s\n\n", event, m.Data()) {
+		return relayEnd
+	}
+	if event == "rejected" || probe.Status == "completed" || probe.Status == "failed" {
+		return relayEnd
+	}
+	return relayNext
 }
 
 // startSSE writes the headers of a Server-Sent Events response.
