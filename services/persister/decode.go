@@ -22,6 +22,17 @@ type item struct {
 	batch store.Batch
 	bad   error // the message can never be stored: terminate it
 	retry error // the message could not be read now (its payload object): retry it
+	ref   fetchRef
+}
+
+// fetchRef is what the ledger needs of a message that turns out
+// unstorable, kept from its one decode (empty when it did not decode).
+type fetchRef struct {
+	subject string
+	matchID string
+	kind    bus.Kind
+	attempt int
+	status  int // HTTP status of the last Riot answer
 }
 
 // docPool recycles the buffers documents are decompressed into while they
@@ -80,7 +91,7 @@ func (s *Service) decodeSafe(ctx context.Context, m jetstream.Msg) (it item) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.d.Logger.ErrorContext(ctx, "decode panic", "subject", m.Subject(), "panic", p, "stack", string(debug.Stack()))
-			it = item{retry: fmt.Errorf("decode panic: %v", p)}
+			it = item{retry: fmt.Errorf("decode panic: %v", p), ref: fetchRef{subject: m.Subject()}}
 		}
 	}()
 	return s.decode(ctx, m)
@@ -90,11 +101,12 @@ func (s *Service) decodeSafe(ctx context.Context, m jetstream.Msg) (it item) {
 func (s *Service) decode(ctx context.Context, m jetstream.Msg) item {
 	r, err := bus.DecodeFetchResult(m.Headers(), m.Data())
 	if err != nil {
-		return item{bad: fmt.Errorf("invalid fetch result: %w", err)}
+		return item{bad: fmt.Errorf("invalid fetch result: %w", err), ref: fetchRef{subject: m.Subject()}}
 	}
+	ref := fetchRef{subject: m.Subject(), matchID: r.MatchID, kind: r.Kind, attempt: r.Attempt, status: r.Status}
 	if r.PayloadRef != "" {
 		if s.d.Payloads == nil {
-			return item{retry: fmt.Errorf("payload %s is in the object store, which this persister has not opened", r.PayloadRef)}
+			return item{retry: fmt.Errorf("payload %s is in the object store, which this persister has not opened", r.PayloadRef), ref: ref}
 		}
 		gz, err := s.d.Payloads.GetBytes(ctx, r.PayloadRef)
 		switch {
@@ -104,12 +116,13 @@ func (s *Service) decode(ctx context.Context, m jetstream.Msg) item {
 			// retry-sweeper do it.
 			r.Outcome, r.Status, r.Error = bus.TemporaryFailure, 0, "payload object "+r.PayloadRef+" not found; to be fetched again"
 		case err != nil:
-			return item{retry: fmt.Errorf("read payload object %s: %w", r.PayloadRef, err)}
+			return item{retry: fmt.Errorf("read payload object %s: %w", r.PayloadRef, err), ref: ref}
 		default:
 			r.Payload = gz
 		}
 	}
 	it := s.decodeRows(r)
+	it.ref = ref
 	if n := it.batch.StripNUL(); n > 0 {
 		s.nulRepaired.Add(ctx, int64(n))
 	}

@@ -174,7 +174,7 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 	if err == nil {
 		for i := range results {
 			if items[i].bad != nil {
-				results[i] = s.poison(ctx, msgs[i], items[i].bad)
+				results[i] = s.poison(ctx, items[i].ref, items[i].bad)
 			}
 		}
 		s.afterCommit(ctx, res.Progress)
@@ -187,7 +187,7 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 			switch {
 			case items[i].retry != nil:
 			case items[i].bad != nil:
-				results[i] = s.poison(ctx, msgs[i], items[i].bad)
+				results[i] = s.poison(ctx, items[i].ref, items[i].bad)
 			default:
 				results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
 			}
@@ -197,12 +197,12 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 	// Isolate the message whose rows break the batch: store one by one.
 	s.d.Logger.WarnContext(ctx, "persist batch rejected its data; retrying messages one by one", "messages", len(msgs), "err", err)
 	var progress []store.SyncProgress
-	for i, m := range msgs {
+	for i := range msgs {
 		if items[i].retry != nil {
 			continue
 		}
 		if items[i].bad != nil {
-			results[i] = s.poison(ctx, m, items[i].bad)
+			results[i] = s.poison(ctx, items[i].ref, items[i].bad)
 			continue
 		}
 		r, err := s.persist(ctx, items[i].batch, 1)
@@ -210,7 +210,7 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 		case err == nil:
 			progress = append(progress, r.Progress...)
 		case store.KindOf(err) == fault.Invalid:
-			results[i] = s.poison(ctx, m, err)
+			results[i] = s.poison(ctx, items[i].ref, err)
 		default:
 			results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
 		}
@@ -236,20 +236,19 @@ func (s *Service) persist(ctx context.Context, b store.Batch, msgs int) (store.B
 // (when it names a match) and rejects it: the settle policy copies it, with
 // the reason, to the dead-letter stream. When the ledger write itself fails
 // the message is retried instead, so nothing is dropped unrecorded.
-func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) natsx.Result {
-	r, err := bus.DecodeFetchResult(m.Headers(), m.Data())
-	if err == nil && r.MatchID != "" && (r.Kind == bus.KindMatch || r.Kind == bus.KindTimeline) {
-		lu := store.LedgerUpdate{MatchID: r.MatchID, Kind: string(r.Kind), Status: string(bus.PermanentlyUnfetchable),
-			Attempt: max(r.Attempt, 1), HTTPStatus: r.Status, Error: truncate("unstorable payload: "+cause.Error(), 500),
+func (s *Service) poison(ctx context.Context, ref fetchRef, cause error) natsx.Result {
+	if ref.matchID != "" && (ref.kind == bus.KindMatch || ref.kind == bus.KindTimeline) {
+		lu := store.LedgerUpdate{MatchID: ref.matchID, Kind: string(ref.kind), Status: string(bus.PermanentlyUnfetchable),
+			Attempt: max(ref.attempt, 1), HTTPStatus: ref.status, Error: truncate("unstorable payload: "+cause.Error(), 500),
 			AttemptedAt: s.d.Now()}
 		lb := store.Batch{Ledger: []store.LedgerUpdate{lu}}
 		lb.StripNUL()
 		if _, err := s.d.Store.PersistBatch(ctx, lb); err != nil {
-			s.d.Logger.ErrorContext(ctx, "could not record an unstorable payload; will retry", "match_id", r.MatchID, "err", err)
+			s.d.Logger.ErrorContext(ctx, "could not record an unstorable payload; will retry", "match_id", ref.matchID, "err", err)
 			return natsx.Fail(fault.Wrap(store.KindOf(err), err))
 		}
 	}
-	s.d.Logger.ErrorContext(ctx, "unstorable message rejected", "subject", m.Subject(), "match_id", r.MatchID, "err", cause)
+	s.d.Logger.ErrorContext(ctx, "unstorable message rejected", "subject", ref.subject, "match_id", ref.matchID, "err", cause)
 	return natsx.Reject(fmt.Errorf("unstorable payload: %w", cause))
 }
 
