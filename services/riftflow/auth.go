@@ -15,9 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 )
@@ -93,11 +90,12 @@ var tokenRe = regexp.MustCompile(`^rft_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$`)
 // revoked or does not match: the client learns no more than that.
 var errBadToken = errors.New("invalid or revoked token")
 
-// Tokens manages API tokens in Postgres (table api_tokens, migration 002).
-type Tokens struct{ pool *pgxpool.Pool }
+// Tokens issues and checks API tokens; the rows live in Postgres
+// (store.TokenRow, table api_tokens).
+type Tokens struct{ st *store.Store }
 
-// NewTokens returns the token store over st's pool.
-func NewTokens(st *store.Store) *Tokens { return &Tokens{pool: st.Pool()} }
+// NewTokens returns the token store over st.
+func NewTokens(st *store.Store) *Tokens { return &Tokens{st: st} }
 
 // Create makes a token for name with scopes and returns the token (shown
 // once, never stored) and its row.
@@ -115,52 +113,35 @@ func (ts *Tokens) Create(ctx context.Context, name string, scopes []Scope) (stri
 	t := APIToken{ID: hex.EncodeToString(id[:]), Name: name, Scopes: scopes}
 	token := tokenPrefix + t.ID + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
 	sum := sha256.Sum256([]byte(token))
-	err := ts.pool.QueryRow(ctx, `INSERT INTO api_tokens (id, name, scopes, sha256) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-		t.ID, name, scopeStrings(scopes), sum[:]).Scan(&t.CreatedAt)
+	created, err := ts.st.InsertToken(ctx, store.TokenRow{ID: t.ID, Name: name, Scopes: scopeStrings(scopes), SHA256: sum[:]})
 	if err != nil {
-		return "", APIToken{}, fmt.Errorf("create token: %w", err)
+		return "", APIToken{}, err
 	}
+	t.CreatedAt = created
 	redact.Register(token)
 	return token, t, nil
 }
 
 // List returns every token, revoked ones included, oldest first.
 func (ts *Tokens) List(ctx context.Context) ([]APIToken, error) {
-	rows, err := ts.pool.Query(ctx, `SELECT id, name, scopes, created_at, last_used_at, revoked_at FROM api_tokens ORDER BY created_at, id`)
+	rows, err := ts.st.Tokens(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
+		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (APIToken, error) {
-		var t APIToken
-		var scopes []string
-		err := r.Scan(&t.ID, &t.Name, &scopes, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
-		for _, s := range scopes {
-			t.Scopes = append(t.Scopes, Scope(s))
-		}
-		return t, err
-	})
+	out := make([]APIToken, len(rows))
+	for i, r := range rows {
+		out[i] = apiToken(r)
+	}
+	return out, nil
 }
 
 // Revoke revokes token id at once (the next request with it gets 401).
 // store.ErrNotFound when there is no such token or it is already revoked.
-func (ts *Tokens) Revoke(ctx context.Context, id string) error {
-	tag, err := ts.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`, id)
-	if err != nil {
-		return fmt.Errorf("revoke token: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrNotFound
-	}
-	return nil
-}
+func (ts *Tokens) Revoke(ctx context.Context, id string) error { return ts.st.RevokeToken(ctx, id) }
 
 // RevokeName revokes every live token called name and returns how many.
 func (ts *Tokens) RevokeName(ctx context.Context, name string) (int64, error) {
-	tag, err := ts.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL`, name)
-	if err != nil {
-		return 0, fmt.Errorf("revoke tokens: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return ts.st.RevokeTokensNamed(ctx, name)
 }
 
 // Verify returns the live token row for token. The row is found by the
@@ -172,28 +153,28 @@ func (ts *Tokens) Verify(ctx context.Context, token string) (APIToken, error) {
 	if m == nil {
 		return APIToken{}, errBadToken
 	}
-	var t APIToken
-	var scopes []string
-	var stored []byte
-	err := ts.pool.QueryRow(ctx, `SELECT id, name, scopes, sha256, created_at, revoked_at FROM api_tokens WHERE id = $1`, m[1]).
-		Scan(&t.ID, &t.Name, &scopes, &stored, &t.CreatedAt, &t.RevokedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := ts.st.TokenByID(ctx, m[1])
+	if errors.Is(err, store.ErrNotFound) {
 		return APIToken{}, errBadToken
 	}
 	if err != nil {
 		return APIToken{}, fmt.Errorf("verify token: %w", err)
 	}
 	sum := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(sum[:], stored) != 1 || t.RevokedAt != nil {
+	if subtle.ConstantTimeCompare(sum[:], row.SHA256) != 1 || row.RevokedAt != nil {
 		return APIToken{}, errBadToken
 	}
-	for _, s := range scopes {
+	_ = ts.st.TouchToken(ctx, row.ID)
+	return apiToken(row), nil
+}
+
+// apiToken is row without its hash.
+func apiToken(r store.TokenRow) APIToken {
+	t := APIToken{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, RevokedAt: r.RevokedAt}
+	for _, s := range r.Scopes {
 		t.Scopes = append(t.Scopes, Scope(s))
 	}
-	// last_used_at at minute precision: one write a minute per token at most.
-	_, _ = ts.pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = now() WHERE id = $1
-AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, t.ID)
-	return t, nil
+	return t
 }
 
 func scopeStrings(scopes []Scope) []string {
