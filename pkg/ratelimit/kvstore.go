@@ -1,0 +1,414 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type kvStore struct {
+	e  *engine
+	kv jetstream.KeyValue
+	o  SharedOptions
+	// offset is the NATS server's clock minus Options.Now, in ns
+	// (syncClock); samples are the latest measurements.
+	offset  atomic.Int64
+	offErr  atomic.Int64 // the offset's error bound: half the chosen sample's round trip, ns
+	samples []clockSample
+	// afterProbeRead, when set (tests only), runs in startProbe between the
+	// KV read and applying its result, to order a concurrent release there.
+	afterProbeRead func()
+}
+
+var badKeyChars = regexp.MustCompile(`[^-_=.a-zA-Z0-9]`)
+
+// kvToken makes a route or method ID safe inside a KV key.
+func kvToken(s string) string {
+	s = badKeyChars.ReplaceAllString(s, "_")
+	for strings.Contains(s, "..") {
+		s = strings.ReplaceAll(s, "..", "._")
+	}
+	s = strings.Trim(s, ".")
+	if s == "" {
+		return "_"
+	}
+	return s
+}
+
+func (st *kvStore) base(b *bucket, kind string) string {
+	k := st.o.KeyID + "." + kvToken(b.route) + "." + kind + "."
+	if b.method == "" {
+		return k + "app"
+	}
+	return k + "m." + kvToken(b.method)
+}
+
+type winVal struct {
+	Start   int64 `json:"s"` // window start, Unix ms
+	Limit   int   `json:"l"`
+	Granted int   `json:"g"` // tokens handed out (leased) in this window by all processes
+	// Margin is the largest measured margin (ms) of the processes that
+	// leased from the window; every process judges the window's end as
+	// start + length + max(its own margin, Margin).
+	Margin int64 `json:"m,omitempty"`
+	// End (Unix ms, 0 if unknown) is the latest end of Riot's window that
+	// a count-1 reply proved (engine.alignToRiot), plus the error bound of
+	// the writer's clock offset: the window may roll then, if that is
+	// earlier than start + length + margin.
+	End int64 `json:"e,omitempty"`
+	// Ep is the window's epoch: its Start when it was created. A count-1
+	// reply that moves or rolls it (alignKV) keeps Ep: the window's count
+	// still holds tokens leased under the earlier start.
+	Ep int64 `json:"ep,omitempty"`
+	// Done lists tokens of this window (counted in Granted) that are
+	// settled: their requests were answered, or the tokens were dropped
+	// unsent, at or before T. A roll (alignKV) keeps in the new window
+	// every token not settled before the request that began Riot's window
+	// was granted: only those can be in Riot's window.
+	Done []settleVal `json:"d,omitempty"`
+}
+
+func (v winVal) epoch() int64 {
+	if v.Ep != 0 {
+		return v.Ep
+	}
+	return v.Start
+}
+
+// end is when the window may roll for a process whose margin is margin
+// and whose clock offset's error bound is offErr.
+func (v winVal) end(length, margin, offErr time.Duration) time.Time {
+	end := time.UnixMilli(v.Start).Add(length + max(margin, time.Duration(v.Margin)*time.Millisecond))
+	if v.End > 0 {
+		if c := time.UnixMilli(v.End).Add(offErr); c.Before(end) {
+			end = c
+		}
+	}
+	return end
+}
+
+type pauseVal struct {
+	Until int64  `json:"u"` // Unix ms
+	Type  string `json:"t"`
+}
+
+func (st *kvStore) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), st.o.KVTimeout)
+}
+
+// shareLimits writes learned limits for the other processes (after pause,
+// if any: a 429 that taught them) and, if this process held the probe
+// lock, releases it. Called without e.mu.
+func (st *kvStore) shareLimits(b *bucket, canon string, probed bool, pause *pauseVal) {
+	key := st.base(b, "limits")
+	ctx, cancel := st.ctx()
+	defer cancel()
+	if pause != nil {
+		st.writePause(ctx, b, *pause)
+	}
+	if _, err := st.kv.Put(ctx, key, []byte(canon)); err != nil {
+		st.e.o.Logger.Warn("ratelimit: share limits", "key", key, "err", err)
+	}
+	if probed {
+		st.deleteProbe(ctx, b)
+	}
+}
+
+func (st *kvStore) putPause(b *bucket, until time.Time, typ string) {
+	pv := pauseVal{Until: until.UnixMilli(), Type: typ}
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		st.writePause(ctx, b, pv)
+	}()
+}
+
+// writePause writes b's pause to KV; failures are logged (the pause still
+// applies locally).
+func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
+	key := st.base(b, "pause")
+	v, _ := json.Marshal(pv)
+	if _, err := st.kv.Put(ctx, key, v); err != nil {
+		st.e.o.Logger.Warn("ratelimit: share pause", "key", key, "err", err)
+	}
+}
+
+// reconcile raises a window's global count in KV to c, a -Count header
+// above what KV knows (another user of the key, drift, or requests sent
+// before the limits were known). counted is the window start the request
+// was counted in (zero if none: then the current window is raised, or a
+// new one started at at, the request's grant time).
+func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
+	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
+	_, offErr := st.clock()
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		for range 10 {
+			now := st.e.now()
+			ent, err := st.kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				if !counted.IsZero() {
+					return
+				}
+				v, _ := json.Marshal(winVal{Start: at.UnixMilli(), Limit: limit, Granted: c})
+				if _, err := st.kv.Create(ctx, key, v); errors.Is(err, jetstream.ErrKeyExists) {
+					continue
+				}
+				return
+			}
+			if err != nil {
+				return
+			}
+			var cur winVal
+			_ = json.Unmarshal(ent.Value(), &cur)
+			next := cur
+			switch {
+			case cur.Start == 0 || !now.Before(cur.end(length, margin, offErr)):
+				if !counted.IsZero() {
+					return // that window is over
+				}
+				next = winVal{Start: at.UnixMilli(), Limit: limit, Granted: c}
+			case !counted.IsZero() && cur.Start != counted.UnixMilli():
+				return
+			case cur.Granted >= c:
+				return
+			default:
+				next.Granted = c
+			}
+			v, _ := json.Marshal(next)
+			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				return
+			}
+		}
+	}()
+}
+
+// alignKV applies a count-1 reply for the request marked m to the KV window
+// of w's length (see engine.alignToRiot): if KV still holds the window m's
+// request was counted in and it started before floor, it is rolled to
+// floor keeping every token not settled before m's grant (winVal.Done;
+// moved keeping its count if its length has not passed); if it holds a later window started before floor, that window
+// moves to floor with its count. Anything else (a window
+// already starting at or after floor) is left alone.
+func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
+	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	key := st.base(b, "win") + "." + sec
+	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
+	// Riot's window began with m's request, by now: it ends by now +
+	// length (plus this process's clock error), rounded up to the ms.
+	_, offErr := st.clock()
+	riotEnd := now.Add(w.length + offErr + time.Millisecond - 1).UnixMilli()
+	granted := m.at.Add(-offErr).UnixMilli() // m's grant, at the earliest
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		moved := true
+		wrote, _ := st.casWin(ctx, key, func(cur *winVal) bool {
+			cur.Ep = cur.epoch() // kept when the start moves
+			moved = true
+			switch {
+			case cur.Start == counted && !roll && (cur.End < riotEnd || cur.Start < fl):
+				// m's window, young: record Riot's end (engine.alignToRiot)
+				// and move the start to floor if it is before.
+				cur.End = max(cur.End, riotEnd)
+				cur.Start, moved = max(cur.Start, fl), cur.Start < fl
+			case cur.Start >= fl:
+				return false
+			case cur.Start == counted && roll:
+				// Riot's window began when m's request arrived, after its
+				// grant: a token settled before that grant (answered, or
+				// dropped unsent) was not in it; every other token of the
+				// window may be, whichever process leased it, and stays
+				// counted, including those leased but not sent yet.
+				settled, later := cur.unsettled(granted)
+				cur.Start, cur.Granted, cur.End, cur.Done = fl, max(0, cur.Granted-settled), 0, later
+			case cur.Start > counted:
+				cur.Start, cur.End = fl, 0
+			default:
+				return false
+			}
+			return true
+		})
+		if wrote && moved {
+			// Tell the others: a process whose view of the window is full
+			// would otherwise wait for its own end of it. (Only an end
+			// recorded: the others learn it on their next lease.)
+			if _, err := st.kv.Put(ctx, st.base(b, "align")+"."+sec, []byte(strconv.FormatInt(fl, 10))); err != nil {
+				st.e.o.Logger.Debug("ratelimit: announce realigned window", "key", key, "err", err)
+			}
+		}
+	}()
+}
+
+// errMovedOn: the KV window a grant came from has been replaced.
+var errMovedOn = errors.New("ratelimit: the KV window of the grant has moved on")
+
+// opening moves the start of the KV window that m's request was counted
+// in to at least start, synchronously (permit.Send): the request may open
+// Riot's window as late as that, and no process may start the next
+// window before this one's end counted from there. The window must still
+// be m's (its epoch, not ended); otherwise, or when KV fails, the request
+// is not sent.
+func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error {
+	st.e.mu.Lock()
+	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	st.e.mu.Unlock()
+	key := st.base(b, "win") + "." + sec
+	ctx, cancel := st.ctx()
+	defer cancel()
+	ms := start.UnixMilli()
+	ok := false
+	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+		ok = cur.epoch() == m.ep || cur.Start == m.start.UnixMilli()
+		if !ok || cur.Start >= ms {
+			return false
+		}
+		cur.Ep, cur.Start = cur.epoch(), ms
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errMovedOn
+	}
+	return nil
+}
+
+// casWin reads the KV window at key, lets edit change it (false: leave it
+// as it is) and writes it back with compare-and-set, again on a conflict,
+// up to 10 times. It reports whether it wrote; err is a KV error or too
+// much contention.
+func (st *kvStore) casWin(ctx context.Context, key string, edit func(*winVal) bool) (bool, error) {
+	for range 10 {
+		ent, err := st.kv.Get(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		var cur winVal
+		if json.Unmarshal(ent.Value(), &cur) != nil || !edit(&cur) {
+			return false, nil
+		}
+		v, _ := json.Marshal(cur)
+		_, err = st.kv.Update(ctx, key, v, ent.Revision())
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err == nil, err
+		}
+	}
+	return false, errors.New("ratelimit: too much CAS contention on " + key)
+}
+
+// storeResult records whether b's last KV operation failed: after a
+// failure b waits StoreRetry before the next (engine.check blocks it
+// meanwhile). Callers hold mu.
+func (st *kvStore) storeResult(b *bucket, failed bool, now time.Time) {
+	if failed {
+		b.storeDown, b.storeRetry = true, now.Add(st.o.StoreRetry)
+		return
+	}
+	if b.storeDown {
+		st.e.o.Logger.Info("ratelimit: kv answers again", "route", b.route, "bucket", b.name())
+	}
+	b.storeDown, b.storeRetry = false, time.Time{}
+}
+
+func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }
+
+// riotEnd is End as a time (zero if none).
+func (v winVal) riotEnd() time.Time {
+	if v.End == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.End)
+}
+
+// The store interface, as kvStore implements it.
+
+func (st *kvStore) clock() (time.Duration, time.Duration) {
+	return time.Duration(st.offset.Load()), time.Duration(st.offErr.Load())
+}
+
+// reserve grants from tokens this process leased; a window spent in KV
+// blocks until its end; otherwise a lease is needed, unless the store
+// failed lately: then only leased tokens (counted in KV) are spent (fail
+// closed) until StoreRetry has passed.
+func (st *kvStore) reserve(b *bucket, w *window, end, now time.Time) (int, time.Time) {
+	switch {
+	case !w.start.IsZero() && w.leased > 0:
+		return okGrant, time.Time{}
+	case !w.start.IsZero() && w.count >= w.limit:
+		return blocked, end
+	case now.Before(b.storeRetry):
+		return blocked, b.storeRetry
+	}
+	return needLease, time.Time{}
+}
+
+// spend: count, the KV view, already includes the leased tokens; a
+// cancelled one returns to this process's lease.
+func (st *kvStore) spend(w *window, n int) { w.leased -= n }
+
+// rolled: the next lease adds this process's requests in flight at the
+// rollover to the KV window (leaseJob.carry). They are counted now, not
+// when the lease runs: one that is answered in between may still have
+// reached Riot after its window reset (the stragglers of a loaded host).
+// The tokens it held unsent are settled (kvStore.settle): the KV window's
+// chain may go on (realigned by a count-1 reply) and counts them until then.
+func (st *kvStore) rolled(b *bucket, w *window, dropped int, now time.Time) {
+	w.rollCarry, w.rolledAt = b.inflight, now
+	st.addSettled(b, w, dropped, now)
+}
+
+// answered settles the request in the KV window chain it was leased from
+// (kvStore.settle), if that is still the chain this process leases from.
+func (st *kvStore) answered(b *bucket, w *window, m mark, now time.Time) {
+	if m.ep != 0 && m.ep == w.epoch {
+		st.addSettled(b, w, 1, now)
+	}
+}
+
+// opened: the next lease adds the requests sent before the limits were
+// known to the KV window (seedIn).
+func (st *kvStore) opened(b *bucket, w *window, _ time.Time) { w.seedIn = b.pre }
+
+// learned: the next lease first adds the requests sent before the limits
+// were known to the KV windows, then writes the limits, which wakes the
+// other processes.
+func (st *kvStore) learned(r *route, b *bucket, canon string) {
+	b.share = canon
+	st.fetch(r, b)
+}
+
+// counted: KV holds the count; it is raised if Riot counts more, and the
+// local view follows on the next lease. Requests sent before the limits
+// were known are added to KV by the next lease (seedIn), not here: a count
+// header cannot tell them from tokens leased but not yet sent.
+func (st *kvStore) counted(b *bucket, w *window, m mark, p *permit, c int, marked bool) {
+	if !m.start.IsZero() && c > w.count {
+		st.reconcile(b, w, m.start, p.at, c)
+	}
+	if m.start.IsZero() && !marked {
+		w.seedCount = max(w.seedCount, c)
+	}
+}
+
+// aligned rounds floor to KV's milliseconds and rolls, moves or ends
+// earlier the KV window too (alignKV): KV may be ahead of this process's
+// view, and the others learn Riot's end from it.
+func (st *kvStore) aligned(b *bucket, w *window, m mark, floor, now time.Time) time.Time {
+	floor = time.UnixMilli(floor.UnixMilli())
+	st.alignKV(b, w, m, floor, now)
+	return floor
+}
+
+func (st *kvStore) paused(b *bucket, until time.Time, typ string) { st.putPause(b, until, typ) }
