@@ -106,7 +106,7 @@ func (e *engine) offset() time.Duration {
 // of the window's length; plus (Shared) the error bound of this process's
 // server-clock offset. Callers hold mu.
 func (e *engine) margin(b *bucket, w *window) time.Duration {
-	m := min(max(b.rtt.margin(e.o.InitialMargin), w.kvMargin), w.length/maxMarginDiv)
+	m := min(max(b.rtt.margin(e.o.InitialMargin), w.kv.margin), w.length/maxMarginDiv)
 	// Shared: this process's estimate of the server clock may be off by up
 	// to half a KV round trip.
 	_, offErr := e.st.clock()
@@ -134,8 +134,7 @@ func (e *engine) end(b *bucket, w *window) time.Time {
 // maxMarginDiv caps the margin at a quarter of the window: one very slow
 // answer must not idle a long window for long. A window opened later than
 // that by Riot is still caught: the count-1 reply realigns ours
-// (engine.alignToRiot). (A tenth let 1 s windows overshoot on a machine at
-// load average 27, where round trips of hundreds of ms were measured.)
+// (engine.alignToRiot).
 const maxMarginDiv = 4
 
 // clockSample is one measurement of the server clock's offset: a Put's

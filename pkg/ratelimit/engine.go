@@ -15,39 +15,20 @@ type window struct {
 	length time.Duration
 	limit  int
 	start  time.Time // zero: not started
-	count  int       // requests counted in this window (local: granted; shared: global as last seen)
-	leased int       // shared only: tokens this process holds in the window starting at start
-	seedIn int       // shared only: this process's requests sent before the limits were known; added to KV by the next lease
-	// seedCount (shared only) is the -Count Riot reported for such a
-	// request: the next lease raises the KV window to at least this, so a
-	// budget another user of the key already spent is not leased again.
-	seedCount int
-	// kvMargin (shared only) is the margin stored with the KV window: the
-	// largest measured margin of the processes that leased from it.
-	kvMargin time.Duration
+	count  int       // requests counted in this window (Local: granted; Shared: the key's global count as last seen)
 	// riotEnd, when set, is the latest end that a count-1 reply proved for
 	// Riot's window that this one mirrors: that reply's answer time plus
 	// the length (Riot's window began when the request arrived, before the
 	// answer). The window may roll then instead of at start + length +
 	// margin (engine.end). With Shared it is shared through KV ("e").
 	riotEnd time.Time
-	// rollCarry (shared only) is how many requests of the budget were in
-	// flight when the window rolled at rolledAt: the next lease adds them
-	// to the new KV window (kvStore.rolled).
-	rollCarry int
-	rolledAt  time.Time
-	// epoch (shared only) names the chain of KV windows this process's
-	// tokens in w were leased from (winVal.Ep); pend counts those of its
-	// requests answered (or tokens dropped unsent) not yet written to the
-	// KV window's settled list (kvStore.settle).
-	epoch int64
-	pend  settleVal
 	// sentFor is the start of the window in which this process last sent
 	// a request (permit.Send): equal to start once it has sent in this
 	// window. lateStart is the later start that a late first send gave
 	// the window (Riot's window may open only then); engine.end counts
 	// from it.
 	sentFor, lateStart time.Time
+	kv                 kvWindow // kvStore's state of the window; zero for Local
 }
 
 // bucket is one budget: the app budget of a route or one method's.
@@ -61,23 +42,7 @@ type bucket struct {
 	pausedUntil   time.Time
 	pauseType     string
 	backoff       time.Duration
-	fetching      bool // shared: a lease request is under way
-	settling      bool // shared: a settlement write is under way (kvStore.settle)
-	// storeRetry (shared): the KV store failed; no lease or probe is
-	// tried before this time. storeDown marks the outage for logging.
-	storeRetry time.Time
-	storeDown  bool
-	// Shared, while no process knows the limits: probeUntil is the end of
-	// this process's probe lock (it may send InitialInFlight requests);
-	// probeWait the end of another process's lock (wait for its limits).
-	probeUntil, probeWait time.Time
-	// probeFreed counts the releases of another process's probe lock seen
-	// in the watch. A probe that read the lock as held before a release
-	// must not wait for it after (kvStore.startProbe compares it).
-	probeFreed uint64
-	// share holds learned limits to write to KV after the next lease has
-	// seeded the KV windows with the requests sent before they were known.
-	share string
+	kv            kvBucket // kvStore's state of the budget; zero for Local
 	// hi and lo queue waiters (method buckets only): interactive, background.
 	hi, lo list.List
 }
@@ -203,13 +168,12 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	res, until := okGrant, time.Time{}
 	for _, w := range b.windows {
 		if !w.start.IsZero() && !now.Before(e.end(b, w)) {
-			dropped := max(w.leased, 0)
-			w.start, w.count, w.leased, w.riotEnd, w.lateStart = time.Time{}, 0, 0, time.Time{}, time.Time{}
+			w.start, w.count, w.riotEnd, w.lateStart = time.Time{}, 0, time.Time{}, time.Time{}
 			// Requests still in flight at the rollover may reach Riot after
 			// its window reset and count in its next one: they count in
 			// ours too, or a window granted in full could overshoot by the
-			// stragglers (store.rolled).
-			e.st.rolled(b, w, dropped, now)
+			// stragglers (eventRolled).
+			e.st.observe(event{kind: eventRolled, b: b, w: w, at: now})
 		}
 		if !w.start.IsZero() && !now.Before(e.closes(w, now)) {
 			// Closed: a grant now would carry a deadline already passed
@@ -242,7 +206,7 @@ type mark struct {
 	ord      int
 	inflight int
 	at       time.Time // the grant time
-	ep       int64     // the window's epoch at the grant (shared; 0 in memory)
+	epoch    int64     // the window's KV epoch at the grant (kvWindow.epoch; 0 for Local)
 }
 
 func (e *engine) take(b *bucket, now time.Time) []mark {
@@ -256,8 +220,8 @@ func (e *engine) take(b *bucket, now time.Time) []mark {
 		if w.start.IsZero() {
 			w.start = now
 		}
-		e.st.spend(w, 1)
-		marks[i] = mark{start: w.start, ord: w.count - max(w.leased, 0), inflight: inflight, at: now, ep: w.epoch}
+		e.st.observe(event{kind: eventSpent, w: w, n: 1})
+		marks[i] = mark{start: w.start, ord: w.count - w.held(), inflight: inflight, at: now, epoch: w.kv.epoch}
 	}
 	return marks
 }
@@ -301,7 +265,15 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 		return w.p, nil
 	}
 	e.mu.Unlock()
+	return e.wait(ctx, r, mb, w, start, deadline)
+}
 
+// wait blocks until w, queued on mb at start, is granted, until deadline
+// (after deadline − start of real time), or until ctx ends; it returns
+// w's permit, or the error for Acquire with w off its queue. Called
+// without mu.
+func (e *engine) wait(ctx context.Context, r *route, mb *bucket, w *waiter, start, deadline time.Time) (riot.Permit, error) {
+	c := w.c
 	t := time.NewTimer(deadline.Sub(start))
 	defer t.Stop()
 	var err error
@@ -331,7 +303,7 @@ func (e *engine) acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 		l = &mb.hi
 	}
 	l.Remove(w.e)
-	e.st.idle(r)
+	e.st.observe(event{kind: eventIdle, r: r})
 	if err != nil {
 		return nil, err
 	}

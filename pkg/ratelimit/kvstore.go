@@ -27,6 +27,54 @@ type kvStore struct {
 	afterProbeRead func()
 }
 
+// kvWindow is what kvStore keeps of one window beside the engine's view:
+// the tokens this process leased from the KV window and what it still owes
+// to it. Only kvStore reads or writes it (callers hold mu).
+type kvWindow struct {
+	leased int // tokens this process holds in the window starting at window.start
+	seedIn int // this process's requests sent before the limits were known; added to KV by the next lease
+	// seedCount is the -Count Riot reported for such a request: the next
+	// lease raises the KV window to at least this, so a budget another
+	// user of the key already spent is not leased again.
+	seedCount int
+	// margin is the margin stored with the KV window: the largest
+	// measured margin of the processes that leased from it (engine.margin).
+	margin time.Duration
+	// rollCarry is how many requests of the budget were in flight when
+	// the window rolled at rolledAt: the next lease adds them to the new
+	// KV window (kvStore.rolled).
+	rollCarry int
+	rolledAt  time.Time
+	// epoch names the chain of KV windows this process's tokens in the
+	// window were leased from (winVal.Ep); pend counts those of its
+	// requests answered (or tokens dropped unsent) not yet written to the
+	// KV window's settled list (kvStore.settle).
+	epoch int64
+	pend  settleVal
+}
+
+// kvBucket is what kvStore keeps of one budget: its lease, settlement and
+// probe state. Only kvStore reads or writes it (callers hold mu).
+type kvBucket struct {
+	fetching bool // a lease or probe is under way (kvStore.fetch)
+	settling bool // a settlement write is under way (kvStore.settle)
+	// storeRetry: the KV store failed; no lease or probe is tried before
+	// this time. storeDown marks the outage for logging.
+	storeRetry time.Time
+	storeDown  bool
+	// While no process knows the limits: probeUntil is the end of this
+	// process's probe lock (it may send InitialInFlight requests);
+	// probeWait the end of another process's lock (wait for its limits).
+	probeUntil, probeWait time.Time
+	// probeFreed counts the releases of another process's probe lock seen
+	// in the watch. A probe that read the lock as held before a release
+	// must not wait for it after (kvStore.startProbe compares it).
+	probeFreed uint64
+	// share holds learned limits to write to KV after the next lease has
+	// seeded the KV windows with the requests sent before they were known.
+	share string
+}
+
 var badKeyChars = regexp.MustCompile(`[^-_=.a-zA-Z0-9]`)
 
 // kvToken makes a route or method ID safe inside a KV key.
@@ -40,6 +88,11 @@ func kvToken(s string) string {
 		return "_"
 	}
 	return s
+}
+
+// winKey is the KV key of b's window w: <base>.<length in s>. Callers hold mu.
+func (st *kvStore) winKey(b *bucket, w *window) string {
+	return st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
 }
 
 func (st *kvStore) base(b *bucket, kind string) string {
@@ -146,7 +199,7 @@ func (st *kvStore) writePause(ctx context.Context, b *bucket, pv pauseVal) {
 // was counted in (zero if none: then the current window is raised, or a
 // new one started at at, the request's grant time).
 func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int) {
-	key := st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10)
+	key := st.winKey(b, w)
 	length, limit, margin := w.length, w.limit, st.e.margin(b, w)
 	_, offErr := st.clock()
 	go func() {
@@ -202,7 +255,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 	roll := now.Sub(m.start) >= w.length // as engine.alignToRiot
 	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
-	key := st.base(b, "win") + "." + sec
+	key := st.winKey(b, w)
 	counted, fl := m.start.UnixMilli(), floor.UnixMilli()
 	// Riot's window began with m's request, by now: it ends by now +
 	// length (plus this process's clock error), rounded up to the ms.
@@ -261,15 +314,14 @@ var errMovedOn = errors.New("ratelimit: the KV window of the grant has moved on"
 // is not sent.
 func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error {
 	st.e.mu.Lock()
-	sec := strconv.FormatInt(int64(w.length/time.Second), 10)
+	key := st.winKey(b, w)
 	st.e.mu.Unlock()
-	key := st.base(b, "win") + "." + sec
 	ctx, cancel := st.ctx()
 	defer cancel()
 	ms := start.UnixMilli()
 	ok := false
 	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
-		ok = cur.epoch() == m.ep || cur.Start == m.start.UnixMilli()
+		ok = cur.epoch() == m.epoch || cur.Start == m.start.UnixMilli()
 		if !ok || cur.Start >= ms {
 			return false
 		}
@@ -313,13 +365,13 @@ func (st *kvStore) casWin(ctx context.Context, key string, edit func(*winVal) bo
 // meanwhile). Callers hold mu.
 func (st *kvStore) storeResult(b *bucket, failed bool, now time.Time) {
 	if failed {
-		b.storeDown, b.storeRetry = true, now.Add(st.o.StoreRetry)
+		b.kv.storeDown, b.kv.storeRetry = true, now.Add(st.o.StoreRetry)
 		return
 	}
-	if b.storeDown {
+	if b.kv.storeDown {
 		st.e.o.Logger.Info("ratelimit: kv answers again", "route", b.route, "bucket", b.name())
 	}
-	b.storeDown, b.storeRetry = false, time.Time{}
+	b.kv.storeDown, b.kv.storeRetry = false, time.Time{}
 }
 
 func (v winVal) margin() time.Duration { return time.Duration(v.Margin) * time.Millisecond }
@@ -332,7 +384,12 @@ func (v winVal) riotEnd() time.Time {
 	return time.UnixMilli(v.End)
 }
 
-// The store interface, as kvStore implements it.
+// held is how many tokens this process holds unsent in w: leased from
+// KV and not granted yet (0 for Local).
+func (w *window) held() int { return max(w.kv.leased, 0) }
+
+// The store interface, as kvStore implements it (its KV operations are
+// above and in lease.go, probe.go and settle.go).
 
 func (st *kvStore) clock() (time.Duration, time.Duration) {
 	return time.Duration(st.offset.Load()), time.Duration(st.offErr.Load())
@@ -344,48 +401,70 @@ func (st *kvStore) clock() (time.Duration, time.Duration) {
 // closed) until StoreRetry has passed.
 func (st *kvStore) reserve(b *bucket, w *window, end, now time.Time) (int, time.Time) {
 	switch {
-	case !w.start.IsZero() && w.leased > 0:
+	case !w.start.IsZero() && w.kv.leased > 0:
 		return okGrant, time.Time{}
 	case !w.start.IsZero() && w.count >= w.limit:
 		return blocked, end
-	case now.Before(b.storeRetry):
-		return blocked, b.storeRetry
+	case now.Before(b.kv.storeRetry):
+		return blocked, b.kv.storeRetry
 	}
 	return needLease, time.Time{}
 }
 
-// spend: count, the KV view, already includes the leased tokens; a
-// cancelled one returns to this process's lease.
-func (st *kvStore) spend(w *window, n int) { w.leased -= n }
+// observe applies an event to the KV side of the budget (kvWindow,
+// kvBucket) and starts the KV writes it needs.
+func (st *kvStore) observe(ev event) {
+	switch ev.kind {
+	case eventSpent:
+		// count, the KV view, already includes the leased tokens; a
+		// cancelled one returns to this process's lease.
+		ev.w.kv.leased -= ev.n
+	case eventRolled:
+		st.rolled(ev.b, ev.w, ev.at)
+	case eventAnswered:
+		st.answered(ev.b, ev.w, ev.m, ev.at)
+	case eventOpened:
+		// The next lease adds the requests sent before the limits were
+		// known to the KV window (seedIn).
+		ev.w.kv.seedIn = ev.b.pre
+	case eventLearned:
+		st.learned(ev.r, ev.b, ev.canon)
+	case eventCounted:
+		st.counted(ev.b, ev.w, ev.m, ev.p, ev.n, ev.marked)
+	case eventPaused:
+		st.putPause(ev.b, ev.at, ev.typ)
+	case eventIdle:
+		st.idle(ev.r)
+	}
+}
 
-// rolled: the next lease adds this process's requests in flight at the
-// rollover to the KV window (leaseJob.carry). They are counted now, not
-// when the lease runs: one that is answered in between may still have
-// reached Riot after its window reset (the stragglers of a loaded host).
-// The tokens it held unsent are settled (kvStore.settle): the KV window's
-// chain may go on (realigned by a count-1 reply) and counts them until then.
-func (st *kvStore) rolled(b *bucket, w *window, dropped int, now time.Time) {
-	w.rollCarry, w.rolledAt = b.inflight, now
+// rolled: the tokens this process held unsent in w are dropped and
+// settled (kvStore.settle): the KV window's chain may go on (realigned by
+// a count-1 reply) and counts them until then. The next lease adds this
+// process's requests in flight at the rollover to the KV window
+// (leaseJob.carry). They are counted now, not when the lease runs: one
+// that is answered in between may still have reached Riot after its
+// window reset (the stragglers of a loaded host).
+func (st *kvStore) rolled(b *bucket, w *window, now time.Time) {
+	dropped := w.held()
+	w.kv.leased = 0
+	w.kv.rollCarry, w.kv.rolledAt = b.inflight, now
 	st.addSettled(b, w, dropped, now)
 }
 
 // answered settles the request in the KV window chain it was leased from
 // (kvStore.settle), if that is still the chain this process leases from.
 func (st *kvStore) answered(b *bucket, w *window, m mark, now time.Time) {
-	if m.ep != 0 && m.ep == w.epoch {
+	if m.epoch != 0 && m.epoch == w.kv.epoch {
 		st.addSettled(b, w, 1, now)
 	}
 }
-
-// opened: the next lease adds the requests sent before the limits were
-// known to the KV window (seedIn).
-func (st *kvStore) opened(b *bucket, w *window, _ time.Time) { w.seedIn = b.pre }
 
 // learned: the next lease first adds the requests sent before the limits
 // were known to the KV windows, then writes the limits, which wakes the
 // other processes.
 func (st *kvStore) learned(r *route, b *bucket, canon string) {
-	b.share = canon
+	b.kv.share = canon
 	st.fetch(r, b)
 }
 
@@ -398,7 +477,7 @@ func (st *kvStore) counted(b *bucket, w *window, m mark, p *permit, c int, marke
 		st.reconcile(b, w, m.start, p.at, c)
 	}
 	if m.start.IsZero() && !marked {
-		w.seedCount = max(w.seedCount, c)
+		w.kv.seedCount = max(w.kv.seedCount, c)
 	}
 }
 
@@ -410,5 +489,3 @@ func (st *kvStore) aligned(b *bucket, w *window, m mark, floor, now time.Time) t
 	st.alignKV(b, w, m, floor, now)
 	return floor
 }
-
-func (st *kvStore) paused(b *bucket, until time.Time, typ string) { st.putPause(b, until, typ) }

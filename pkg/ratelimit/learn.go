@@ -16,7 +16,7 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 	if len(lims) > 0 {
 		if canon := FormatLimits(lims); canon != b.limits {
 			e.setLimits(b, lims, p.at)
-			e.st.learned(p.r, b, canon)
+			e.st.observe(event{kind: eventLearned, r: p.r, b: b, canon: canon})
 		}
 	}
 	for i, w := range b.windows {
@@ -34,7 +34,7 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 		if !m.start.IsZero() && !w.start.Equal(m.start) {
 			continue // the request was counted in an earlier window
 		}
-		e.st.counted(b, w, m, p, c, len(marks) > 0)
+		e.st.observe(event{kind: eventCounted, b: b, w: w, m: m, p: p, n: c, marked: len(marks) > 0})
 	}
 }
 
@@ -54,8 +54,8 @@ func (e *engine) learn(b *bucket, p *permit, marks []mark, limH, cntH string, no
 //     Shared, the KV window keeps every token of every process not
 //     settled before p's grant, kvStore.alignKV: this process's view
 //     follows on its next lease). Keeping w's count while moving
-//     its start (the old rule) idled every process for a whole window
-//     when p was a straggler granted at the end of a full window.
+//     its start would idle every process for a whole window when p is a
+//     straggler granted at the end of a full window.
 //   - The same in a young window (its length has not passed): the
 //     requests granted before p may still be on their way, so the count
 //     is kept and w only moves to floor, which costs at most p's trip.
@@ -117,7 +117,7 @@ func (e *engine) setLimits(b *bucket, lims []Limit, at time.Time) {
 		}
 		if w == nil {
 			w = &window{length: l.Window}
-			e.st.opened(b, w, at)
+			e.st.observe(event{kind: eventOpened, b: b, w: w, at: at})
 		}
 		w.limit = l.N
 		if e.o.LimitShare < 1 {
@@ -166,7 +166,7 @@ func (e *engine) on429(p *permit, h http.Header, now time.Time) {
 	until := now.Add(d)
 	e.pause(b, until, typ)
 	e.met.paused(b.route, b.name(), typ, d)
-	e.st.paused(b, until, typ)
+	e.st.observe(event{kind: eventPaused, b: b, at: until, typ: typ})
 }
 
 func (e *engine) pause(b *bucket, until time.Time, typ string) {

@@ -170,14 +170,14 @@ func (e *engine) cancel(p *permit) {
 			switch {
 			case i >= len(x.marks):
 			case w.start.Equal(x.marks[i].start):
-				e.st.spend(w, -1)
+				e.st.observe(event{kind: eventSpent, w: w, n: -1})
 			default: // its window moved on: the token is gone, never sent
-				e.st.answered(x.b, w, x.marks[i], e.now())
+				e.st.observe(event{kind: eventAnswered, b: x.b, w: w, m: x.marks[i], at: e.now()})
 			}
 		}
 	}
 	e.dispatch(p.r, e.now())
-	e.st.idle(p.r)
+	e.st.observe(event{kind: eventIdle, r: p.r})
 }
 
 // Done implements riot.Permit: it releases the in-flight slot, learns
@@ -199,7 +199,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 			e.timed(p, now)
 		}
 		e.dispatch(p.r, now)
-		e.st.idle(p.r)
+		e.st.observe(event{kind: eventIdle, r: p.r})
 		return
 	}
 	e.learn(p.r.app, p, p.appMarks, h.Get("X-App-Rate-Limit"), h.Get("X-App-Rate-Limit-Count"), now)
@@ -214,7 +214,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 		p.r.app.backoff = 0
 	}
 	e.dispatch(p.r, now)
-	e.st.idle(p.r)
+	e.st.observe(event{kind: eventIdle, r: p.r})
 }
 
 // answered tells the store that the request marked marks in b's windows
@@ -222,7 +222,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 func (e *engine) answered(b *bucket, marks []mark, now time.Time) {
 	for i, w := range b.windows {
 		if i < len(marks) {
-			e.st.answered(b, w, marks[i], now)
+			e.st.observe(event{kind: eventAnswered, b: b, w: w, m: marks[i], at: now})
 		}
 	}
 }

@@ -95,7 +95,7 @@ func (st *kvStore) probe(b *bucket) probeResult {
 }
 
 // startProbe runs probe for b and applies its result. It runs in its own
-// goroutine; b.fetching is set and e.mu is not held. freed is b.probeFreed
+// goroutine; b.kv.fetching is set and e.mu is not held. freed is b.kv.probeFreed
 // before the probe read KV: if the watch has seen the lock released since,
 // a "held by another" answer is stale, and b probes again at once instead
 // of waiting out a lock that no longer exists.
@@ -114,16 +114,16 @@ func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 		e.setLimits(b, res.limits, now)
 	case res.err != nil:
 		// KV unreachable: fail closed (no probe), try again later.
-		if !b.storeDown {
+		if !b.kv.storeDown {
 			e.o.Logger.Warn("ratelimit: kv unreachable; not probing unknown limits until it answers", "route", b.route, "bucket", b.name(), "err", res.err)
 		}
 	case res.held:
-		b.probeUntil = res.until
-	case b.probeFreed == freed:
-		b.probeWait = res.until
+		b.kv.probeUntil = res.until
+	case b.kv.probeFreed == freed:
+		b.kv.probeWait = res.until
 	}
 	st.storeResult(b, res.err != nil, now)
-	b.fetching = false
+	b.kv.fetching = false
 	e.dispatch(r, now)
 }
 
@@ -132,12 +132,12 @@ func (st *kvStore) startProbe(r *route, b *bucket, freed uint64) {
 // known, not N; none probes without the store (fail closed).
 func (st *kvStore) unknown(b *bucket, now time.Time) (int, time.Time) {
 	switch {
-	case now.Before(b.probeUntil):
+	case now.Before(b.kv.probeUntil):
 		return okGrant, time.Time{} // this process holds the probe lock
-	case now.Before(b.storeRetry):
-		return blocked, b.storeRetry
-	case now.Before(b.probeWait):
-		return blocked, b.probeWait
+	case now.Before(b.kv.storeRetry):
+		return blocked, b.kv.storeRetry
+	case now.Before(b.kv.probeWait):
+		return blocked, b.kv.probeWait
 	}
 	return needLease, time.Time{}
 }
@@ -148,8 +148,8 @@ func (st *kvStore) unknown(b *bucket, now time.Time) (int, time.Time) {
 // another process may probe at once instead of waiting for ProbeTTL.
 func (st *kvStore) idle(r *route) {
 	release := func(b *bucket) {
-		if b.limits == "" && !b.probeUntil.IsZero() && b.inflight == 0 && r.demand(b) == 0 {
-			b.probeUntil = time.Time{}
+		if b.limits == "" && !b.kv.probeUntil.IsZero() && b.inflight == 0 && r.demand(b) == 0 {
+			b.kv.probeUntil = time.Time{}
 			st.releaseProbe(b)
 		}
 	}

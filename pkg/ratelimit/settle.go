@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"strconv"
 	"time"
 )
 
@@ -16,18 +15,18 @@ type settleVal struct {
 // one with the later time (later is safe: it settles fewer at a roll).
 const maxDone = 16
 
-// addSettled counts n of this process's tokens in w (epoch w.epoch) as
+// addSettled counts n of this process's tokens in w (epoch w.kv.epoch) as
 // settled at now and starts writing them to KV. Callers hold mu.
 func (st *kvStore) addSettled(b *bucket, w *window, n int, now time.Time) {
-	if n <= 0 || w.epoch == 0 {
+	if n <= 0 || w.kv.epoch == 0 {
 		return
 	}
 	_, offErr := st.clock()
 	t := now.Add(offErr + time.Millisecond - 1).UnixMilli()
-	w.pend.N += n
-	w.pend.T = max(w.pend.T, t)
-	if !b.settling {
-		b.settling = true
+	w.kv.pend.N += n
+	w.kv.pend.T = max(w.kv.pend.T, t)
+	if !b.kv.settling {
+		b.kv.settling = true
 		go st.settle(b)
 	}
 }
@@ -37,46 +36,48 @@ func (st *kvStore) addSettled(b *bucket, w *window, n int, now time.Time) {
 // keep a token it could have freed.
 const settleBatch = 5 * time.Millisecond
 
-// settle writes b's pending settlements (window.pend) to their KV windows
-// until none is left; b.settling is set. A write that fails, or finds the
+// settle writes b's pending settlements (kvWindow.pend) to their KV windows
+// until none is left; b.kv.settling is set. A write that fails, or finds the
 // KV window in another epoch, drops them: an unsettled token only makes a
 // later roll keep more (the safe side), and a new epoch starts from zero.
 func (st *kvStore) settle(b *bucket) {
 	type job struct {
-		key string
-		ep  int64
-		s   settleVal
+		key     string // the KV window
+		epoch   int64  // its epoch when the tokens were leased
+		settled settleVal
 	}
 	for {
 		time.Sleep(settleBatch) // gather the answers of one burst into one write
 		st.e.mu.Lock()
 		var jobs []job
 		for _, w := range b.windows {
-			if w.pend.N > 0 {
-				jobs = append(jobs, job{st.base(b, "win") + "." + strconv.FormatInt(int64(w.length/time.Second), 10), w.epoch, w.pend})
-				w.pend = settleVal{}
+			if w.kv.pend.N > 0 {
+				jobs = append(jobs, job{st.winKey(b, w), w.kv.epoch, w.kv.pend})
+				w.kv.pend = settleVal{}
 			}
 		}
 		if len(jobs) == 0 {
-			b.settling = false
+			b.kv.settling = false
 			st.e.mu.Unlock()
 			return
 		}
 		st.e.mu.Unlock()
 		for _, j := range jobs {
-			st.settleOne(j.key, j.ep, j.s)
+			st.settleOne(j.key, j.epoch, j.settled)
 		}
 	}
 }
 
-func (st *kvStore) settleOne(key string, ep int64, sv settleVal) {
+// settleOne appends sv to the settled list of the KV window at key if it
+// is still of epoch epoch, merging the two oldest batches beyond maxDone.
+func (st *kvStore) settleOne(key string, epoch int64, sv settleVal) {
 	ctx, cancel := st.ctx()
 	defer cancel()
 	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
-		if cur.epoch() != ep {
+		if cur.epoch() != epoch {
 			return false
 		}
-		cur.Ep = ep
+		cur.Ep = epoch
 		cur.Done = append(cur.Done, sv)
 		if len(cur.Done) > maxDone {
 			a, b := cur.Done[0], cur.Done[1]

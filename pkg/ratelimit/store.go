@@ -8,8 +8,8 @@ import (
 // the limiter that differs between one process and many: memStore counts
 // in this process (Local); kvStore leases tokens from windows kept in a
 // JetStream KV bucket that every process using the key shares (Shared).
-// The engine holds e.mu for every call; a store that does I/O does it in
-// its own goroutine and re-enters the engine when done.
+// The engine holds e.mu for every call but opening; a store that does I/O
+// does it in its own goroutine and re-enters the engine when done.
 type store interface {
 	// clock is the store's clock minus Options.Now and the error bound of
 	// that offset (both 0 in memory).
@@ -21,40 +21,63 @@ type store interface {
 	// reserve decides one more request in w, one of b's windows, at now;
 	// end is when w rolls (zero start: w is not running). Same outcomes.
 	reserve(b *bucket, w *window, end, now time.Time) (int, time.Time)
-	// spend counts n granted (n = 1) or cancelled (n = −1) requests in w.
-	spend(w *window, n int)
-	// rolled is called when w ended at now, with its state cleared, while
-	// b.inflight requests may still reach Riot's next window; dropped is
-	// how many tokens this process held unsent in w.
-	rolled(b *bucket, w *window, dropped int, now time.Time)
-	// answered is told that the request marked m in w was answered at
-	// now, or given up after its window moved on (its token not returned).
-	answered(b *bucket, w *window, m mark, now time.Time)
-	// opened is called for a new window w of b (limits learned or changed
-	// at at, with b.inflight requests in flight and b.pre sent before).
-	opened(b *bucket, w *window, at time.Time)
-	// learned is called when an answer on r taught b's limits canon.
-	learned(r *route, b *bucket, canon string)
-	// counted applies Riot's count c of w, from the answer to p, which
-	// stands at m in w (zero m: p was granted before the limits were
-	// known; marked: p was counted in some window of b).
-	counted(b *bucket, w *window, m mark, p *permit, c int, marked bool)
+	// fetch is asked for tokens for b (after a needLease).
+	fetch(r *route, b *bucket)
 	// aligned is told that a count-1 reply for the request marked m puts
 	// Riot's window of w's length at or after floor; it returns the floor
 	// as the store keeps times.
 	aligned(b *bucket, w *window, m mark, floor, now time.Time) time.Time
-	// paused is told that a 429 paused b until until.
-	paused(b *bucket, until time.Time, typ string)
 	// opening records that a request granted in w (marked m) is about to
 	// be sent late, as the window's first from this process: w's start
 	// must be no earlier than start everywhere before it goes
-	// (permit.Send). Unlike the others, it is called without mu, and may
-	// block on the store; an error means the request must not be sent.
+	// (permit.Send). It is called without mu, and may block on the store;
+	// an error means the request must not be sent.
 	opening(b *bucket, w *window, m mark, start time.Time) error
-	// fetch is asked for tokens for b (after a needLease).
-	fetch(r *route, b *bucket)
-	// idle is called after an answer, cancel or give-up on r.
-	idle(r *route)
+	// observe is told what happened to a budget (event).
+	observe(ev event)
+}
+
+// eventKind says what an event reports and which of its fields are set.
+type eventKind uint8
+
+const (
+	// eventSpent: n tokens of w were granted (n = 1) or cancelled (n = −1).
+	eventSpent eventKind = iota + 1
+	// eventRolled: w, one of b's windows, ended at at with its state
+	// cleared, while b.inflight requests may still reach Riot's next window.
+	eventRolled
+	// eventAnswered: the request marked m in w, one of b's windows, was
+	// answered at at, or given up after w moved on (its token not returned).
+	eventAnswered
+	// eventOpened: w is a new window of b (limits learned or changed at
+	// at, with b.inflight requests in flight and b.pre sent before).
+	eventOpened
+	// eventLearned: an answer on route r taught b's limits, canon.
+	eventLearned
+	// eventCounted: Riot counted n requests in w, one of b's windows, in
+	// its answer to p, which stands at m in w (zero m: p was granted before
+	// the limits were known; marked: p was counted in some window of b).
+	eventCounted
+	// eventPaused: a 429 of X-Rate-Limit-Type typ paused b until at.
+	eventPaused
+	// eventIdle: an answer, cancel or give-up on route r.
+	eventIdle
+)
+
+// event is one thing the engine tells its store (store.observe). It is
+// passed by value, so observing allocates nothing.
+type event struct {
+	kind   eventKind
+	r      *route
+	b      *bucket
+	w      *window
+	m      mark
+	p      *permit
+	n      int
+	at     time.Time
+	canon  string // eventLearned
+	typ    string // eventPaused
+	marked bool   // eventCounted
 }
 
 // memStore counts every budget in this process (Local): a window's count
@@ -75,37 +98,29 @@ func (memStore) reserve(b *bucket, w *window, end, now time.Time) (int, time.Tim
 	return okGrant, time.Time{}
 }
 
-func (memStore) spend(w *window, n int) { w.count += n }
-
-func (memStore) answered(*bucket, *window, mark, time.Time) {}
-
-func (memStore) rolled(b *bucket, w *window, _ int, now time.Time) {
-	if b.inflight > 0 {
-		w.start, w.count = now, b.inflight
-	}
-}
-
-func (memStore) opened(b *bucket, w *window, at time.Time) {
-	if b.inflight > 0 { // requests already in flight count in the new window
-		w.start, w.count = at, b.inflight
-	}
-}
-
-func (memStore) learned(*route, *bucket, string) {}
-
-func (memStore) counted(b *bucket, w *window, m mark, p *permit, c int, marked bool) {
-	if m.start.IsZero() && w.start.IsZero() {
-		w.start = p.at
-	}
-	w.count = max(w.count, c)
-}
+func (memStore) fetch(*route, *bucket) {}
 
 func (memStore) aligned(_ *bucket, _ *window, _ mark, floor, _ time.Time) time.Time { return floor }
 
-func (memStore) paused(*bucket, time.Time, string) {}
-
 func (memStore) opening(*bucket, *window, mark, time.Time) error { return nil }
 
-func (memStore) fetch(*route, *bucket) {}
-
-func (memStore) idle(*route) {}
+// observe counts grants and cancels in the window; the requests in flight
+// when a window rolls or opens count in the new one; a -Count header
+// raises the count (and starts the window of a request granted before the
+// limits were known).
+func (memStore) observe(ev event) {
+	w := ev.w
+	switch ev.kind {
+	case eventSpent:
+		w.count += ev.n
+	case eventRolled, eventOpened:
+		if ev.b.inflight > 0 {
+			w.start, w.count = ev.at, ev.b.inflight
+		}
+	case eventCounted:
+		if ev.m.start.IsZero() && w.start.IsZero() {
+			w.start = ev.p.at
+		}
+		w.count = max(w.count, ev.n)
+	}
+}
