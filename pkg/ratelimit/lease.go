@@ -182,12 +182,12 @@ func (st *kvStore) leaseSize(want, rem int) int {
 }
 
 // fresh is the KV window that j starts at now when none is running: it
-// counts j's seeds and carry and the tokens taken, returned as k. ms is
-// the margin stored with it (Unix ms).
-func (st *kvStore) fresh(j *leaseJob, now time.Time, ms int64) (next winVal, k int) {
-	g0 := max(j.seedIn+j.carry, j.seedCount)
-	k = st.leaseSize(j.want, j.limit-g0)
-	return winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: g0 + k, Margin: ms, Ep: now.UnixMilli()}, k
+// counts j's seeds and carry and the tokens taken, also returned. ms is
+// the margin stored with it (ms).
+func (st *kvStore) fresh(j *leaseJob, now time.Time, ms int64) (next winVal, tokens int) {
+	seeded := max(j.seedIn+j.carry, j.seedCount)
+	tokens = st.leaseSize(j.want, j.limit-seeded)
+	return winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli()}, tokens
 }
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,
