@@ -100,6 +100,13 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 		RequestedAt time.Time `json:"requested_at"`
 	}
 	_ = json.Unmarshal(m.Data, &req) // a malformed one is still ended, without a job
+	if stream == streams.StreamIngest && req.RequestID == "" {
+		if _, err := bus.DecodeIngestRequest(m.Data); err == nil {
+			// Its pending job (HandleQueued) is named as the resolver
+			// would have named it.
+			req.RequestID = bus.StoredRequestID(m.Time, m.Sequence)
+		}
+	}
 	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
 		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
 	now := s.d.Now()

@@ -35,7 +35,9 @@
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
 // nothing ends silently, and reads lol.ingest.rejected on EVENTS
 // (consumer retry-sweeper-rejections, HandleRejection) so a refused
-// request's pending job ends rejected. A tick runs on exactly one replica:
+// request's pending job ends rejected, and lol.ingest.queued.> (consumer
+// retry-sweeper-queued, HandleQueued, whatever the pause switch says) so
+// every request INGEST stores is a pending job from then on. A tick runs on exactly one replica:
 // the replicas race to create the tick's key in the cron-locks KV bucket.
 package sweeper
 
@@ -74,6 +76,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
+	// QueueSync records a request INGEST stored as pending (HandleQueued).
+	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
@@ -118,11 +122,14 @@ type Deps struct {
 	// Rejections is "retry-sweeper-rejections" on EVENTS (HandleRejection);
 	// nil to skip.
 	Rejections jetstream.Consumer
-	Store      Store
-	Locks      natsx.Lock         // sync-locks
-	CronLocks  jetstream.KeyValue // cron-locks
-	Dead       *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
-	app.Base                      // Subjects, Logger, Tracer, Now
+	// Queued is "retry-sweeper-queued" on EVENTS (HandleQueued); nil to
+	// skip.
+	Queued    jetstream.Consumer
+	Store     Store
+	Locks     natsx.Lock         // sync-locks
+	CronLocks jetstream.KeyValue // cron-locks
+	Dead      *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
+	app.Base                     // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running sweeper.
@@ -162,6 +169,15 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
 				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
+		})
+	}
+	if s.d.Queued != nil {
+		g.Go(func() error {
+			// Not held by the pause switch: a request it holds is shown
+			// pending.
+			return natsx.Consume(natsx.WithoutHold(ctx), s.d.Queued, s.HandleQueued, natsx.ConsumeOptions{
+				Name: "retry-sweeper-queued", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
 				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
