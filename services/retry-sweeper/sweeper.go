@@ -78,6 +78,8 @@ type Store interface {
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
 	// QueueSync records a request INGEST stored as pending (HandleQueued).
 	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
+	// CapFailedJobs keeps the newest failed jobs rows of each type (Sweep).
+	CapFailedJobs(ctx context.Context, keep int) (int64, error)
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
@@ -113,6 +115,12 @@ type Config struct {
 	// its stream's max_age would drop it is ended (rejected, 503) instead.
 	// Keep it well above ExpireEvery. Default 1h.
 	ExpireMargin time.Duration `env:"SWEEP_EXPIRE_MARGIN" envDefault:"1h"`
+	// JobMaxFailed is the number of failed jobs rows kept per job type,
+	// newest first (design 002's removeOnFail: 100): every sweep deletes
+	// the older ones, so the cap holds within one Interval, not only at
+	// the daily prune_jobs run. 0 keeps them all (no default is filled
+	// in: a zero Config keeps them all too).
+	JobMaxFailed int `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100"`
 }
 
 // Deps are the sweeper's collaborators.
@@ -293,6 +301,9 @@ type Report struct {
 	// Settled counts syncs completed with matches pending.
 	Settled   int
 	Recovered int
+	// FailedJobsCapped counts the failed jobs rows deleted beyond
+	// JobMaxFailed per type.
+	FailedJobsCapped int64
 }
 
 // Tick runs one sweep if this replica wins the tick's cron lock.
@@ -317,6 +328,12 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	defer span.End()
 	rep := Report{Ran: true}
 	now := s.d.Now()
+	// The job log's cap on failed rows, whatever the ledger's state; a
+	// failure is retried at the next sweep.
+	var err error
+	if rep.FailedJobsCapped, err = s.d.Store.CapFailedJobs(ctx, s.cfg.JobMaxFailed); err != nil {
+		s.d.Logger.WarnContext(ctx, "capping failed job rows failed", "err", err)
+	}
 	cutoff := now.Add(-s.cfg.StaleAfter)
 	var after *store.DueFetch
 	floors := map[riot.Region]queueFloor{}
@@ -432,9 +449,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 || rep.FailedJobsCapped > 0 {
 		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
-			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
+			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered,
+			"failed_jobs_capped", rep.FailedJobsCapped)
 	}
 	return rep, nil
 }
