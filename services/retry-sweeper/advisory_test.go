@@ -231,14 +231,7 @@ func TestAdvisoryEndsExhaustedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	ingestSeq := a.exhaust(streams.StreamIngest, streams.ConsumerResolver, inf.Subjects.IngestRequest(), []byte(`{"puuid":"puuid-1"}`), nil)
-	ingest, err := inf.JS.Stream(ctx, streams.StreamIngest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := ingest.GetMsg(ctx, ingestSeq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := ingestMsg(a.e, ingestSeq)
 	anon := bus.StoredRequestID(raw.Time, raw.Sequence)
 	if _, err := inf.Store.QueueSync(ctx, store.SyncRequest{RequestID: anon, PUUID: "puuid-1", Mode: "latest"}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
@@ -76,14 +77,7 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	publish(inf.Subjects.IngestRequest(), `{"request_id":"http-accepted","puuid":"puuid-api","platform":"euw1","trigger":"nats"}`)
 	publish(inf.Subjects.IngestRequest(), `{"request_id":"not-a-request","puuid":"x","mode":"sideways"}`)
 
-	ingest, err := inf.JS.Stream(ctx, streams.StreamIngest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := ingest.GetMsg(ctx, anon)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := ingestMsg(e, anon)
 	anonID := bus.StoredRequestID(raw.Time, raw.Sequence)
 
 	run(queued())
@@ -123,4 +117,18 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	if _, ok := got["not-a-request"]; ok || len(got) != 4 {
 		t.Errorf("jobs %v, want 4 and none for an invalid request", got)
 	}
+}
+
+// ingestMsg is the message INGEST stores at seq.
+func ingestMsg(e *stagetest.Env, seq uint64) *jetstream.RawStreamMsg {
+	e.T.Helper()
+	st, err := e.Infra.JS.Stream(e.T.Context(), streams.StreamIngest)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	m, err := st.GetMsg(e.T.Context(), seq)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return m
 }
