@@ -91,6 +91,29 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 
 // expire ends one waiting request: job, rejection, then the message.
 func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string, m *jetstream.RawStreamMsg, age, maxAge time.Duration) error {
+	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
+		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
+	id, err := s.endRequest(ctx, stream, m, reason, map[string]any{"expired_in": stream}, "expired")
+	if err != nil {
+		return err
+	}
+	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("sweeper: delete expired %s/%d: %w", stream, m.Sequence, err)
+	}
+	s.d.Logger.WarnContext(ctx, "waiting request expired", "request_id", id, "stream", stream, "age", age.Round(time.Second))
+	return nil
+}
+
+// endRequest ends the request m (an IngestRequest in INGEST or a
+// SyncCommand in SYNC, stored at m.Sequence) that will never be processed,
+// for reason: its job becomes rejected (code 503, with reason and detail)
+// unless it started already, and a Rejection is published on
+// lol.ingest.rejected with Nats-Msg-Id "<how>:<stream>:<sequence>" (which
+// ends the SSE stream and `ingest --wait`). A request INGEST holds without
+// a request id is named as the resolver names it (bus.StoredRequestID);
+// one that does not decode is ended without a job. It returns the request
+// id ("" when unknown).
+func (s *Service) endRequest(ctx context.Context, stream string, m *jetstream.RawStreamMsg, reason error, detail map[string]any, how string) (string, error) {
 	var req struct {
 		RequestID   string    `json:"request_id"`
 		PUUID       string    `json:"puuid"`
@@ -100,29 +123,30 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 		RequestedAt time.Time `json:"requested_at"`
 	}
 	_ = json.Unmarshal(m.Data, &req) // a malformed one is still ended, without a job
-	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
-		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
+	if stream == streams.StreamIngest && req.RequestID == "" {
+		if _, err := bus.DecodeIngestRequest(m.Data); err == nil {
+			// Its pending job (HandleQueued) is named as the resolver
+			// would have named it.
+			req.RequestID = bus.StoredRequestID(m.Time, m.Sequence)
+		}
+	}
 	now := s.d.Now()
 	if req.RequestID != "" {
-		detail, _ := json.Marshal(map[string]any{"mode": req.Mode, "trigger": req.Trigger, "code": http.StatusServiceUnavailable,
-			"expired_in": stream})
+		detail["mode"], detail["trigger"], detail["code"] = req.Mode, req.Trigger, http.StatusServiceUnavailable
+		raw, _ := json.Marshal(detail)
 		ended, err := s.d.Store.EndWaitingJob(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: req.PUUID, Status: "rejected",
-			Error: reason.Error(), Detail: detail, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt, FinishedAt: now})
+			Error: reason.Error(), Detail: raw, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt, FinishedAt: now})
 		if err != nil {
-			return fmt.Errorf("sweeper: job of expired request %s: %w", req.RequestID, err)
+			return req.RequestID, fmt.Errorf("sweeper: job of %s request %s: %w", how, req.RequestID, err)
 		}
 		if !ended {
-			s.d.Logger.WarnContext(ctx, "expired request has a job that already started; its message is removed", "request_id", req.RequestID)
+			s.d.Logger.WarnContext(ctx, how+" request has a job that already started; its message is removed", "request_id", req.RequestID)
 		}
 	}
 	rej := bus.NewRejection(req.RequestID, m.Subject, http.StatusServiceUnavailable, reason, m.Data, now)
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej,
-		jetstream.WithMsgID(fmt.Sprintf("expired:%s:%d", stream, m.Sequence))); err != nil {
-		return fmt.Errorf("sweeper: rejection of expired request %s: %w", req.RequestID, err)
+		jetstream.WithMsgID(fmt.Sprintf("%s:%s:%d", how, stream, m.Sequence))); err != nil {
+		return req.RequestID, fmt.Errorf("sweeper: rejection of %s request %s: %w", how, req.RequestID, err)
 	}
-	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("sweeper: delete expired %s/%d: %w", stream, m.Sequence, err)
-	}
-	s.d.Logger.WarnContext(ctx, "waiting request expired", "request_id", req.RequestID, "stream", stream, "age", age.Round(time.Second))
-	return nil
+	return req.RequestID, nil
 }

@@ -111,22 +111,23 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 		"events": "/v1/sync/" + req.RequestID + "/events"})
 }
 
-// rejectBusy announces a fast 409 on lol.ingest.rejected and logs it in the
-// job log, like the lister does for the ones it refuses.
+// rejectBusy logs a fast 409 in the job log, like the lister does for the
+// ones it refuses, then announces it on lol.ingest.rejected (in that
+// order: the retry-sweeper records a refusal whose request has no job yet
+// with its code only, store.RejectQueued).
 func (a *API) rejectBusy(ctx context.Context, req bus.IngestRequest, puuid, holder string) {
 	reason := fmt.Errorf("account %s is already syncing (request %s)", puuid, holder)
+	if a.inf.Store != nil {
+		detail, _ := json.Marshal(map[string]string{"mode": string(req.Mode), "trigger": req.Trigger})
+		if _, err := a.inf.Store.RecordJobOnce(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: puuid, Status: "rejected",
+			Error: reason.Error(), Detail: detail, RequestedAt: req.RequestedAt, FinishedAt: a.now()}); err != nil {
+			a.inf.Log.WarnContext(ctx, "job log: rejected request not recorded", "err", err)
+		}
+	}
 	raw, _ := json.Marshal(req)
 	rej := bus.NewRejection(req.RequestID, a.inf.Subjects.IngestRequest(), http.StatusConflict, reason, raw, a.now())
 	if _, err := natsx.Publish(ctx, a.inf.JS, a.inf.Subjects.IngestRejected(), rej); err != nil {
 		a.inf.Log.WarnContext(ctx, "publish rejection failed", "err", err)
-	}
-	if a.inf.Store == nil {
-		return
-	}
-	detail, _ := json.Marshal(map[string]string{"mode": string(req.Mode), "trigger": req.Trigger})
-	if _, err := a.inf.Store.RecordJobOnce(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: puuid, Status: "rejected",
-		Error: reason.Error(), Detail: detail, RequestedAt: req.RequestedAt, FinishedAt: a.now()}); err != nil {
-		a.inf.Log.WarnContext(ctx, "job log: rejected request not recorded", "err", err)
 	}
 }
 
