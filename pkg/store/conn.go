@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riftflow/riftflow/pkg/config"
 )
 
 // DefaultCallTimeout bounds how long a connection waits for Postgres to
@@ -168,3 +170,13 @@ func (e *noAnswerError) Error() string {
 func (e *noAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 func (e *noAnswerError) Timeout() bool   { return true }
 func (e *noAnswerError) Temporary() bool { return true }
+
+// Connect opens the pool of cfg (DATABASE_URL, at most
+// DATABASE_POOL_MAX_CONNS connections; Open), failing when DATABASE_URL is
+// not set.
+func Connect(ctx context.Context, cfg config.Postgres) (*Store, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("DATABASE_URL is not set")
+	}
+	return Open(ctx, cfg.URL.Reveal(), MaxConns(cfg.PoolMaxConns))
+}
