@@ -40,8 +40,13 @@ type Process struct {
 	Pause *control.Switch
 
 	lag     *consumerLag
-	mu      sync.Mutex
-	closers []func()
+	closers *closers // shared by copies of the Process
+}
+
+// closers are what Process.Close calls.
+type closers struct {
+	mu sync.Mutex
+	fs []func()
 }
 
 // Options says how NewProcess sets a process up.
@@ -59,7 +64,8 @@ type Options struct {
 // (connect.NATS, with a "nats" readiness check) and watches the pause
 // switch. Close releases everything, in reverse order.
 func NewProcess(ctx context.Context, env config.Env, o Options) (*Process, error) {
-	p := &Process{Env: env, Log: o.Log, Subjects: bus.Subjects{Prefix: env.NATS.SubjectPrefix}, Now: processClock}
+	p := &Process{Env: env, Log: o.Log, Subjects: bus.Subjects{Prefix: env.NATS.SubjectPrefix}, Now: processClock,
+		closers: &closers{}}
 	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: o.Service, Logger: o.Log})
 	if err != nil {
 		return nil, err
@@ -97,21 +103,22 @@ func NewProcess(ctx context.Context, env config.Env, o Options) (*Process, error
 	return p, nil
 }
 
-// OnClose has Close call f; the last registered is called first.
+// OnClose has Close call f; the last registered is called first. A copy
+// of p (a stage's own logger or clock) shares p's closing.
 func (p *Process) OnClose(f func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closers = append(p.closers, f)
+	p.closers.mu.Lock()
+	defer p.closers.mu.Unlock()
+	p.closers.fs = append(p.closers.fs, f)
 }
 
 // Close calls what OnClose registered, last first, once.
 func (p *Process) Close() {
-	p.mu.Lock()
-	cs := p.closers
-	p.closers = nil
-	p.mu.Unlock()
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i]()
+	p.closers.mu.Lock()
+	fs := p.closers.fs
+	p.closers.fs = nil
+	p.closers.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
 	}
 }
 
@@ -187,3 +194,6 @@ func (p *Process) Lock(ctx context.Context, bucket string) (natsx.Lock, error) {
 func (p *Process) DeadLetter() *natsx.DeadLetter {
 	return &natsx.DeadLetter{JS: p.JS, Prefix: p.Subjects.Dead()}
 }
+
+// AddCheck adds a readiness check to the ops server's /readyz.
+func (p *Process) AddCheck(name string, check func(context.Context) error) { p.Ops.AddCheck(name, check) }

@@ -53,14 +53,6 @@ func (w *Wiring) ObjectStore(name string) jetstream.ObjectStore {
 	})
 }
 
-// Fail records err (when non-nil and no earlier error is kept): a stage's
-// own check among its bindings.
-func (w *Wiring) Fail(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
 // wire runs open unless the wiring has failed already, and keeps its error.
 func wire[T any](w *Wiring, open func() (T, error)) T {
 	var zero T

@@ -189,3 +189,10 @@ func walk(v reflect.Value, f func(any)) {
 func Log(log *slog.Logger, name string, v any) {
 	log.Info("config", "service", name, "values", fmt.Sprintf("%+v", v))
 }
+
+// Days is a whole number of days, read from an integer variable
+// (MATCH_RETENTION_DAYS=730).
+type Days int
+
+// Duration is d as a time.Duration of 24-hour days.
+func (d Days) Duration() time.Duration { return time.Duration(d) * 24 * time.Hour }

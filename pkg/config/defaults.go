@@ -12,7 +12,9 @@ import (
 // its Config's tags, and hold alike for a Config parsed from the
 // environment (Parse) and one built in code (tests, riftflow up). A field
 // without a tag keeps its zero value; a negative number is kept (Configs
-// use it for "off"). T must be a struct type whose tags parse; Defaults
+// use it for "off"); so are a bool (false cannot be told from unset) and a
+// field tagged zero:"keep", whose zero is a value of its own
+// (JOB_HISTORY_MAX_FAILED=0: no cap). T must be a struct type whose tags parse; Defaults
 // panics otherwise, a programming error.
 func Defaults[T any](cfg *T) {
 	var d T
@@ -28,7 +30,7 @@ func fillZero(v, d reflect.Value) {
 	for i := range v.NumField() {
 		f, def := v.Field(i), d.Field(i)
 		switch {
-		case !f.CanSet() || def.IsZero():
+		case !f.CanSet() || def.IsZero() || f.Kind() == reflect.Bool || v.Type().Field(i).Tag.Get("zero") == "keep":
 		case f.IsZero():
 			f.Set(def)
 		case f.Kind() == reflect.Struct:

@@ -43,13 +43,15 @@ func TestDefaults(t *testing.T) {
 		Off    int           `env:"T_OFF" envDefault:"4"`
 		Given  string        `env:"T_GIVEN" envDefault:"x"`
 		NoTag  int
+		On     bool `env:"T_ON" envDefault:"true"`
+		Kept   int  `env:"T_KEPT" envDefault:"100" zero:"keep"`
 		Nested inner
 	}
 	t.Setenv("T_N", "99") // the environment plays no part
 	got := cfg{Off: -1, Given: "y", Nested: inner{Set: 3}}
 	Defaults(&got)
 	if got.N != 8 || got.Wait != 5*time.Second || !slices.Equal(got.List, []string{"a", "b"}) || got.Off != -1 ||
-		got.Given != "y" || got.NoTag != 0 || got.Nested != (inner{Max: 20, Set: 3}) {
+		got.Given != "y" || got.NoTag != 0 || got.On || got.Kept != 0 || got.Nested != (inner{Max: 20, Set: 3}) {
 		t.Errorf("Defaults = %+v", got)
 	}
 }

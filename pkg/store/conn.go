@@ -180,3 +180,22 @@ func Connect(ctx context.Context, cfg config.Postgres) (*Store, error) {
 	}
 	return Open(ctx, cfg.URL.Reveal(), MaxConns(cfg.PoolMaxConns))
 }
+
+// Process is what ConnectFor registers a pool with (an app.Process): its
+// closing when the process ends, its readiness check.
+type Process interface {
+	OnClose(func())
+	AddCheck(name string, check func(context.Context) error)
+}
+
+// ConnectFor is Connect for process p: the pool is closed when p closes
+// and its Ping is p's "postgres" readiness check.
+func ConnectFor(ctx context.Context, cfg config.Postgres, p Process) (*Store, error) {
+	st, err := Connect(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	p.OnClose(st.Close)
+	p.AddCheck("postgres", st.Ping)
+	return st, nil
+}

@@ -77,7 +77,7 @@ type Store interface {
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
-// Config tunes the sweeper; FromInfra reads it from the environment
+// Config tunes the sweeper; Open reads it from the environment
 // variables its tags name.
 type Config struct {
 	Interval   time.Duration `env:"SWEEP_INTERVAL" envDefault:"1h"`
@@ -136,11 +136,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Store == nil || d.Locks.KV == nil || d.CronLocks == nil {
 		return nil, errors.New("sweeper: JS, Store, Locks and CronLocks are required")
 	}
-	config.Fill(&cfg, Config{
-		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
-		RetryMax: 6 * time.Hour, ExpireEvery: 5 * time.Minute, ExpireMargin: time.Hour,
-	})
+	config.Defaults(&cfg)
 	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
 }

@@ -33,7 +33,7 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 
 func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	st, inf, ctx := e.Infra.Store, e.Infra, t.Context()
+	st, inf, ctx := e.Store, e.Process, t.Context()
 	clk := func() time.Time { return time.Now().Add(skew) } // the hosts' clock
 	now := clk()
 	const queued, lost = "NA1_9500", "NA1_9501"
@@ -96,7 +96,7 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 		if a <= 4 {
 			status = 404
 		}
-		if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: []store.LedgerUpdate{
+		if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: []store.LedgerUpdate{
 			{MatchID: notFound, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: status,
 				Error: fmt.Sprint(status), AttemptedAt: now},
 			{MatchID: failing, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: 503,
@@ -130,7 +130,7 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 		ledger = append(ledger, store.LedgerUpdate{MatchID: fmt.Sprintf("NA1_%d", 7000+i), Kind: "match", Status: "temporary_failure",
 			Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-2*time.Hour + time.Duration(i)*time.Second)})
 	}
-	if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
+	if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
 		t.Fatal(err)
 	}
 	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, BatchSize: 40},
@@ -164,7 +164,7 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 // the schedule should have fired.
 func TestSweeperLeavesHeldFetch(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	st, ctx := e.Infra.Store, t.Context()
+	st, ctx := e.Store, t.Context()
 	now := time.Now()
 	const id = "NA1_9700"
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
@@ -208,7 +208,7 @@ func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
 
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
-	t, inf := e.T, e.Infra
+	t, inf := e.T, e.Process
 	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *swe
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: inf.Store, Locks: locks, CronLocks: cron,
+	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
 		Base: app.Base{Subjects: inf.Subjects, Now: now}})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *swe
 // fetchQueue takes (acks) the fetch commands waiting in the americas queue.
 func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
 	t := e.T
-	cons, err := e.Infra.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
+	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
 	if err != nil {
 		t.Fatal(err)
 	}
