@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 )
@@ -64,7 +63,7 @@ import (
 // Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
 // lol.ingest.rejected and logged in the jobs table (status rejected).
 type API struct {
-	inf    *app.Infra
+	inf    *Infra
 	tokens *Tokens
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
@@ -104,7 +103,7 @@ type APIEnv struct {
 // NewAPI builds the API over a running stack's infrastructure (its Store
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
-func NewAPI(inf *app.Infra) *API {
+func NewAPI(inf *Infra) *API {
 	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
