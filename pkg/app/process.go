@@ -196,4 +196,6 @@ func (p *Process) DeadLetter() *natsx.DeadLetter {
 }
 
 // AddCheck adds a readiness check to the ops server's /readyz.
-func (p *Process) AddCheck(name string, check func(context.Context) error) { p.Ops.AddCheck(name, check) }
+func (p *Process) AddCheck(name string, check func(context.Context) error) {
+	p.Ops.AddCheck(name, check)
+}
