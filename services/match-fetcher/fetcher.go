@@ -83,15 +83,15 @@ type Config struct {
 	// Backoff is the delay before attempt N+1 after failed attempt N
 	// (FETCH_BACKOFF; the last entry repeats; design 000).
 	Backoff []time.Duration `env:"FETCH_BACKOFF" envDefault:"30s,60s,120s,300s" envSeparator:","`
-	// MaxAttempts (FETCH_MAX_ATTEMPTS): that many 404s make a fetch
-	// permanently_unfetchable; that many other failures in a row (streak)
-	// end the in-process retries and leave it temporary_failure for the
-	// retry-sweeper.
-	MaxAttempts int `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
-	// MatchRetention and TimelineRetention are how long Riot keeps matches
-	// (MATCH_RETENTION_DAYS, 2 years) and timelines (TIMELINE_RETENTION_DAYS,
-	// 1 year).
-	MatchRetention    config.Days `env:"MATCH_RETENTION_DAYS" envDefault:"730"`
+	// FetchAttempts' MaxAttempts (FETCH_MAX_ATTEMPTS): that many 404s make
+	// a fetch permanently_unfetchable; that many other failures in a row
+	// (streak) end the in-process retries and leave it temporary_failure
+	// for the retry-sweeper.
+	config.FetchAttempts
+	// Retention's MatchRetention and TimelineRetention are how long Riot
+	// keeps matches (MATCH_RETENTION_DAYS, 2 years) and timelines
+	// (TIMELINE_RETENTION_DAYS, 1 year).
+	config.Retention
 	TimelineRetention config.Days `env:"TIMELINE_RETENTION_DAYS" envDefault:"365"`
 	// NotFoundFresh is how young a match must be for a 404 of it to be
 	// retried (FETCH_NOT_FOUND_FRESH; fetchpolicy.Policy.FreshFor): a 404

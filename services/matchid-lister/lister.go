@@ -99,10 +99,10 @@ type Cursor struct {
 // Config tunes the lister; Open reads it from the environment, New gives
 // zero fields the defaults of their tags (config.Defaults).
 type Config struct {
-	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL); renewed every
-	// LockTTL/3 while the lister lists, then by the persister while the
-	// sync has open matches.
-	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// SyncLock's LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL);
+	// renewed every LockTTL/3 while the lister lists, then by the persister
+	// while the sync has open matches.
+	config.SyncLock
 	// Overlap is subtracted from the cursor (CURSOR_OVERLAP) so a game that
 	// was in progress at the last listing (and so not listed yet) is listed
 	// next time. Re-listed matches are skipped as known.
@@ -127,12 +127,12 @@ type Config struct {
 	// listed by the first latest sync after it, whose window reaches
 	// Overlap before the cursor. Negative disables it.
 	MatchIDsCacheTTL time.Duration `env:"LISTER_MATCH_IDS_CACHE_TTL" envDefault:"5m"`
-	// MatchRetention is how long Riot serves a match (MATCH_RETENTION_DAYS;
-	// the fetcher reads it too). No listing starts before now −
+	// Retention's MatchRetention is how long Riot serves a match
+	// (MATCH_RETENTION_DAYS). No listing starts before now −
 	// MatchRetention: Riot lists older match IDs but answers 404 for them,
 	// so a window that reached past it only bought calls that cannot
 	// succeed (and a latest sync, with no start at all, bought five each).
-	MatchRetention config.Days `env:"MATCH_RETENTION_DAYS" envDefault:"730"`
+	config.Retention
 }
 
 // Deps are the lister's collaborators.

@@ -47,8 +47,8 @@ type Store interface {
 type Config struct {
 	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`  // messages per transaction
 	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"` // longest wait to fill a batch
-	// LockTTL is what a renewed sync lock lives for.
-	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// SyncLock's LockTTL is what a renewed sync lock lives for.
+	config.SyncLock
 	// MaxPayloadBytes caps a decompressed payload; larger ones are recorded
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64

@@ -11,6 +11,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
@@ -66,7 +67,7 @@ func TestLockHeldThroughPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(sweeper.Config{LockTTL: ttl, Interval: time.Hour},
+	s, err := sweeper.New(sweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour},
 		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
 	if err != nil {
 		t.Fatal(err)

@@ -87,18 +87,18 @@ type Config struct {
 	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
 	QueueSlack time.Duration `env:"SWEEP_QUEUE_SLACK" envDefault:"10m"`
 	StuckAfter time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
-	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL, default 5m):
+	// SyncLock's LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL):
 	// healthy running syncs' locks are renewed every LockTTL/3.
-	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
-	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
+	config.SyncLock
+	BatchSize int `env:"SWEEP_BATCH" envDefault:"100"`
 	// MaxPerRun is the most fetches one sweep re-publishes (seed 000's
 	// cap): the oldest due first; the rest wait for the next sweep.
 	MaxPerRun int `env:"SWEEP_MAX_PER_RUN" envDefault:"100"`
-	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
-	// that many 404s becomes permanently_unfetchable instead of being
-	// re-published; a row with that many other failures is pending (see
-	// RetryMax) and no longer holds its sync open.
-	MaxAttempts int `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+	// FetchAttempts' MaxAttempts is the fetcher's FETCH_MAX_ATTEMPTS: a due
+	// row with that many 404s becomes permanently_unfetchable instead of
+	// being re-published; a row with that many other failures is pending
+	// (see RetryMax) and no longer holds its sync open.
+	config.FetchAttempts
 	// RetryMax caps the wait between sweep retries of a pending fetch
 	// (StaleAfter doubling per failed sweep retry). Default 6h.
 	RetryMax time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`

@@ -11,6 +11,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/store"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -48,7 +49,7 @@ func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, MaxAttempts: 5}, clk)
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, RetryMax: 6 * time.Hour},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, RetryMax: 6 * time.Hour},
 		func() time.Time { return now.Add(25 * time.Minute) })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -133,7 +134,7 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 	if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, BatchSize: 40},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, BatchSize: 40},
 		func() time.Time { return now })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -176,7 +177,7 @@ func TestSweeperLeavesHeldFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := now
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
 		func() time.Time { return at })
 	for _, tc := range []struct {
 		at   time.Time
