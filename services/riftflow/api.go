@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 )
@@ -104,6 +105,11 @@ type APIEnv struct {
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
 func NewAPI(inf *Infra) *API {
+	if inf.Process == nil { // no process: no NATS, no logger of its own
+		cp := *inf
+		cp.Process = &app.Process{}
+		inf = &cp
+	}
 	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
