@@ -805,7 +805,7 @@ func checkNATSServerPinned(t *testing.T, raw, rawProd []byte) {
 }
 
 // dbWorkloads are the Deployments whose process opens a Postgres pool
-// (app.Needs{DB: true} in their main.go, and `riftflow serve`); the
+// (store.ConnectFor in their stage's Connect, and `riftflow serve`); the
 // fetchers and the resolver never connect.
 var dbWorkloads = []string{"matchid-lister", "persister", "retry-sweeper", "riftflow-api"}
 

@@ -2,9 +2,11 @@
 // in-process JetStream server (internal/natstest) with every stream,
 // consumer and bucket streams/ declares, a fresh migrated Postgres
 // database (internal/pgtest) when the stage needs one, and the Riot API
-// simulator (internal/sim) when it calls Riot. The stage is built by its
-// own FromInfra on the app.Infra that app.Build makes, so a test covers the
-// stage's wiring as a service binary runs it. Only _test.go files import
+// simulator (internal/sim) when it calls Riot. The stage is built by the
+// constructor its service binary runs (its Connect, given to app.Main) on
+// the app.Process that app.NewProcess makes, with DATABASE_URL and
+// RIOT_API_KEY pointing at the test's database and simulator, so a test
+// covers the stage's wiring as the binary runs it. Only _test.go files import
 // it (it imports package testing); a test binary that uses DB calls
 // pgtest.Main from its TestMain.
 package stagetest
@@ -25,18 +27,20 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
 // Options says what the stage under test uses besides NATS.
 type Options struct {
-	// DB gives the stage a fresh migrated database (Infra.Store).
+	// DB gives the stage a fresh migrated database (DATABASE_URL; the
+	// test reads it through Env.Store).
 	DB bool
 	// Riot, when non-nil, starts the simulator with these options (its
-	// APIKey and, when empty, FixturesDir are filled in) and gives the
-	// stage a Riot client on it (Infra.Riot, with the shared limiter).
+	// APIKey and, when empty, FixturesDir are filled in) and points the
+	// stage's Riot client at it (RIOT_API_KEY, RIOT_API_BASE_URL).
 	Riot *sim.Options
-	// Env is environment for the stage (its Env struct, app.Env), set
+	// Env is environment for the stage (its Config, config.Env), set
 	// with t.Setenv for the test.
 	Env map[string]string
 }
@@ -44,10 +48,12 @@ type Options struct {
 // Env is a stage's world in a test.
 type Env struct {
 	T *testing.T
-	// Infra is what the stage's FromInfra is given; Infra.JS also serves
-	// the test for publishing and inspecting.
-	Infra *app.Infra
-	// Sim is the simulator behind Infra.Riot, or nil.
+	// Process is what the stage is built on; Process.JS also serves the
+	// test for publishing and inspecting.
+	Process *app.Process
+	// Store is the test's own pool on the stage's database, or nil.
+	Store *store.Store
+	// Sim is the simulator behind the stage's Riot client, or nil.
 	Sim *sim.Sim
 	// DBURL is the stage's database, or "".
 	DBURL string
@@ -62,20 +68,27 @@ func New(t *testing.T, o Options) *Env {
 	for k, v := range o.Env {
 		t.Setenv(k, v)
 	}
-	env, err := app.LoadEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := &Env{T: t}
 	log := slog.New(slog.NewTextHandler(Writer(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if o.DB {
 		e.DBURL = pgtest.NewDatabase(t)
-		env.Postgres.URL = config.Secret(e.DBURL)
+		t.Setenv("DATABASE_URL", e.DBURL)
+		st, err := store.Open(t.Context(), e.DBURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		e.Store = st
 	}
 	if o.Riot != nil {
 		var base, key string
 		e.Sim, base, key = startSim(t, *o.Riot, log)
-		env.Riot.APIKey, env.Riot.BaseURL = config.Secret(key), base
+		t.Setenv("RIOT_API_KEY", key)
+		t.Setenv("RIOT_API_BASE_URL", base)
+	}
+	env, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
 	}
 	srv := natstest.Server(t)
 	_, admin := natstest.Connect(t, srv)
@@ -86,13 +99,12 @@ func New(t *testing.T, o Options) *Env {
 	if err := streams.Apply(t.Context(), admin, set, log); err != nil {
 		t.Fatal(err)
 	}
-	inf, closeInf, err := app.Build(t.Context(), env, app.BuildOptions{Service: "stagetest", NeedDB: o.DB,
-		NeedRiot: o.Riot != nil, Log: log, NATSServer: srv})
+	p, err := app.NewProcess(t.Context(), env, app.Options{Service: "stagetest", Log: log, NATSServer: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(closeInf)
-	e.Infra = inf
+	t.Cleanup(p.Close)
+	e.Process = p
 	return e
 }
 
@@ -125,12 +137,12 @@ func startSim(t *testing.T, so sim.Options, log *slog.Logger) (s *sim.Sim, baseU
 	return s, baseURL, so.APIKey
 }
 
-// Start is New, then the stage built by fromInfra (its FromInfra) on
-// e.Infra, running until the test ends (Run).
-func Start[S app.Service](t *testing.T, o Options, fromInfra func(context.Context, *app.Infra) (S, error)) *Env {
+// Start is New, then the stage built by open (its Connect) on e.Process,
+// running until the test ends (Run).
+func Start[S app.Service](t *testing.T, o Options, open func(context.Context, *app.Process) (S, error)) *Env {
 	t.Helper()
 	e := New(t, o)
-	svc, err := fromInfra(t.Context(), e.Infra)
+	svc, err := open(t.Context(), e.Process)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +182,7 @@ func RunService(t testing.TB, name string, s app.Service) {
 // Publish publishes v as JSON on subject and waits for the stream's ack.
 func (e *Env) Publish(subject string, v any, opts ...jetstream.PublishOpt) {
 	e.T.Helper()
-	if _, err := natsx.Publish(e.T.Context(), e.Infra.JS, subject, v, opts...); err != nil {
+	if _, err := natsx.Publish(e.T.Context(), e.Process.JS, subject, v, opts...); err != nil {
 		e.T.Fatal(err)
 	}
 }
@@ -179,7 +191,7 @@ func (e *Env) Publish(subject string, v any, opts ...jetstream.PublishOpt) {
 func (e *Env) Subscribe(subject string) <-chan []byte {
 	e.T.Helper()
 	ch := make(chan []byte, 64)
-	sub, err := e.Infra.NC.Subscribe(subject, func(m *nats.Msg) { ch <- m.Data })
+	sub, err := e.Process.NC.Subscribe(subject, func(m *nats.Msg) { ch <- m.Data })
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -204,7 +216,7 @@ func (e *Env) Wait(what string, cond func() bool) {
 func (e *Env) Count(sql string, args ...any) int {
 	e.T.Helper()
 	var n int
-	if err := e.Infra.Store.Pool().QueryRow(e.T.Context(), sql, args...).Scan(&n); err != nil {
+	if err := e.Store.Pool().QueryRow(e.T.Context(), sql, args...).Scan(&n); err != nil {
 		e.T.Fatalf("%s: %v", sql, err)
 	}
 	return n

@@ -2,61 +2,39 @@ package app
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
 
-// Service is a stage built by its FromInfra: Run consumes until ctx ends,
-// then drains and returns.
-type Service interface {
-	Run(ctx context.Context) error
+// Base is what every stage's Deps share (embedded): the subject names,
+// its logger, tracer and clock.
+type Base struct {
+	Subjects bus.Subjects
+	Logger   *slog.Logger
+	Tracer   trace.Tracer
+	Now      func() time.Time
 }
 
-// Constructor builds a stage from the shared infrastructure (a stage's
-// FromInfra, through Stage).
-type Constructor func(ctx context.Context, inf *Infra) (Service, error)
-
-// Stage turns a stage's FromInfra, which returns its own type, into a
-// Constructor: app.Stage(persister.FromInfra).
-func Stage[S Service](fromInfra func(context.Context, *Infra) (S, error)) Constructor {
-	return func(ctx context.Context, inf *Infra) (Service, error) {
-		s, err := fromInfra(ctx, inf)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+// Fill gives zero fields their defaults: slog.Default(), the global
+// tracer "riftflow/<name>" and time.Now.
+func (b *Base) Fill(name string) {
+	if b.Logger == nil {
+		b.Logger = slog.Default()
 	}
-}
-
-// Main is a service process from start to exit; each service's main is
-//
-//	func main() { app.Main("persister", app.Needs{DB: true}, persister.FromInfra) }
-//
-// naming the service, what the process connects besides NATS and the
-// stage it runs: Start, then Run with the stage fromInfra builds, then
-// Exit with Run's error.
-func Main[S Service](service string, needs Needs, fromInfra func(context.Context, *Infra) (S, error)) {
-	ctx, cfg := Start(service)
-	Exit(Run(ctx, cfg, needs, Stage(fromInfra)))
-}
-
-// Assemble is a stage's FromInfra, written once: it parses the stage's
-// own configuration E from the environment (Infra.Wire), binds the
-// stage's Deps D on inf with bind (consumers, buckets, locks through the
-// Wiring), and once every bind has succeeded makes the stage with build
-// (its New, from E and D).
-func Assemble[E, D, S any](ctx context.Context, inf *Infra, bind func(w *Wiring, e E) D, build func(e E, d D) (S, error)) (S, error) {
-	var e E
-	w := inf.Wire(ctx, &e)
-	d := bind(w, e)
-	if err := w.Err(); err != nil {
-		var none S
-		return none, err
+	if b.Tracer == nil {
+		b.Tracer = otel.Tracer("riftflow/" + name)
 	}
-	return build(e, d)
+	if b.Now == nil {
+		b.Now = time.Now
+	}
 }
 
 // Queue is one durable consumer a stage serves: its name (logs and

@@ -6,55 +6,46 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
 
-// Wiring binds what one stage uses on an Infra — its own environment, its
-// durable consumers, KV buckets, locks and object stores declared in
-// streams/ — and keeps the first error, so that a stage's FromInfra reads
-// as the list of what it is built from, followed by one Err check. After
-// an error every later call does nothing and returns a zero value.
+// Wiring binds what one stage uses on a Process — its durable consumers,
+// KV buckets, locks and object stores declared in streams/ — and keeps the
+// first error, so that a stage's Open reads as the list of what it is
+// built from, followed by one Err check. After an error every later call
+// does nothing and returns a zero value.
 type Wiring struct {
 	ctx context.Context
-	inf *Infra
+	p   *Process
 	err error
 }
 
-// Wire starts the wiring of one stage on inf; env, when non-nil, is the
-// stage's own configuration struct, parsed from the environment
-// (config.Parse) first.
-func (inf *Infra) Wire(ctx context.Context, env any) *Wiring {
-	w := &Wiring{ctx: ctx, inf: inf}
-	if env != nil {
-		w.err = config.Parse(env)
-	}
-	return w
-}
+// Wire starts the wiring of one stage on p.
+func (p *Process) Wire(ctx context.Context) *Wiring { return &Wiring{ctx: ctx, p: p} }
 
 // Err is the first error of the wiring, or nil.
 func (w *Wiring) Err() error { return w.err }
 
-// Consumer binds a durable consumer (Infra.Consumer).
+// Consumer binds a durable consumer (Process.Consumer).
 func (w *Wiring) Consumer(stream, name string) jetstream.Consumer {
-	return wire(w, func() (jetstream.Consumer, error) { return w.inf.Consumer(w.ctx, stream, name) })
+	return wire(w, func() (jetstream.Consumer, error) { return w.p.Consumer(w.ctx, stream, name) })
 }
 
-// KV opens a KV bucket (Infra.KV).
+// KV opens a KV bucket (Process.KV).
 func (w *Wiring) KV(bucket string) jetstream.KeyValue {
-	return wire(w, func() (jetstream.KeyValue, error) { return w.inf.KV(w.ctx, bucket) })
+	return wire(w, func() (jetstream.KeyValue, error) { return w.p.KV(w.ctx, bucket) })
 }
 
-// Lock opens a lock over a KV bucket (Infra.Lock).
+// Lock opens a lock over a KV bucket (Process.Lock).
 func (w *Wiring) Lock(bucket string) natsx.Lock {
-	return wire(w, func() (natsx.Lock, error) { return w.inf.Lock(w.ctx, bucket) })
+	return wire(w, func() (natsx.Lock, error) { return w.p.Lock(w.ctx, bucket) })
 }
 
 // ObjectStore opens an object store, failing with a hint when `riftflow
 // streams apply` has not run.
 func (w *Wiring) ObjectStore(name string) jetstream.ObjectStore {
 	return wire(w, func() (jetstream.ObjectStore, error) {
-		os, err := w.inf.JS.ObjectStore(w.ctx, name)
+		os, err := w.p.JS.ObjectStore(w.ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("open object store %s (run `riftflow streams apply`): %w", name, err)
 		}

@@ -189,3 +189,34 @@ func walk(v reflect.Value, f func(any)) {
 func Log(log *slog.Logger, name string, v any) {
 	log.Info("config", "service", name, "values", fmt.Sprintf("%+v", v))
 }
+
+// Days is a whole number of days, read from an integer variable
+// (MATCH_RETENTION_DAYS=730).
+type Days int
+
+// Duration is d as a time.Duration of 24-hour days.
+func (d Days) Duration() time.Duration { return time.Duration(d) * 24 * time.Hour }
+
+// The sections below are variables read by more than one stage: each
+// stage's Config embeds the section, so the default is written once.
+
+// SyncLock is read by the lister, the persister and the retry-sweeper.
+type SyncLock struct {
+	// LockTTL is SYNC_LOCK_TTL, the sync lock's lifetime between renewals.
+	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+}
+
+// FetchAttempts is read by the match-fetcher and the retry-sweeper.
+type FetchAttempts struct {
+	// MaxAttempts is FETCH_MAX_ATTEMPTS: that many 404s make a fetch
+	// permanently_unfetchable; that many other failures in a row end its
+	// in-process retries.
+	MaxAttempts int `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+}
+
+// Retention is read by the matchid-lister and the match-fetcher.
+type Retention struct {
+	// MatchRetention is MATCH_RETENTION_DAYS: how long Riot serves a match
+	// (match-v5 answers 404 for older ones).
+	MatchRetention Days `env:"MATCH_RETENTION_DAYS" envDefault:"730"`
+}

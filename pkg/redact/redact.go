@@ -13,6 +13,8 @@
 package redact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -118,4 +120,12 @@ func Panics(w io.Writer) {
 	}
 	fmt.Fprintf(w, "panic: %s\n\n%s", String(fmt.Sprint(r)), String(string(debug.Stack())))
 	os.Exit(2)
+}
+
+// ShortHash is the first 16 hex digits of the SHA-256 of s: a short, stable
+// name for a secret or a player that does not reveal it, and an id part
+// that is the same on every replica.
+func ShortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
 }

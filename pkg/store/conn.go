@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/riftflow/riftflow/pkg/config"
 )
 
 // DefaultCallTimeout bounds how long a connection waits for Postgres to
@@ -168,3 +170,32 @@ func (e *noAnswerError) Error() string {
 func (e *noAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 func (e *noAnswerError) Timeout() bool   { return true }
 func (e *noAnswerError) Temporary() bool { return true }
+
+// Connect opens the pool of cfg (DATABASE_URL, at most
+// DATABASE_POOL_MAX_CONNS connections; Open), failing when DATABASE_URL is
+// not set.
+func Connect(ctx context.Context, cfg config.Postgres) (*Store, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("DATABASE_URL is not set")
+	}
+	return Open(ctx, cfg.URL.Reveal(), MaxConns(cfg.PoolMaxConns))
+}
+
+// Process is what ConnectFor registers a pool with (an app.Process): its
+// closing when the process ends, its readiness check.
+type Process interface {
+	OnClose(func())
+	AddCheck(name string, check func(context.Context) error)
+}
+
+// ConnectFor is Connect for process p: the pool is closed when p closes
+// and its Ping is p's "postgres" readiness check.
+func ConnectFor(ctx context.Context, cfg config.Postgres, p Process) (*Store, error) {
+	st, err := Connect(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	p.OnClose(st.Close)
+	p.AddCheck("postgres", st.Ping)
+	return st, nil
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -18,7 +19,8 @@ func daysAgo(d float64) time.Time { return now.Add(-time.Duration(d * 24 * float
 // (FETCH_BACKOFF, FETCH_MAX_ATTEMPTS, *_RETENTION_DAYS unset).
 func defaults(t *testing.T) Config {
 	t.Helper()
-	return Config{Backoff: DefaultBackoff, MaxAttempts: 5, MatchRetention: DefaultMatchRetention, TimelineRetention: DefaultTimelineRetention}
+	return Config{Backoff: DefaultBackoff, FetchAttempts: config.FetchAttempts{MaxAttempts: 5},
+		Retention: config.Retention{MatchRetention: 730}, TimelineRetention: 365}
 }
 
 func TestExpired(t *testing.T) {
@@ -55,7 +57,7 @@ func TestExpired(t *testing.T) {
 	}
 	// Configured retention (MATCH_RETENTION_DAYS) is honoured.
 	short := c
-	short.MatchRetention = 10 * 24 * time.Hour
+	short.MatchRetention = 10
 	if got, _ := short.Expired(bus.KindMatch, daysAgo(11).UnixMilli(), now); !got {
 		t.Fatal("an 11-day-old match must be expired under a 10-day retention")
 	}

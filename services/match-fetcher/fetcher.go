@@ -72,50 +72,64 @@ const (
 	DefaultTimelineRetention = fetchpolicy.DefaultTimelineRetention
 )
 
-// Config tunes the fetcher.
+// Config tunes the fetcher; Open reads it from the environment, New gives
+// zero fields the defaults of their tags (config.Defaults) and of their
+// comments.
 type Config struct {
+	// Regions is FETCHER_REGIONS: the regional routes this process serves
+	// (a Deployment per region scales them apart); Open binds their
+	// consumers.
+	Regions []string `env:"FETCHER_REGIONS" envDefault:"americas,asia,europe,sea" envSeparator:","`
 	// Backoff is the delay before attempt N+1 after failed attempt N
-	// (the last entry repeats). Default 30s, 60s, 120s, 300s (design 000).
-	Backoff []time.Duration
-	// MaxAttempts (5): that many 404s make a fetch permanently_unfetchable;
-	// that many other failures in a row (streak) end the in-process
-	// retries and leave it temporary_failure for the retry-sweeper.
-	MaxAttempts       int
-	MatchRetention    time.Duration
-	TimelineRetention time.Duration
+	// (FETCH_BACKOFF; the last entry repeats; design 000).
+	Backoff []time.Duration `env:"FETCH_BACKOFF" envDefault:"30s,60s,120s,300s" envSeparator:","`
+	// FetchAttempts' MaxAttempts (FETCH_MAX_ATTEMPTS): that many 404s make
+	// a fetch permanently_unfetchable; that many other failures in a row
+	// (streak) end the in-process retries and leave it temporary_failure
+	// for the retry-sweeper.
+	config.FetchAttempts
+	// Retention's MatchRetention and TimelineRetention are how long Riot
+	// keeps matches (MATCH_RETENTION_DAYS, 2 years) and timelines
+	// (TIMELINE_RETENTION_DAYS, 1 year).
+	config.Retention
+	TimelineRetention config.Days `env:"TIMELINE_RETENTION_DAYS" envDefault:"365"`
 	// NotFoundFresh is how young a match must be for a 404 of it to be
-	// retried (FETCH_NOT_FOUND_FRESH, default 6 h; fetchpolicy.Policy.FreshFor).
-	NotFoundFresh time.Duration
-	// KeyRejectedDelay parks fetches while the API key is rejected (401/403).
+	// retried (FETCH_NOT_FOUND_FRESH; fetchpolicy.Policy.FreshFor): a 404
+	// for an older one (known from its fetch or the ledger) is final at
+	// once.
+	NotFoundFresh time.Duration `env:"FETCH_NOT_FOUND_FRESH" envDefault:"6h"`
+	// KeyRejectedDelay parks fetches while the API key is rejected
+	// (401/403; default 5 min).
 	KeyRejectedDelay time.Duration
 	// CallTimeout bounds one Riot call including its rate-limit wait and
-	// in-process 429 retries (RIOT_RATELIMIT_MAX_WAIT + RIOT_HTTP_TIMEOUT_MS).
-	// A wait that would not fit comes back as a rate-limit error and the
-	// fetch is rescheduled, so a long Retry-After never holds a consumer
-	// slot.
+	// in-process 429 retries (Open: RIOT_RATELIMIT_MAX_WAIT +
+	// RIOT_HTTP_TIMEOUT_MS; default 20 s). A wait that would not fit comes
+	// back as a rate-limit error and the fetch is rescheduled, so a long
+	// Retry-After never holds a consumer slot.
 	CallTimeout time.Duration
 	// InteractiveConcurrency is the number of interactive fetches in flight
-	// per region (default 4): they run beside the background ones and the
-	// limiter serves them first.
-	InteractiveConcurrency int
-	// Concurrency is the number of fetches in flight per region; the rate
-	// limiter, not this, sets the request rate.
-	Concurrency int
-	// InlinePayloadMax is the largest gzip payload published inside its
-	// FetchResult (default 512 KiB, half the FETCHED stream's 1 MiB message
-	// limit); a larger one goes to the payloads object store and the
-	// FetchResult carries its name, so no payload is ever refetched for its
-	// size.
-	InlinePayloadMax int
+	// per region (FETCHER_INTERACTIVE_CONCURRENCY): they run beside the
+	// background ones and the limiter serves them first.
+	InteractiveConcurrency int `env:"FETCHER_INTERACTIVE_CONCURRENCY" envDefault:"4"`
+	// Concurrency is the number of fetches in flight per region
+	// (FETCHER_CONCURRENCY); the rate limiter, not this, sets the request
+	// rate.
+	Concurrency int `env:"FETCHER_CONCURRENCY" envDefault:"16"`
+	// InlinePayloadMax is the largest gzip payload (bytes) published inside
+	// its FetchResult (FETCH_INLINE_PAYLOAD_MAX, 512 KiB: half the FETCHED
+	// stream's 1 MiB message limit); a larger one goes to the payloads
+	// object store and the FetchResult carries its name, so no payload is
+	// ever refetched for its size.
+	InlinePayloadMax int `env:"FETCH_INLINE_PAYLOAD_MAX" envDefault:"524288"`
 	// PublishPatience is how long a fetched payload's result is retried
 	// when it cannot be published before the command is given back
-	// (default 30 s, publishHeld).
+	// (default DefaultPublishPatience, publishHeld).
 	PublishPatience time.Duration
-	// ResultsBacklogMax is the backpressure threshold: while the FETCHED
-	// stream (Deps.Results) holds more bytes, the background consumers pull
-	// no fetch commands, until it is under half (default 64 MiB; negative:
-	// never held). See backlog.
-	ResultsBacklogMax int64
+	// ResultsBacklogMax is the backpressure threshold in bytes
+	// (FETCH_RESULTS_BACKLOG_MAX, 64 MiB): while the FETCHED stream
+	// (Deps.Results) holds more, the background consumers pull no fetch
+	// commands, until it is under half; negative: never held. See backlog.
+	ResultsBacklogMax int64 `env:"FETCH_RESULTS_BACKLOG_MAX" envDefault:"67108864"`
 }
 
 // PendingReason starts the ledger error of a fetch whose in-process retries
@@ -128,8 +142,8 @@ var DefaultBackoff = fetchpolicy.DefaultBackoff
 
 // Policy is the fetch policy of c (the rules live in pkg/fetchpolicy).
 func (c Config) Policy() fetchpolicy.Policy {
-	return fetchpolicy.Policy{Backoff: c.Backoff, MaxAttempts: c.MaxAttempts, MatchRetention: c.MatchRetention,
-		TimelineRetention: c.TimelineRetention, FreshFor: c.NotFoundFresh}.WithDefaults()
+	return fetchpolicy.Policy{Backoff: c.Backoff, MaxAttempts: c.MaxAttempts, MatchRetention: c.MatchRetention.Duration(),
+		TimelineRetention: c.TimelineRetention.Duration(), FreshFor: c.NotFoundFresh}.WithDefaults()
 }
 
 // Deps are the fetcher's collaborators.
@@ -172,14 +186,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || len(d.Consumers) == 0 || d.Riot == nil {
 		return nil, errors.New("fetcher: JS, Consumers and Riot are required")
 	}
-	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff
-	}
-	config.Fill(&cfg, Config{
-		MaxAttempts: 5, PublishPatience: DefaultPublishPatience, InlinePayloadMax: 512 << 10, MatchRetention: DefaultMatchRetention,
-		TimelineRetention: DefaultTimelineRetention, KeyRejectedDelay: 5 * time.Minute, Concurrency: 16,
-		InteractiveConcurrency: 4, CallTimeout: 20 * time.Second, ResultsBacklogMax: 64 << 20,
-	})
+	config.Defaults(&cfg)
+	config.Fill(&cfg, Config{PublishPatience: DefaultPublishPatience, KeyRejectedDelay: 5 * time.Minute, CallTimeout: 20 * time.Second})
 	d.Base.Fill("match-fetcher")
 	s := &Service{cfg: cfg, d: d, policy: cfg.Policy()}
 	s.attempts, _ = otel.Meter("riftflow/match-fetcher").Int64Counter("riftflow.fetch.outcomes",

@@ -9,6 +9,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -20,7 +21,11 @@ import (
 // start past every game that ends in those 3 h.
 func TestCursorOnTheServerClock(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true, Riot: &sim.Options{}})
-	ctx, inf := t.Context(), e.Infra
+	ctx, inf := t.Context(), e.Process
+	rc, _, _, err := riotclient.Open(ctx, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := e.DemoPlayer()
 	const skew = 3 * time.Hour
 	host := func() time.Time { return time.Now().Add(skew) }
@@ -41,7 +46,7 @@ func TestCursorOnTheServerClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := lister.New(lister.Config{}, lister.Deps{JS: inf.JS, Consumer: bg, Interactive: cons, Locks: locks, Cursors: cursors,
-		Riot: inf.Riot, Store: inf.Store, Host: host, Base: app.Base{Subjects: inf.Subjects, Now: host}})
+		Riot: rc, Store: e.Store, Host: host, Base: app.Base{Subjects: inf.Subjects, Now: host}})
 	if err != nil {
 		t.Fatal(err)
 	}

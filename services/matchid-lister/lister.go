@@ -96,39 +96,43 @@ type Cursor struct {
 	LastFullBackfill time.Time `json:"last_full_backfill,omitzero"`
 }
 
-// Config tunes the lister.
+// Config tunes the lister; Open reads it from the environment, New gives
+// zero fields the defaults of their tags (config.Defaults).
 type Config struct {
-	// LockTTL is the sync lock's lifetime; renewed every LockTTL/3 while
-	// the lister lists, then by the persister while the sync has open
-	// matches.
-	LockTTL time.Duration
-	// Overlap is subtracted from the cursor so a game that was in progress
-	// at the last listing (and so not listed yet) is listed next time.
-	// Re-listed matches are skipped as known.
-	Overlap time.Duration
+	// SyncLock's LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL);
+	// renewed every LockTTL/3 while the lister lists, then by the persister
+	// while the sync has open matches.
+	config.SyncLock
+	// Overlap is subtracted from the cursor (CURSOR_OVERLAP) so a game that
+	// was in progress at the last listing (and so not listed yet) is listed
+	// next time. Re-listed matches are skipped as known.
+	Overlap time.Duration `env:"CURSOR_OVERLAP" envDefault:"2h"`
 	// RetryDelay is the delay before a retryable Riot failure (5xx, timeout,
-	// 429) is retried, doubled per delivery of the same SyncCommand (5 s,
-	// 10 s, 20 s, … capped at 5 min), or Retry-After when that is later.
-	RetryDelay time.Duration
-	// Concurrency is the number of background syncs listed at once.
-	Concurrency int
-	// InteractiveConcurrency is the number of interactive syncs listed at
-	// once, beside the background ones (default 2).
-	InteractiveConcurrency int
+	// 429) is retried (LISTER_RETRY_DELAY), doubled per delivery of the
+	// same SyncCommand (5 s, 10 s, 20 s, … capped at 5 min), or Retry-After
+	// when that is later.
+	RetryDelay time.Duration `env:"LISTER_RETRY_DELAY" envDefault:"5s"`
+	// Concurrency is the number of background syncs listed at once
+	// (LISTER_CONCURRENCY).
+	Concurrency int `env:"LISTER_CONCURRENCY" envDefault:"4"`
+	// InteractiveConcurrency is the number of interactive syncs
+	// (lol.sync.<platform>.interactive) listed at once, beside the
+	// background ones (LISTER_INTERACTIVE_CONCURRENCY).
+	InteractiveConcurrency int `env:"LISTER_INTERACTIVE_CONCURRENCY" envDefault:"2"`
 	// MatchIDsCacheTTL is design 002's match-ID cache lifetime
-	// (LISTER_MATCH_IDS_CACHE_TTL, default 5 min, at most half of
-	// Overlap): a latest sync (not forced) of an account whose match IDs
-	// were listed completely less than this long ago reuses that listing,
-	// whose every ID is claimed already, and calls Riot for none; games
-	// that ended since are listed by the first latest sync after it, whose
-	// window reaches Overlap before the cursor. Negative disables it.
-	MatchIDsCacheTTL time.Duration
-	// MatchRetention is how long Riot serves a match (MATCH_RETENTION_DAYS,
-	// default 730 days). No listing starts before now − MatchRetention:
-	// Riot lists older match IDs but answers 404 for them, so a window
-	// that reached past it only bought calls that cannot succeed (and a
-	// latest sync, with no start at all, bought five each).
-	MatchRetention time.Duration
+	// (LISTER_MATCH_IDS_CACHE_TTL, at most half of Overlap): a latest sync
+	// (not forced) of an account whose match IDs were listed completely
+	// less than this long ago reuses that listing, whose every ID is
+	// claimed already, and calls Riot for none; games that ended since are
+	// listed by the first latest sync after it, whose window reaches
+	// Overlap before the cursor. Negative disables it.
+	MatchIDsCacheTTL time.Duration `env:"LISTER_MATCH_IDS_CACHE_TTL" envDefault:"5m"`
+	// Retention's MatchRetention is how long Riot serves a match
+	// (MATCH_RETENTION_DAYS). No listing starts before now −
+	// MatchRetention: Riot lists older match IDs but answers 404 for them,
+	// so a window that reached past it only bought calls that cannot
+	// succeed (and a latest sync, with no start at all, bought five each).
+	config.Retention
 }
 
 // Deps are the lister's collaborators.
@@ -160,11 +164,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.Locks.KV == nil || d.Cursors == nil || d.Riot == nil || d.Store == nil {
 		return nil, errors.New("lister: JS, Consumer, Locks, Cursors, Riot and Store are required")
 	}
-	config.Fill(&cfg, Config{LockTTL: 5 * time.Minute, Overlap: 2 * time.Hour, RetryDelay: 5 * time.Second, Concurrency: 4,
-		InteractiveConcurrency: 2, MatchRetention: 730 * 24 * time.Hour})
-	if cfg.MatchIDsCacheTTL == 0 { // negative: off
-		cfg.MatchIDsCacheTTL = 5 * time.Minute
-	}
+	config.Defaults(&cfg)
 	cfg.MatchIDsCacheTTL = min(cfg.MatchIDsCacheTTL, cfg.Overlap/2)
 	d.Base.Fill("matchid-lister")
 	if d.Host == nil {
@@ -343,7 +343,7 @@ func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Log
 		return listWindow{}, natsx.Retry(fmt.Errorf("read the NATS server's clock: %w", err)), false
 	}
 	now := s.d.Now().Add(offset)
-	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, s.cfg.MatchRetention, now), cur: cur, curRev: curRev}
+	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, s.cfg.MatchRetention.Duration(), now), cur: cur, curRev: curRev}
 	return w, natsx.Result{}, true
 }
 

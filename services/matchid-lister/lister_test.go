@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// start runs a lister, built by its FromInfra, on a fresh database and the
+// start runs a lister, built by its Connect, on a fresh database and the
 // simulator with so; it returns the simulator's demo player. Only one of
 // the demo player's 16 matches is within Riot's 730-day retention, so the
 // lister's retention is 10 years here unless env says otherwise: these
@@ -32,7 +32,7 @@ func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env,
 		}
 		env["MATCH_RETENTION_DAYS"] = "3650"
 	}
-	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, lister.FromInfra)
+	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, lister.Connect)
 	return e, e.DemoPlayer()
 }
 
@@ -49,10 +49,10 @@ func regionOf(p sim.Player) string { return string(riot.Platform(p.Platform).Reg
 // with 409 and a rejected job row.
 func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
 	e, p := start(t, sim.Options{}, nil)
-	fetches := e.Subscribe(e.Infra.Subjects.FetchAll())
-	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
+	fetches := e.Subscribe(e.Process.Subjects.FetchAll())
+	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())
 	const count = 3
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-1", count))
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "sync-1", count))
 	seen := map[string]bool{}
 	for range count {
 		fc := stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command"))
@@ -67,7 +67,7 @@ func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 1 {
 		t.Errorf("account syncing rows = %d, want 1", n)
 	}
-	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	locks, err := e.Process.KV(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestListsMatchesIntoFetchCommandsUnderTheLock(t *testing.T) {
 		t.Fatalf("sync lock: %v, want it held until the persister ends the sync", err)
 	}
 
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-2", count))
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "sync-2", count))
 	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 409 rejection"))
 	if rej.Code != 409 || rej.RequestID != "sync-2" {
 		t.Errorf("rejection %+v, want 409 for sync-2", rej)
@@ -105,13 +105,13 @@ func keys(m map[string]bool) []string {
 func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
 	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodMatchIDs}, Error5xx: 1}},
 		map[string]string{"LISTER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
-	progress := e.Subscribe(e.Infra.Subjects.Progress(p.PUUID))
-	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	progress := e.Subscribe(e.Process.Subjects.Progress(p.PUUID))
+	locks, err := e.Process.KV(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"gives-up", "runs-again"} {
-		e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, id, 5))
+		e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, id, 5))
 		for {
 			ev := stagetest.Decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of "+id))
 			if ev.Status != "failed" {
@@ -138,8 +138,8 @@ func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
 // window's start is the retention limit.
 func TestListsOnlyRetainedMatches(t *testing.T) {
 	e, p := start(t, sim.Options{}, map[string]string{"MATCH_RETENTION_DAYS": "730"})
-	fetches := e.Subscribe(e.Infra.Subjects.FetchAll())
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "sync-r", 100))
+	fetches := e.Subscribe(e.Process.Subjects.FetchAll())
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "sync-r", 100))
 	truth := e.Sim.Truth().Players[p.PUUID]
 	var retained []string
 	for _, m := range truth.Matches {
@@ -178,20 +178,20 @@ func TestListsOnlyRetainedMatches(t *testing.T) {
 // and its followers hear a final "failed" event.
 func TestTakeoverEndsTheReplacedSync(t *testing.T) {
 	e, p := start(t, sim.Options{}, nil)
-	progress := e.Subscribe(e.Infra.Subjects.Progress(p.PUUID))
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "lapsed", 3))
+	progress := e.Subscribe(e.Process.Subjects.Progress(p.PUUID))
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "lapsed", 3))
 	e.Wait("the first sync running", func() bool {
 		return e.Count(`SELECT count(*) FROM jobs WHERE id = 'lapsed' AND status = 'running'`) == 1 &&
 			e.Count(`SELECT count(*) FROM sync_matches WHERE request_id = 'lapsed'`) == 3
 	})
-	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	locks, err := e.Process.KV(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := locks.Delete(t.Context(), p.PUUID); err != nil { // the lock lapsed
 		t.Fatal(err)
 	}
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "takeover", 3))
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "takeover", 3))
 	for {
 		ev := stagetest.Decode[bus.ProgressEvent](t, stagetest.Next(t, progress, "the failed event of the replaced sync"))
 		if ev.RequestID != "lapsed" || ev.Status != "failed" {
@@ -213,26 +213,26 @@ func TestTakeoverEndsTheReplacedSync(t *testing.T) {
 // fetch for each stored one (today's cursor window would list none).
 func TestForcedLatestSyncRefetchesTheNewestStored(t *testing.T) {
 	e, p := start(t, sim.Options{}, nil)
-	fetches := e.Subscribe(e.Infra.Subjects.FetchAll())
+	fetches := e.Subscribe(e.Process.Subjects.FetchAll())
 	const count = 3
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), syncOf(p, "first", count))
+	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "first", count))
 	first := map[string]bool{}
 	for range count {
 		first[stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "fetch command")).MatchID] = true
 	}
-	cursors, err := e.Infra.KV(t.Context(), streams.BucketCursors)
+	cursors, err := e.Process.KV(t.Context(), streams.BucketCursors)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Wait("the first sync's cursor", func() bool { _, err := cursors.Get(t.Context(), p.PUUID); return err == nil })
 	// The first sync's matches are stored and the sync is over.
-	if _, err := e.Infra.Store.Pool().Exec(t.Context(), `UPDATE match_fetches SET status = 'success' WHERE match_id = ANY($1)`, keys(first)); err != nil {
+	if _, err := e.Store.Pool().Exec(t.Context(), `UPDATE match_fetches SET status = 'success' WHERE match_id = ANY($1)`, keys(first)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Infra.Store.Pool().Exec(t.Context(), `UPDATE accounts SET sync_status = 'completed' WHERE puuid = $1`, p.PUUID); err != nil {
+	if _, err := e.Store.Pool().Exec(t.Context(), `UPDATE accounts SET sync_status = 'completed' WHERE puuid = $1`, p.PUUID); err != nil {
 		t.Fatal(err)
 	}
-	locks, err := e.Infra.KV(t.Context(), streams.BucketSyncLocks)
+	locks, err := e.Process.KV(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestForcedLatestSyncRefetchesTheNewestStored(t *testing.T) {
 
 	forced := syncOf(p, "forced", count)
 	forced.Force = true
-	e.Publish(e.Infra.Subjects.Sync(p.Platform), forced)
+	e.Publish(e.Process.Subjects.Sync(p.Platform), forced)
 	for range count {
 		fc := stagetest.Decode[bus.FetchCommand](t, stagetest.Next(t, fetches, "forced fetch command"))
 		if !first[fc.MatchID] || !fc.Force || fc.RequestID != "forced" {

@@ -41,13 +41,14 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
-// Config tunes the persister; FromInfra reads the fields with env tags
-// from the environment (the others keep their defaults).
+// Config tunes the persister; Open reads the fields with env tags from the
+// environment, New gives zero fields the defaults of their tags
+// (config.Defaults) and of their comments.
 type Config struct {
 	MaxBatch int           `env:"PERSIST_MAX_BATCH" envDefault:"200"`  // messages per transaction
 	MaxWait  time.Duration `env:"PERSIST_MAX_WAIT" envDefault:"200ms"` // longest wait to fill a batch
-	// LockTTL is what a renewed sync lock lives for.
-	LockTTL time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
+	// SyncLock's LockTTL is what a renewed sync lock lives for.
+	config.SyncLock
 	// MaxPayloadBytes caps a decompressed payload; larger ones are recorded
 	// as permanently unfetchable (default 32 MiB).
 	MaxPayloadBytes int64
@@ -104,8 +105,13 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.Store == nil || d.Locks.KV == nil {
 		return nil, errors.New("persister: JS, Consumer, Store and Locks are required")
 	}
-	config.Fill(&cfg, Config{MaxBatch: 200, MaxWait: 200 * time.Millisecond, LockTTL: 5 * time.Minute, MaxPayloadBytes: 32 << 20,
-		MaxBatchBytes: 1280 << 10, DecodeWorkers: runtime.GOMAXPROCS(0), Writers: 2})
+	config.Defaults(&cfg)
+	if cfg.MaxPayloadBytes <= 0 {
+		cfg.MaxPayloadBytes = 32 << 20
+	}
+	if cfg.DecodeWorkers <= 0 {
+		cfg.DecodeWorkers = runtime.GOMAXPROCS(0)
+	}
 	cfg.MaxBatchBytes = max(cfg.MaxBatchBytes, MinBatchBytes)
 	if ds, ok := d.Store.(interface{ SetMaxDocumentBytes(int64) }); ok {
 		ds.SetMaxDocumentBytes(cfg.MaxPayloadBytes) // timelines it decompresses while copying

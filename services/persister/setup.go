@@ -4,17 +4,36 @@ import (
 	"context"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
-// FromInfra builds a persister, its Config read from the environment,
-// bound to the "persister" and "persister-interactive" consumers on
-// FETCHED.
-func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
-	return app.Assemble(ctx, inf, func(w *app.Wiring, _ Config) Deps {
-		return Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamFetched, streams.ConsumerPersister), Store: inf.Store,
-			Interactive: w.Consumer(streams.StreamFetched, streams.ConsumerPersisterInteractive),
-			Locks:       w.Lock(streams.BucketSyncLocks), Payloads: w.ObjectStore(streams.ObjectPayloads),
-			Dead: inf.DeadLetter(), Base: inf.Base("persister")}
-	}, New)
+// Connect is the persister process's stage (app.Main): the Postgres pool
+// of DATABASE_URL (store.ConnectFor), then Open.
+func Connect(ctx context.Context, p *app.Process) (*Service, error) {
+	st, err := store.ConnectFor(ctx, p.Env.Postgres, p)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, p, st)
+}
+
+// Open builds a persister on p writing to st, its Config read from the
+// environment, bound to the "persister" and "persister-interactive"
+// consumers on FETCHED.
+func Open(ctx context.Context, p *app.Process, st Store) (*Service, error) {
+	var cfg Config
+	if err := config.Parse(&cfg); err != nil {
+		return nil, err
+	}
+	w := p.Wire(ctx)
+	d := Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamFetched, streams.ConsumerPersister), Store: st,
+		Interactive: w.Consumer(streams.StreamFetched, streams.ConsumerPersisterInteractive),
+		Locks:       w.Lock(streams.BucketSyncLocks), Payloads: w.ObjectStore(streams.ObjectPayloads),
+		Dead: p.DeadLetter(), Base: p.Base("persister")}
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
+	return New(cfg, d)
 }

@@ -38,13 +38,13 @@ type Accounts interface {
 	ActiveRegion(ctx context.Context, region riot.Region, puuid string) (riot.Platform, error)
 }
 
-// Config tunes the resolver; FromInfra reads the fields with env tags
-// from the environment, the others from the common one (app.Env).
+// Config tunes the resolver; Open reads it from the environment, New
+// gives zero fields the defaults of their tags (config.Defaults).
 type Config struct {
-	// MaxMatchesPerRun and LookbackDays fill requests that leave count and
-	// lookback_days at 0 (INGESTION_MAX_MATCHES_PER_RUN, INGESTION_LOOKBACK_DAYS).
-	MaxMatchesPerRun int
-	LookbackDays     int
+	// Ingestion's MaxMatchesPerRun and LookbackDays fill requests that
+	// leave count and lookback_days at 0 (INGESTION_MAX_MATCHES_PER_RUN,
+	// INGESTION_LOOKBACK_DAYS).
+	config.Ingestion
 	// RetryDelay is the delay before a retryable Riot failure is first
 	// retried (the message is nak'ed; JetStream redelivers it), doubled per
 	// delivery up to 5 min, and never shorter than a Retry-After. On the
@@ -89,8 +89,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Consumer == nil || d.RiotIDs == nil || d.Riot == nil {
 		return nil, errors.New("resolver: JS, Consumer, RiotIDs and Riot are required")
 	}
-	config.Fill(&cfg, Config{MaxMatchesPerRun: 20, LookbackDays: 30, RetryDelay: 5 * time.Second, Concurrency: 8,
-		BackgroundConcurrency: 2, AccountRegion: riot.Americas})
+	config.Defaults(&cfg)
 	switch cfg.AccountRegion {
 	case riot.Americas, riot.Asia, riot.Europe:
 	default:

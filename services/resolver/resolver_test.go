@@ -12,10 +12,10 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-// start runs a resolver, built by its FromInfra, on the simulator with so.
+// start runs a resolver, built by its Connect, on the simulator with so.
 func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env, sim.Player) {
 	t.Helper()
-	e := stagetest.Start(t, stagetest.Options{Riot: &so, Env: env}, resolver.FromInfra)
+	e := stagetest.Start(t, stagetest.Options{Riot: &so, Env: env}, resolver.Connect)
 	return e, e.DemoPlayer()
 }
 
@@ -25,10 +25,10 @@ func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env,
 // case) is served from the riot-ids cache without a second account lookup.
 func TestResolvesRiotIDOnceIntoSyncCommands(t *testing.T) {
 	e, p := start(t, sim.Options{}, map[string]string{"INGESTION_MAX_MATCHES_PER_RUN": "7"})
-	syncs := e.Subscribe(e.Infra.Subjects.SyncFor(p.Platform, bus.Interactive))
+	syncs := e.Subscribe(e.Process.Subjects.SyncFor(p.Platform, bus.Interactive))
 	for i, id := range []string{p.GameName + "#" + p.TagLine, strings.ToUpper(p.GameName) + "#" + p.TagLine} {
 		reqID := []string{"first", "second"}[i]
-		e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: reqID, RiotID: id, Platform: p.Platform})
+		e.Publish(e.Process.Subjects.IngestRequest(), bus.IngestRequest{RequestID: reqID, RiotID: id, Platform: p.Platform})
 		cmd := stagetest.Decode[bus.SyncCommand](t, stagetest.Next(t, syncs, "sync command "+reqID))
 		if cmd.RequestID != reqID || cmd.PUUID != p.PUUID || cmd.Platform != p.Platform || cmd.Count != 7 || cmd.Requested.IsZero() {
 			t.Errorf("%s: sync command %+v, want request %s for %s on %s, count 7", id, cmd, reqID, p.PUUID, p.Platform)
@@ -43,7 +43,7 @@ func TestResolvesRiotIDOnceIntoSyncCommands(t *testing.T) {
 // their code and reason, and leave nothing in the resolver's consumer.
 func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 	e, p := start(t, sim.Options{}, nil)
-	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
+	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())
 	for _, c := range []struct {
 		name string
 		req  any
@@ -55,7 +55,7 @@ func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 		{"no tag line", bus.IngestRequest{RequestID: "r-tag", RiotID: "nohash", Platform: p.Platform}, 400, "#"},
 		{"unknown player", bus.IngestRequest{RequestID: "r-unknown", RiotID: "Nobody Here#0000", Platform: p.Platform}, 404, "no Riot account"},
 	} {
-		e.Publish(e.Infra.Subjects.IngestRequest(), c.req)
+		e.Publish(e.Process.Subjects.IngestRequest(), c.req)
 		rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "rejection of "+c.name))
 		if rej.Code != c.code || !strings.Contains(rej.Reason, c.want) {
 			t.Errorf("%s: rejection %d %q, want %d with %q", c.name, rej.Code, rej.Reason, c.code, c.want)
@@ -71,13 +71,13 @@ func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 func TestGivesUpWithReasonOnLastDelivery(t *testing.T) {
 	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodAccountByRiotID}, Error5xx: 1}},
 		map[string]string{"RESOLVER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
-	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
-	e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "gives-up", RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform})
+	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())
+	e.Publish(e.Process.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "gives-up", RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform})
 	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the 503 rejection"))
 	if rej.Code != 503 || rej.RequestID != "gives-up" || !strings.Contains(rej.Reason, "giving up") {
 		t.Fatalf("rejection %+v, want 503 giving up for gives-up", rej)
 	}
-	cons, err := e.Infra.JS.Consumer(t.Context(), streams.StreamIngest, streams.ConsumerResolver)
+	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamIngest, streams.ConsumerResolver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestGivesUpWithReasonOnLastDelivery(t *testing.T) {
 func waitSettled(t *testing.T, e *stagetest.Env) {
 	t.Helper()
 	e.Wait("the resolver's consumer to settle", func() bool {
-		c, err := e.Infra.JS.Consumer(t.Context(), streams.StreamIngest, streams.ConsumerResolver)
+		c, err := e.Process.JS.Consumer(t.Context(), streams.StreamIngest, streams.ConsumerResolver)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,10 +113,10 @@ func waitSettled(t *testing.T, e *stagetest.Env) {
 // Riot ID without a platform is resolved the same way.
 func TestFindsThePlatformOfARequestWithoutOne(t *testing.T) {
 	e, p := start(t, sim.Options{}, nil)
-	syncs := e.Subscribe(e.Infra.Subjects.SyncAll())
+	syncs := e.Subscribe(e.Process.Subjects.SyncAll())
 	seed := `{"puuid":"` + p.PUUID + `","count":20,"lookbackDays":30,"force":false,"requestedBy":"bot"}`
 	for i, body := range []string{seed, seed, `{"riot_id":"` + p.GameName + `#` + p.TagLine + `","request_id":"by-riot-id"}`} {
-		e.Publish(e.Infra.Subjects.IngestRequest(), json.RawMessage(body))
+		e.Publish(e.Process.Subjects.IngestRequest(), json.RawMessage(body))
 		cmd := stagetest.Decode[bus.SyncCommand](t, stagetest.Next(t, syncs, "sync command "+body))
 		if cmd.PUUID != p.PUUID || cmd.Platform != p.Platform || !cmd.PlatformFound || cmd.Region == "" {
 			t.Errorf("request %d: sync command %+v, want %s on %s, platform found", i, cmd, p.PUUID, p.Platform)
@@ -135,8 +135,8 @@ func TestFindsThePlatformOfARequestWithoutOne(t *testing.T) {
 // looked up, and leaves nothing in the resolver's consumer.
 func TestRejectsAnUnknownPUUIDWithoutPlatform(t *testing.T) {
 	e, _ := start(t, sim.Options{}, nil)
-	rejected := e.Subscribe(e.Infra.Subjects.IngestRejected())
-	e.Publish(e.Infra.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "no-such-puuid", PUUID: "not-a-real-puuid"})
+	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())
+	e.Publish(e.Process.Subjects.IngestRequest(), bus.IngestRequest{RequestID: "no-such-puuid", PUUID: "not-a-real-puuid"})
 	rej := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the rejection"))
 	if rej.Code != 400 || rej.RequestID != "no-such-puuid" {
 		t.Errorf("rejection %+v, want 400 for no-such-puuid", rej)

@@ -4,19 +4,35 @@ import (
 	"context"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/streams"
 )
 
-// FromInfra builds a resolver, its Config read from the environment, bound
-// to the "resolver" (interactive) and "resolver-background" consumers on
-// INGEST.
-func FromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
-	return app.Assemble(ctx, inf, func(w *app.Wiring, _ Config) Deps {
-		return Deps{JS: inf.JS, Consumer: w.Consumer(streams.StreamIngest, streams.ConsumerResolver),
-			Background: w.Consumer(streams.StreamIngest, streams.ConsumerResolverBackground),
-			RiotIDs:    w.KV(streams.BucketRiotIDs), Riot: inf.Riot, Dead: inf.DeadLetter(), Base: inf.Base("resolver")}
-	}, func(cfg Config, d Deps) (*Service, error) {
-		cfg.MaxMatchesPerRun, cfg.LookbackDays = inf.Env.Ingestion.MaxMatchesPerRun, inf.Env.Ingestion.LookbackDays
-		return New(cfg, d)
-	})
+// Connect is the resolver process's stage (app.Main): the Riot client on
+// the process's connection (riotclient.Open), then Open.
+func Connect(ctx context.Context, p *app.Process) (*Service, error) {
+	rc, _, _, err := riotclient.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, p, rc)
+}
+
+// Open builds a resolver on p calling Riot through accounts, its Config
+// read from the environment, bound to the "resolver" (interactive) and
+// "resolver-background" consumers on INGEST.
+func Open(ctx context.Context, p *app.Process, accounts Accounts) (*Service, error) {
+	var cfg Config
+	if err := config.Parse(&cfg); err != nil {
+		return nil, err
+	}
+	w := p.Wire(ctx)
+	d := Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamIngest, streams.ConsumerResolver),
+		Background: w.Consumer(streams.StreamIngest, streams.ConsumerResolverBackground),
+		RiotIDs:    w.KV(streams.BucketRiotIDs), Riot: accounts, Dead: p.DeadLetter(), Base: p.Base("resolver")}
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
+	return New(cfg, d)
 }

@@ -29,7 +29,7 @@ type advisoryEnv struct {
 
 func newAdvisoryEnv(t *testing.T) *advisoryEnv {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	inf := e.Infra
+	inf := e.Process
 	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func newAdvisoryEnv(t *testing.T) *advisoryEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(sweeper.Config{}, sweeper.Deps{JS: inf.JS, Store: inf.Store, Locks: locks, CronLocks: cron,
+	s, err := sweeper.New(sweeper.Config{}, sweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
 		Advisories: cons, Dead: inf.DeadLetter(), Base: app.Base{Subjects: inf.Subjects}})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func newAdvisoryEnv(t *testing.T) *advisoryEnv {
 // deliveries on consumer) and publishes its MAX_DELIVERIES advisory; it
 // returns the message's stream sequence.
 func (a *advisoryEnv) exhaust(stream, consumer, subject string, data []byte, hdr map[string]string) uint64 {
-	t, js := a.e.T, a.e.Infra.JS
+	t, js := a.e.T, a.e.Process.JS
 	ack, err := js.PublishMsg(t.Context(), natsMsg(subject, data, hdr))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func (a *advisoryEnv) next() jetstream.Msg {
 
 // still reports whether stream still holds the message seq.
 func (a *advisoryEnv) still(stream string, seq uint64) bool {
-	st, err := a.e.Infra.JS.Stream(a.e.T.Context(), stream)
+	st, err := a.e.Process.JS.Stream(a.e.T.Context(), stream)
 	if err != nil {
 		a.e.T.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func (a *advisoryEnv) still(stream string, seq uint64) bool {
 // dead returns the reasons of the dead letters in DEAD.
 func (a *advisoryEnv) dead() []string {
 	t := a.e.T
-	st, err := a.e.Infra.JS.Stream(t.Context(), streams.StreamDead)
+	st, err := a.e.Process.JS.Stream(t.Context(), streams.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestAdvisoryRecordsNULErrorText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := a.exhaust(streams.StreamFetched, "persister", a.e.Infra.Subjects.Failed("americas"), data, hdr)
+	seq := a.exhaust(streams.StreamFetched, "persister", a.e.Process.Subjects.Failed("americas"), data, hdr)
 	m := a.next()
 	if r := a.s.HandleAdvisory(t.Context(), m); r.Err() != nil {
 		t.Fatalf("advisory settled %v, want ack", r)
@@ -148,11 +148,11 @@ func TestAdvisoryRecordsNULErrorText(t *testing.T) {
 // work queue.
 func TestAdvisoryRemovesWhatCannotBeRecorded(t *testing.T) {
 	a := newAdvisoryEnv(t)
-	if _, err := a.e.Infra.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches ADD CONSTRAINT refuse_8801 CHECK (match_id <> 'NA1_8801')`); err != nil {
+	if _, err := a.e.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches ADD CONSTRAINT refuse_8801 CHECK (match_id <> 'NA1_8801')`); err != nil {
 		t.Fatal(err)
 	}
 	cmd, _ := json.Marshal(bus.FetchCommand{MatchID: "NA1_8801", Kind: bus.KindMatch, Region: "americas", Attempt: 2})
-	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Infra.Subjects.Fetch("americas"), cmd, nil)
+	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Process.Subjects.Fetch("americas"), cmd, nil)
 	if r := a.s.HandleAdvisory(t.Context(), a.next()); r.Err() != nil {
 		t.Fatalf("advisory settled %v, want ack", r)
 	}
@@ -173,8 +173,8 @@ func TestAdvisoryRemovesWhatCannotBeRecorded(t *testing.T) {
 func TestAdvisoryNeverLeavesTheMessageOnLastDelivery(t *testing.T) {
 	a := newAdvisoryEnv(t)
 	cmd, _ := json.Marshal(bus.FetchCommand{MatchID: "NA1_8802", Kind: bus.KindMatch, Region: "americas", Attempt: 1})
-	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Infra.Subjects.Fetch("americas"), cmd, nil)
-	if _, err := a.e.Infra.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches RENAME TO match_fetches_away`); err != nil {
+	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Process.Subjects.Fetch("americas"), cmd, nil)
+	if _, err := a.e.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches RENAME TO match_fetches_away`); err != nil {
 		t.Fatal(err)
 	}
 	info, err := a.cons.Info(t.Context())
@@ -222,7 +222,7 @@ func natsMsg(subject string, data []byte, hdr map[string]string) *nats.Msg {
 // left as it is.
 func TestAdvisoryEndsExhaustedRequests(t *testing.T) {
 	a := newAdvisoryEnv(t)
-	ctx, inf := a.e.T.Context(), a.e.Infra
+	ctx, inf := a.e.T.Context(), stageInfra(a.e)
 	rejected := a.e.Subscribe(inf.Subjects.IngestRejected())
 	if _, err := inf.Store.QueueSync(ctx, store.SyncRequest{RequestID: "sync-queued", PUUID: "puuid-2", Mode: "latest"}); err != nil {
 		t.Fatal(err)

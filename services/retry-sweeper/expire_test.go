@@ -23,7 +23,7 @@ import (
 // time is left waiting.
 func TestWaitingRequestsExpireVisibly(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	ctx, inf := t.Context(), e.Infra
+	ctx, inf := t.Context(), e.Process
 	const maxAge = 20 * time.Second
 	for _, name := range []string{streams.StreamIngest, streams.StreamSync} {
 		st, err := inf.JS.Stream(ctx, name)
@@ -37,7 +37,7 @@ func TestWaitingRequestsExpireVisibly(t *testing.T) {
 		}
 	}
 	rejected := e.Subscribe(inf.Subjects.IngestRejected())
-	if err := inf.Store.RecordJob(ctx, store.Job{ID: "queued-sync", Type: "sync", PUUID: "puuid-queued", Status: "pending"}); err != nil {
+	if err := e.Store.RecordJob(ctx, store.Job{ID: "queued-sync", Type: "sync", PUUID: "puuid-queued", Status: "pending"}); err != nil {
 		t.Fatal(err)
 	}
 	e.Publish(inf.Subjects.IngestFor(bus.Interactive), bus.IngestRequest{RequestID: "waiting-ingest", RiotID: "Someone#EUW", Platform: "euw1",
@@ -61,7 +61,7 @@ func TestWaitingRequestsExpireVisibly(t *testing.T) {
 		if r.Code != 503 || !strings.HasPrefix(r.Reason, "expired: waited") {
 			t.Errorf("rejection of %s: %+v, want 503 expired", id, r)
 		}
-		j, err := inf.Store.JobByID(ctx, id)
+		j, err := e.Store.JobByID(ctx, id)
 		if err != nil {
 			t.Fatalf("job of %s: %v", id, err)
 		}
@@ -69,7 +69,7 @@ func TestWaitingRequestsExpireVisibly(t *testing.T) {
 			t.Errorf("job of %s: %s %q finished %v, want rejected, expired", id, j.Status, j.Error, j.FinishedAt)
 		}
 	}
-	if j, _ := inf.Store.JobByID(ctx, "queued-sync"); j.PUUID != "puuid-queued" {
+	if j, _ := e.Store.JobByID(ctx, "queued-sync"); j.PUUID != "puuid-queued" {
 		t.Errorf("pending job's puuid became %q", j.PUUID)
 	}
 	for _, name := range []string{streams.StreamIngest, streams.StreamSync} {

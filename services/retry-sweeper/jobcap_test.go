@@ -17,7 +17,7 @@ import (
 // rejected row is touched, however old. A JobMaxFailed of 0 keeps them all.
 func TestSweepCapsFailedJobs(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	ctx, st := t.Context(), e.Infra.Store
+	ctx, st := t.Context(), stageInfra(e).Store
 	now := time.Now()
 	ago := func(h int) time.Time { return now.Add(-time.Duration(h) * time.Hour) }
 	jobs := []store.Job{

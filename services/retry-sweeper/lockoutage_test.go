@@ -11,6 +11,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
@@ -25,12 +26,12 @@ import (
 // behind the API's 409) instead of getting in beside the first.
 func TestLockHeldThroughPostgresOutage(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	ctx, inf := t.Context(), e.Infra
+	ctx, inf := t.Context(), e.Process
 	const puuid, first, second = "puuid-outage", "sync-first", "sync-second"
-	if _, err := inf.Store.BeginSync(ctx, store.SyncStart{RequestID: first, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
+	if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: first, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inf.Store.ClaimMatches(ctx, first, puuid, []string{"NA1_9700"}); err != nil {
+	if _, err := e.Store.ClaimMatches(ctx, first, puuid, []string{"NA1_9700"}); err != nil {
 		t.Fatal(err)
 	}
 	const ttl = 3 * time.Second // the server's minimum TTL is 1 s
@@ -66,7 +67,7 @@ func TestLockHeldThroughPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(sweeper.Config{LockTTL: ttl, Interval: time.Hour},
+	s, err := sweeper.New(sweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour},
 		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
 	if err != nil {
 		t.Fatal(err)

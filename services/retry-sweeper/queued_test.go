@@ -29,7 +29,7 @@ import (
 // that is no valid request records nothing.
 func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	ctx, inf := t.Context(), e.Infra
+	ctx, inf := t.Context(), stageInfra(e)
 	queued := func() *sweeper.Service {
 		cons, err := inf.JS.Consumer(ctx, streams.StreamEvents, streams.ConsumerRetrySweeperQueued)
 		if err != nil {
@@ -122,7 +122,7 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 // ingestMsg is the message INGEST stores at seq.
 func ingestMsg(e *stagetest.Env, seq uint64) *jetstream.RawStreamMsg {
 	e.T.Helper()
-	st, err := e.Infra.JS.Stream(e.T.Context(), streams.StreamIngest)
+	st, err := stageInfra(e).JS.Stream(e.T.Context(), streams.StreamIngest)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -132,3 +132,12 @@ func ingestMsg(e *stagetest.Env, seq uint64) *jetstream.RawStreamMsg {
 	}
 	return m
 }
+
+// infra is a stage test's process with its own store, as the tests here
+// use them together.
+type infra struct {
+	*app.Process
+	Store *store.Store
+}
+
+func stageInfra(e *stagetest.Env) infra { return infra{e.Process, e.Store} }

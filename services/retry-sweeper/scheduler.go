@@ -16,10 +16,11 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
-	"github.com/riftflow/riftflow/streams"
 )
 
 // Scheduled job types (jobs.type) and cron-locks key prefixes.
@@ -37,18 +38,18 @@ const (
 type ScheduleConfig struct {
 	// Enable is SCHEDULE_ENABLE; false runs no scheduled job (start-up
 	// recovery still runs).
-	Enable bool
-	// LatestEvery (CRON_LATEST_EVERY, "0 */1 * * *"): a latest sync for
-	// every active account.
-	LatestEvery string
-	// RankDaily (CRON_RANK_DAILY, "0 3 * * *"): league-v4 snapshots.
-	RankDaily string
-	// WeeklyReport (CRON_WEEKLY_REPORT, "0 4 * * 1"): weekly reports.
-	WeeklyReport string
-	// Poll is how often Run reads the clock (default 15 s); a run is late by
-	// at most Poll. gocron's timers run on that clock (pollClock), so an
+	Enable bool `env:"SCHEDULE_ENABLE" envDefault:"true"`
+	// LatestEvery (CRON_LATEST_EVERY): a latest sync for every active
+	// account.
+	LatestEvery string `env:"CRON_LATEST_EVERY" envDefault:"0 */1 * * *"`
+	// RankDaily (CRON_RANK_DAILY): league-v4 snapshots.
+	RankDaily string `env:"CRON_RANK_DAILY" envDefault:"0 3 * * *"`
+	// WeeklyReport (CRON_WEEKLY_REPORT): weekly reports.
+	WeeklyReport string `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
+	// Poll is how often Run reads the clock (SCHEDULE_POLL); a run is late
+	// by at most Poll. gocron's timers run on that clock (pollClock), so an
 	// injected clock (SchedulerDeps.Now) drives the schedules in tests.
-	Poll time.Duration
+	Poll time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
 	// LockTTL is how long a run's cron-locks key is kept (default 8 days,
 	// longer than the longest period, so no replica re-runs a time).
 	LockTTL time.Duration
@@ -56,19 +57,19 @@ type ScheduleConfig struct {
 	// started is taken as abandoned by a process that exited mid-run, and
 	// recorded failed when the job next runs (default 6 h).
 	AbandonAfter time.Duration
-	// PruneJobs (CRON_PRUNE_JOBS, "30 4 * * *"): delete finished jobs rows
-	// older than JobRetention (JOB_HISTORY_RETENTION, default 90 days).
-	PruneJobs    string
-	JobRetention time.Duration
-	// JobMaxFailed (JOB_HISTORY_MAX_FAILED, default 100): the prune job
-	// also keeps only the newest JobMaxFailed failed rows of each job
-	// type (design 002's removeOnFail: 100); 0 or less: no cap.
-	JobMaxFailed int
-	// CatchUp (SCHEDULE_CATCH_UP, default true): at start, each job's most
-	// recent scheduled time within LockTTL runs once if no replica ran it
-	// (its cron-locks key is absent): runs missed while no scheduler was up
-	// are caught up once, not once per missed time.
-	CatchUp bool
+	// PruneJobs (CRON_PRUNE_JOBS): delete finished jobs rows older than
+	// JobRetention (JOB_HISTORY_RETENTION, 90 days).
+	PruneJobs    string        `env:"CRON_PRUNE_JOBS" envDefault:"30 4 * * *"`
+	JobRetention time.Duration `env:"JOB_HISTORY_RETENTION" envDefault:"2160h"`
+	// JobMaxFailed (JOB_HISTORY_MAX_FAILED): the prune job also keeps only
+	// the newest JobMaxFailed failed rows of each job type (design 002's
+	// removeOnFail: 100); 0 or less: no cap.
+	JobMaxFailed int `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100" zero:"keep"`
+	// CatchUp (SCHEDULE_CATCH_UP): at start, each job's most recent
+	// scheduled time within LockTTL runs once if no replica ran it (its
+	// cron-locks key is absent): runs missed while no scheduler was up are
+	// caught up once, not once per missed time.
+	CatchUp bool `env:"SCHEDULE_CATCH_UP" envDefault:"true"`
 }
 
 // SchedulerStore is the part of pkg/store the scheduler uses.
@@ -176,30 +177,8 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 
 // fill sets design 002's defaults in the fields left empty.
 func (c *ScheduleConfig) fill() {
-	if c.LatestEvery == "" {
-		c.LatestEvery = "0 */1 * * *"
-	}
-	if c.RankDaily == "" {
-		c.RankDaily = "0 3 * * *"
-	}
-	if c.WeeklyReport == "" {
-		c.WeeklyReport = "0 4 * * 1"
-	}
-	if c.Poll <= 0 {
-		c.Poll = 15 * time.Second
-	}
-	if c.LockTTL <= 0 {
-		c.LockTTL = 8 * 24 * time.Hour
-	}
-	if c.AbandonAfter <= 0 {
-		c.AbandonAfter = 6 * time.Hour
-	}
-	if c.PruneJobs == "" {
-		c.PruneJobs = "30 4 * * *"
-	}
-	if c.JobRetention <= 0 {
-		c.JobRetention = 90 * 24 * time.Hour
-	}
+	config.Defaults(c)
+	config.Fill(c, ScheduleConfig{LockTTL: 8 * 24 * time.Hour, AbandonAfter: 6 * time.Hour})
 }
 
 // parseJobs parses each job's cron expression of cfg, checking that it
@@ -230,16 +209,15 @@ type Schedule struct {
 	Next time.Time `json:"next_run"`
 }
 
-// Schedules returns every scheduled job of e (design 002's defaults for
+// Schedules returns every scheduled job of cfg (design 002's defaults for
 // empty expressions) with its first time after now; nil when
 // SCHEDULE_ENABLE is false. Errors: an expression that does not parse or
 // never fires. `riftflow status --schedules` shows them beside each job's
 // last run from the job log.
-func Schedules(e ScheduleEnv, now time.Time) ([]Schedule, error) {
-	if !e.Enable {
+func Schedules(cfg ScheduleConfig, now time.Time) ([]Schedule, error) {
+	if !cfg.Enable {
 		return nil, nil
 	}
-	cfg := e.config()
 	cfg.fill()
 	jobs, err := parseJobs(cfg, now)
 	if err != nil {
@@ -421,7 +399,7 @@ func (s *Scheduler) pruneJobs(ctx context.Context, at time.Time) (map[string]any
 // ScheduledRequestID is the request id of the hourly latest sync of puuid
 // scheduled at at (≤ 64 bytes): the same on every replica and retry.
 func ScheduledRequestID(puuid string, at time.Time) string {
-	return fmt.Sprintf("sched-%d-%s", at.Unix(), app.ShortHash(puuid))
+	return fmt.Sprintf("sched-%d-%s", at.Unix(), redact.ShortHash(puuid))
 }
 
 // latestAll publishes a latest IngestRequest (priority background, trigger
@@ -546,7 +524,7 @@ func (s *Scheduler) weeklyReport(ctx context.Context, at time.Time) (map[string]
 		if n.TopChampions == nil {
 			n.TopChampions = []store.ChampionStat{}
 		}
-		msgID := "weekly:" + app.ShortHash(a.PUUID) + ":" + n.WeekStart
+		msgID := "weekly:" + redact.ShortHash(a.PUUID) + ":" + n.WeekStart
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.WeeklyReport(), n, jetstream.WithMsgID(msgID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: announce: %w", a.PUUID, err))
 			continue
@@ -580,7 +558,7 @@ func (p *Process) RecoverNow(ctx context.Context) (int, error) {
 	now := p.d.Now()
 	n, err := p.recover(ctx, now)
 	if n > 0 || err != nil {
-		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), app.ShortHash(fmt.Sprint(now.UnixNano(), n))),
+		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), redact.ShortHash(fmt.Sprint(now.UnixNano(), n))),
 			Type: JobRecovery, Status: "completed", RequestedAt: now, StartedAt: now, FinishedAt: p.d.Now()}
 		j.Detail, _ = json.Marshal(map[string]any{"recovered": n, "trigger": "startup"})
 		if err != nil {
@@ -609,69 +587,4 @@ func (p *Process) Run(ctx context.Context) error {
 		g.Go(func() error { return p.Scheduler.Run(ctx) })
 	}
 	return g.Wait()
-}
-
-// ScheduleEnv is the scheduler's configuration (design 002).
-type ScheduleEnv struct {
-	Enable       bool          `env:"SCHEDULE_ENABLE" envDefault:"true"`
-	LatestEvery  string        `env:"CRON_LATEST_EVERY" envDefault:"0 */1 * * *"`
-	RankDaily    string        `env:"CRON_RANK_DAILY" envDefault:"0 3 * * *"`
-	WeeklyReport string        `env:"CRON_WEEKLY_REPORT" envDefault:"0 4 * * 1"`
-	PruneJobs    string        `env:"CRON_PRUNE_JOBS" envDefault:"30 4 * * *"`
-	JobRetention time.Duration `env:"JOB_HISTORY_RETENTION" envDefault:"2160h"`
-	JobMaxFailed int           `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100"`
-	CatchUp      bool          `env:"SCHEDULE_CATCH_UP" envDefault:"true"`
-	Poll         time.Duration `env:"SCHEDULE_POLL" envDefault:"15s"`
-}
-
-// SchedulerFromInfra builds a scheduler from ScheduleEnv and the infra
-// (the cron-locks bucket, the store, the Riot client when there is one).
-func SchedulerFromInfra(ctx context.Context, inf *app.Infra) (*Scheduler, error) {
-	var e ScheduleEnv
-	w := inf.Wire(ctx, &e)
-	d := SchedulerDeps{JS: inf.JS, Store: inf.Store, CronLocks: w.KV(streams.BucketCronLocks), Base: inf.Base("scheduler")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case inf.Riot != nil:
-		d.Riot = inf.Riot
-	case inf.Env.Riot.APIKey != "":
-		// The standalone retry-sweeper: its process built no Riot client
-		// (the sweeper needs none), but the rank job does. It takes the
-		// same client as every other process: RIOT_API_KEY on the limiter
-		// shared through NATS KV, so its league-v4 calls count against the
-		// key's budgets with the fetchers'.
-		c, lim, stats, err := app.NewRiot(ctx, inf.Env.Riot, inf.JS, inf.Log)
-		if err != nil {
-			return nil, fmt.Errorf("scheduler: Riot client for the rank job: %w", err)
-		}
-		inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
-		if closer, ok := lim.(interface{ Close() }); ok {
-			context.AfterFunc(ctx, closer.Close)
-		}
-		d.Riot = c
-	default:
-		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
-	}
-	return NewScheduler(e.config(), d)
-}
-
-// config is the ScheduleConfig of e.
-func (e ScheduleEnv) config() ScheduleConfig {
-	return ScheduleConfig{Enable: e.Enable, LatestEvery: e.LatestEvery, RankDaily: e.RankDaily,
-		WeeklyReport: e.WeeklyReport, Poll: e.Poll, PruneJobs: e.PruneJobs, JobRetention: e.JobRetention,
-		JobMaxFailed: e.JobMaxFailed, CatchUp: e.CatchUp}
-}
-
-// withScheduler pairs the sweeper with a scheduler built from inf.
-func withScheduler(ctx context.Context, inf *app.Infra, svc *Service, err error) (*Process, error) {
-	if err != nil {
-		return nil, err
-	}
-	sc, err := SchedulerFromInfra(ctx, inf)
-	if err != nil {
-		return nil, err
-	}
-	return &Process{Service: svc, Scheduler: sc}, nil
 }

@@ -17,33 +17,41 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
 // schedulers is a test's scheduler world: a fresh database, the simulator
 // with synthetic players (the rank job calls league-v4), and replicas
-// built by SchedulerFromInfra on one injected clock, logging to logs.
+// built by OpenScheduler on one injected clock, logging to logs, sharing
+// one Riot client.
 type schedulers struct {
 	*stagetest.Env
 	logs stagetest.Logs
 	now  func() time.Time
+	riot *riot.Client
 }
 
 func newSchedulers(t *testing.T, players int, now func() time.Time, env map[string]string) *schedulers {
 	t.Helper()
 	e := stagetest.New(t, stagetest.Options{DB: true, Env: env,
 		Riot: &sim.Options{Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: 2}}})
-	return &schedulers{Env: e, now: now}
+	rc, _, _, err := riotclient.Open(t.Context(), e.Process)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &schedulers{Env: e, now: now, riot: rc}
 }
 
 // replica builds one scheduler on the shared clock and logs.
 func (s *schedulers) replica() *sweeper.Scheduler {
 	s.T.Helper()
-	inf := *s.Infra
+	inf := *s.Process
 	inf.Now = s.now
 	inf.Log = slog.New(slog.NewTextHandler(&s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	sc, err := sweeper.SchedulerFromInfra(s.T.Context(), &inf)
+	sc, err := sweeper.OpenScheduler(s.T.Context(), &inf, s.Store, s.riot)
 	if err != nil {
 		s.T.Fatal(err)
 	}
@@ -84,11 +92,11 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	s := newSchedulers(t, 2, func() time.Time { return time.Unix(0, clock.Load()).UTC() },
 		map[string]string{"SCHEDULE_POLL": "20ms", "SCHEDULE_CATCH_UP": "false"})
 	for i := 1; i <= 2; i++ {
-		if err := s.Infra.Store.LinkAccount(t.Context(), store.Account{PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1", Region: "americas"}); err != nil {
+		if err := s.Store.LinkAccount(t.Context(), store.Account{PUUID: sim.SyntheticPUUID("na1", i), Platform: "na1", Region: "americas"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reqs, notices := s.Subscribe(s.Infra.Subjects.IngestFor(bus.Background)), s.Subscribe(s.Infra.Subjects.WeeklyReport())
+	reqs, notices := s.Subscribe(s.Process.Subjects.IngestFor(bus.Background)), s.Subscribe(s.Process.Subjects.WeeklyReport())
 	s.run(2, 6, func() {
 		s.Wait("both replicas to start", func() bool { return s.logs.Count("msg=schedule ") == 8 })
 		clock.Store(monday.Add(4*time.Hour + 30*time.Second).UnixNano())
@@ -151,7 +159,7 @@ func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 		failed("failed-3", "sync", 3), failed("failed-2", "sync", 2), failed("failed-1", "sync", 1),
 		failed("weekly-failed", "weekly_report", 30),
 	} {
-		if err := s.Infra.Store.RecordJob(t.Context(), j); err != nil {
+		if err := s.Store.RecordJob(t.Context(), j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +193,7 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Hour)
 	s := newSchedulers(t, 1, func() time.Time { return at }, map[string]string{"SCHEDULE_ENABLE": "false"})
 	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
-	if err := s.Infra.Store.RecordJob(t.Context(), store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
+	if err := s.Store.RecordJob(t.Context(), store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
 		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +202,7 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	}
 	status := func(id string) (st, msg string) {
 		t.Helper()
-		if err := s.Infra.Store.Pool().QueryRow(t.Context(), `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&st, &msg); err != nil {
+		if err := s.Store.Pool().QueryRow(t.Context(), `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&st, &msg); err != nil {
 			t.Fatal(err)
 		}
 		return st, msg
@@ -219,11 +227,9 @@ func TestScheduledJobRunsMetric(t *testing.T) {
 	prev := otel.GetMeterProvider()
 	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	t.Cleanup(func() { otel.SetMeterProvider(prev) })
-	inf := *s.Infra
+	inf := *s.Process
 	inf.Now = s.now
-	inf.Riot = nil
-	inf.Env.Riot.APIKey = ""
-	sc, err := sweeper.SchedulerFromInfra(t.Context(), &inf)
+	sc, err := sweeper.OpenScheduler(t.Context(), &inf, s.Store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

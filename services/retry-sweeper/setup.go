@@ -2,26 +2,79 @@ package sweeper
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/riotclient"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
 
-// FromInfra builds the retry-sweeper process: a sweeper bound to the
-// "retry-sweeper" consumer on ADVISORIES, and the scheduler (scheduler.go).
-func FromInfra(ctx context.Context, inf *app.Infra) (*Process, error) {
-	svc, err := sweeperFromInfra(ctx, inf)
-	return withScheduler(ctx, inf, svc, err)
+// Connect is the retry-sweeper process's stage (app.Main): the Postgres
+// pool of DATABASE_URL (store.ConnectFor) and, when RIOT_API_KEY is set,
+// the Riot client for the scheduler's rank job (riotclient.Open: the same
+// limiter shared through NATS KV as every other process, so its league-v4
+// calls count against the key's budgets with the fetchers'), then Open.
+func Connect(ctx context.Context, p *app.Process) (*Process, error) {
+	st, err := store.ConnectFor(ctx, p.Env.Postgres, p)
+	if err != nil {
+		return nil, err
+	}
+	var leagues Leagues
+	if p.Env.Riot.APIKey != "" {
+		rc, _, _, err := riotclient.Open(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: Riot client for the rank job: %w", err)
+		}
+		leagues = rc
+	}
+	return Open(ctx, p, st, leagues)
 }
 
-// sweeperFromInfra builds the sweeper from its Config, read from the
-// environment.
-func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
-	return app.Assemble(ctx, inf, func(w *app.Wiring, _ Config) Deps {
-		return Deps{JS: inf.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper),
-			Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections),
-			Queued:     w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperQueued), Store: inf.Store,
-			Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
-			Dead: inf.DeadLetter(), Base: inf.Base("retry-sweeper")}
-	}, New)
+// Open builds the retry-sweeper process on p with st: a sweeper bound to
+// the "retry-sweeper" consumer on ADVISORIES and "retry-sweeper-rejections"
+// and "retry-sweeper-queued" on EVENTS, and the scheduler (OpenScheduler) with leagues.
+func Open(ctx context.Context, p *app.Process, st *store.Store, leagues Leagues) (*Process, error) {
+	var cfg Config
+	if err := config.Parse(&cfg); err != nil {
+		return nil, err
+	}
+	w := p.Wire(ctx)
+	d := Deps{JS: p.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper),
+		Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections),
+		Queued:     w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperQueued), Store: st,
+		Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
+		Dead: p.DeadLetter(), Base: p.Base("retry-sweeper")}
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
+	svc, err := New(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := OpenScheduler(ctx, p, st, leagues)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{Service: svc, Scheduler: sc}, nil
+}
+
+// OpenScheduler builds a scheduler on p with st, its ScheduleConfig read
+// from the environment, the cron-locks bucket and leagues for the rank
+// job (nil: that job fails with "no Riot client", and a warning says so).
+func OpenScheduler(ctx context.Context, p *app.Process, st SchedulerStore, leagues Leagues) (*Scheduler, error) {
+	var cfg ScheduleConfig
+	if err := config.Parse(&cfg); err != nil {
+		return nil, err
+	}
+	cronLocks, err := p.KV(ctx, streams.BucketCronLocks)
+	if err != nil {
+		return nil, err
+	}
+	d := SchedulerDeps{JS: p.JS, Store: st, CronLocks: cronLocks, Riot: leagues, Base: p.Base("scheduler")}
+	if leagues == nil {
+		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
+	}
+	return NewScheduler(cfg, d)
 }

@@ -83,7 +83,7 @@ type Store interface {
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
-// Config tunes the sweeper; FromInfra reads it from the environment
+// Config tunes the sweeper; Open reads it from the environment
 // variables its tags name.
 type Config struct {
 	Interval   time.Duration `env:"SWEEP_INTERVAL" envDefault:"1h"`
@@ -93,18 +93,18 @@ type Config struct {
 	// fetcher's longest FETCH_BACKOFF delay. Default 10m.
 	QueueSlack time.Duration `env:"SWEEP_QUEUE_SLACK" envDefault:"10m"`
 	StuckAfter time.Duration `env:"SYNC_STUCK_AFTER" envDefault:"10m"`
-	// LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL, default 5m):
+	// SyncLock's LockTTL is the sync lock's lifetime (SYNC_LOCK_TTL):
 	// healthy running syncs' locks are renewed every LockTTL/3.
-	LockTTL   time.Duration `env:"SYNC_LOCK_TTL" envDefault:"5m"`
-	BatchSize int           `env:"SWEEP_BATCH" envDefault:"100"`
+	config.SyncLock
+	BatchSize int `env:"SWEEP_BATCH" envDefault:"100"`
 	// MaxPerRun is the most fetches one sweep re-publishes (seed 000's
 	// cap): the oldest due first; the rest wait for the next sweep.
 	MaxPerRun int `env:"SWEEP_MAX_PER_RUN" envDefault:"100"`
-	// MaxAttempts mirrors the fetcher's FETCH_MAX_ATTEMPTS: a due row with
-	// that many 404s becomes permanently_unfetchable instead of being
-	// re-published; a row with that many other failures is pending (see
-	// RetryMax) and no longer holds its sync open.
-	MaxAttempts int `env:"FETCH_MAX_ATTEMPTS" envDefault:"5"`
+	// FetchAttempts' MaxAttempts is the fetcher's FETCH_MAX_ATTEMPTS: a due
+	// row with that many 404s becomes permanently_unfetchable instead of
+	// being re-published; a row with that many other failures is pending
+	// (see RetryMax) and no longer holds its sync open.
+	config.FetchAttempts
 	// RetryMax caps the wait between sweep retries of a pending fetch
 	// (StaleAfter doubling per failed sweep retry). Default 6h.
 	RetryMax time.Duration `env:"SWEEP_RETRY_MAX" envDefault:"6h"`
@@ -151,11 +151,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.JS == nil || d.Store == nil || d.Locks.KV == nil || d.CronLocks == nil {
 		return nil, errors.New("sweeper: JS, Store, Locks and CronLocks are required")
 	}
-	config.Fill(&cfg, Config{
-		Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute,
-		StuckAfter: 10 * time.Minute, LockTTL: 5 * time.Minute, BatchSize: 100, MaxPerRun: 100, MaxAttempts: 5,
-		RetryMax: 6 * time.Hour, ExpireEvery: 5 * time.Minute, ExpireMargin: time.Hour,
-	})
+	config.Defaults(&cfg)
 	d.Base.Fill("retry-sweeper")
 	return &Service{cfg: cfg, d: d}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/store"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -33,7 +34,7 @@ func TestSweeperLeavesQueuedCommands(t *testing.T) {
 
 func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	st, inf, ctx := e.Infra.Store, e.Infra, t.Context()
+	st, inf, ctx := e.Store, e.Process, t.Context()
 	clk := func() time.Time { return time.Now().Add(skew) } // the hosts' clock
 	now := clk()
 	const queued, lost = "NA1_9500", "NA1_9501"
@@ -48,7 +49,7 @@ func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, MaxAttempts: 5}, clk)
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 		if a <= 4 {
 			status = 404
 		}
-		if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: []store.LedgerUpdate{
+		if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: []store.LedgerUpdate{
 			{MatchID: notFound, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: status,
 				Error: fmt.Sprint(status), AttemptedAt: now},
 			{MatchID: failing, Kind: "timeline", Status: "temporary_failure", Attempt: a, HTTPStatus: 503,
@@ -105,7 +106,7 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, RetryMax: 6 * time.Hour},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, RetryMax: 6 * time.Hour},
 		func() time.Time { return now.Add(25 * time.Minute) })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -130,10 +131,10 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 		ledger = append(ledger, store.LedgerUpdate{MatchID: fmt.Sprintf("NA1_%d", 7000+i), Kind: "match", Status: "temporary_failure",
 			Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-2*time.Hour + time.Duration(i)*time.Second)})
 	}
-	if _, err := e.Infra.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
+	if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5, BatchSize: 40},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, BatchSize: 40},
 		func() time.Time { return now })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -164,7 +165,7 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 // the schedule should have fired.
 func TestSweeperLeavesHeldFetch(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
-	st, ctx := e.Infra.Store, t.Context()
+	st, ctx := e.Store, t.Context()
 	now := time.Now()
 	const id = "NA1_9700"
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
@@ -176,7 +177,7 @@ func TestSweeperLeavesHeldFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := now
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, MaxAttempts: 5},
+	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
 		func() time.Time { return at })
 	for _, tc := range []struct {
 		at   time.Time
@@ -208,7 +209,7 @@ func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
 
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
-	t, inf := e.T, e.Infra
+	t, inf := e.T, e.Process
 	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *swe
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: inf.Store, Locks: locks, CronLocks: cron,
+	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
 		Base: app.Base{Subjects: inf.Subjects, Now: now}})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +229,7 @@ func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *swe
 // fetchQueue takes (acks) the fetch commands waiting in the americas queue.
 func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
 	t := e.T
-	cons, err := e.Infra.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
+	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ import (
 // Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
 // lol.ingest.rejected and logged in the jobs table (status rejected).
 type API struct {
-	inf    *app.Infra
+	inf    *Infra
 	tokens *Tokens
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
@@ -104,7 +104,12 @@ type APIEnv struct {
 // NewAPI builds the API over a running stack's infrastructure (its Store
 // holds the tokens), reading APIEnv (an unreadable value keeps the
 // default).
-func NewAPI(inf *app.Infra) *API {
+func NewAPI(inf *Infra) *API {
+	if inf.Process == nil { // no process: no NATS, no logger of its own
+		cp := *inf
+		cp.Process = &app.Process{}
+		inf = &cp
+	}
 	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv

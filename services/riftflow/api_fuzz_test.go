@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
@@ -57,7 +56,7 @@ func FuzzAPIRequest(f *testing.F) {
 	}
 	// No Store, no NATS: a handler reached without a live token would
 	// panic on the nil infrastructure, so a pass also proves none was.
-	api := NewAPI(&app.Infra{})
+	api := NewAPI(&Infra{})
 	h := api.Handler()
 	f.Fuzz(func(t *testing.T, method, path string, body []byte, auth string) {
 		if req, err := http.NewRequest(method, "http://riftflow.test"+path, bytes.NewReader(body)); err == nil {
@@ -156,7 +155,7 @@ func TestFuzzCoversEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	checked := map[string]bool{"{puuid}": true, "{request_id}": true, "{match_id}": true}
-	for _, rt := range NewAPI(&app.Infra{}).routeTable() {
+	for _, rt := range NewAPI(&Infra{}).routeTable() {
 		method, pattern, _ := strings.Cut(rt.pattern, " ")
 		prefix, _, _ := strings.Cut(pattern, "{")
 		if !bytes.Contains(src, []byte(fmt.Sprintf(`{%q, "%s`, method, prefix))) {

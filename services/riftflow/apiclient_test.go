@@ -17,13 +17,12 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
-	"github.com/riftflow/riftflow/pkg/app"
 )
 
 // withToken serves h with an Authorization header carrying a fresh token
 // of scope, for tests about something other than authentication (the
 // token still goes through authorize).
-func withToken(t testing.TB, inf *app.Infra, h http.Handler, scope Scope) http.Handler {
+func withToken(t testing.TB, inf *Infra, h http.Handler, scope Scope) http.Handler {
 	t.Helper()
 	token, _, err := NewTokens(inf.Store).Create(context.Background(), "test "+t.Name(), []Scope{scope})
 	if err != nil {
@@ -37,7 +36,7 @@ func withToken(t testing.TB, inf *app.Infra, h http.Handler, scope Scope) http.H
 
 // apiServer serves the HTTP API on inf until the test ends, every request
 // with a token of scope (withToken).
-func apiServer(t *testing.T, inf *app.Infra, scope Scope) *httptest.Server {
+func apiServer(t *testing.T, inf *Infra, scope Scope) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(withToken(t, inf, NewAPI(inf).Handler(), scope))
 	t.Cleanup(srv.Close)

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/sim"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -157,7 +157,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func drainWait(done <-chan error, d time.Duration) error {
 // RIOT_API_KEY) against a database the user gave (DATABASE_URL) unless
 // that was asked for (--simulator, or --demo, which is a simulator run),
 // so synthetic matches never land in a real database by default.
-func simulatorChosen(env app.Env, asked bool) error {
+func simulatorChosen(env config.Env, asked bool) error {
 	if env.Riot.APIKey != "" || env.Postgres.URL == "" || asked {
 		return nil
 	}
@@ -286,7 +286,7 @@ func cmdMigrate(ctx context.Context, stderr io.Writer) error {
 }
 
 func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,7 @@ func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, env)
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
+	nc, js, err := connect.NATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
 	if err != nil {
 		return err
 	}
@@ -317,13 +317,13 @@ func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
 // (their own Deployments); serve publishes requests and reads progress.
 // It returns once ctx ends and the server has shut down.
 func cmdServe(ctx context.Context, stderr io.Writer) error {
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}
 	log := newLogger(stderr, env).With("service", "riftflow-api")
 	config.Log(log, "riftflow-api", env)
-	inf, closeInf, err := app.Build(ctx, env, app.BuildOptions{Service: "riftflow-api", NeedDB: true, Log: log})
+	inf, closeInf, err := buildInfra(ctx, env, infraOptions{Service: "riftflow-api", NeedDB: true, Log: log})
 	if err != nil {
 		return err
 	}

@@ -18,10 +18,12 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
@@ -65,7 +67,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err := req.Normalize(); err != nil {
 		return err
 	}
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer tel.Shutdown(context.WithoutCancel(ctx))
 	}
-	nc, _, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-cli", slog.New(slog.DiscardHandler))
+	nc, _, err := connect.NATS(ctx, env.NATS, nil, "riftflow-cli", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -112,7 +114,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 // (store.QueueSync) when the database is known (DATABASE_URL or a local
 // `riftflow up`), so `riftflow status` shows it queued at once; without
 // one the request is only published, and a failure is only noted on out.
-func queueInJobLog(ctx context.Context, env app.Env, req bus.IngestRequest, out io.Writer) {
+func queueInJobLog(ctx context.Context, env config.Env, req bus.IngestRequest, out io.Writer) {
 	url, err := dbURL(env)
 	if err != nil {
 		return
@@ -206,7 +208,7 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}
@@ -290,18 +292,18 @@ func printFailures(ctx context.Context, st *store.Store, out io.Writer, asJSON b
 // state read from the KV bucket "ratelimit" (NATS_URL or the local `up`).
 // With RIOT_API_KEY set it shows that key only (by its KeyID hash);
 // otherwise every key found (the simulator's key under `riftflow up`).
-func cmdStatusRateLimit(ctx context.Context, env app.Env, out io.Writer, asJSON bool) error {
+func cmdStatusRateLimit(ctx context.Context, env config.Env, out io.Writer, asJSON bool) error {
 	if err := localNATS(&env, false); err != nil {
 		return err
 	}
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
+	nc, js, err := connect.NATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	keyID := ""
 	if env.Riot.APIKey != "" {
-		keyID = app.KeyID(env.Riot.APIKey.Reveal())
+		keyID = riotclient.KeyID(env.Riot.APIKey.Reveal())
 	}
 	return printRateLimit(ctx, js, keyID, out, asJSON)
 }
@@ -345,7 +347,7 @@ type scheduleRun struct {
 // CRON_*), with its last run (the newest jobs row of its type: scheduled
 // time, status, end) and its next time after now.
 func printSchedules(ctx context.Context, st *store.Store, out io.Writer, now time.Time, asJSON bool) error {
-	var e sweeper.ScheduleEnv
+	var e sweeper.ScheduleConfig
 	if err := config.Parse(&e); err != nil {
 		return err
 	}
@@ -399,7 +401,7 @@ func fmtTime(t time.Time) string {
 
 // adminConn is an admin command's connection to NATS (connectCLI).
 type adminConn struct {
-	env app.Env
+	env config.Env
 	log *slog.Logger
 	js  jetstream.JetStream
 }
@@ -585,7 +587,7 @@ func cmdRotateKey(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return err
 		}
 		defer st.Close()
-		rc, _, _, err := app.NewRiot(ctx, c.env.Riot, c.js, c.log)
+		rc, _, _, err := riotclient.New(ctx, c.env.Riot, c.js, c.log)
 		if err != nil {
 			return err
 		}
@@ -739,7 +741,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *limit < 1 || *limit > 100 {
 		return fmt.Errorf("--limit %d: want 1..100", *limit)
 	}
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		return err
 	}

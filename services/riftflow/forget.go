@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
@@ -50,7 +50,7 @@ type ForgetResult struct {
 // far; running it again finishes the rest (store.ErrNotFound once the
 // rows are gone: the NATS steps then still run).
 func ForgetPlayer(ctx context.Context, st *store.Store, js jetstream.JetStream, puuid string, log *slog.Logger, now time.Time) (ForgetResult, error) {
-	res := ForgetResult{PUUIDHash: app.ShortHash(puuid), KVKeys: []string{}}
+	res := ForgetResult{PUUIDHash: redact.ShortHash(puuid), KVKeys: []string{}}
 	res.JobID = "forget-" + res.PUUIDHash + "-" + randHex(4)
 	f, notFound := st.ForgetAccount(ctx, puuid)
 	if notFound != nil && !errors.Is(notFound, store.ErrNotFound) {

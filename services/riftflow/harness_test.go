@@ -18,9 +18,9 @@ import (
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -70,7 +70,7 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("RIOT_API_KEY", "")
 	t.Setenv("DATABASE_URL", "")
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	// messages) through st.Infra, so it connects as the admin user; the
 	// five services keep their own users (TestNATSPermissions covers the
 	// CLI/API user).
-	nc, js, err := app.ConnectNATS(ctx, st.NATSConfig(streams.UserAdmin), st.NATS, "test-admin", log)
+	nc, js, err := connect.NATS(ctx, st.NATSConfig(streams.UserAdmin), st.NATS, "test-admin", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func idsOf(ms []sim.MatchTruth) []string {
 
 // dbDown is a copy of h's Infra on a database that is down: a closed
 // store.
-func (h *harness) dbDown() *app.Infra {
+func (h *harness) dbDown() *Infra {
 	h.t.Helper()
 	down, err := store.Open(h.ctx, pgtest.NewDatabase(h.t))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -478,7 +479,7 @@ func TestLedgerSweeper(t *testing.T) {
 	setClock := func(t time.Time) { clock.Lock(); clock.t = t; clock.Unlock() }
 	clk := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
 	replica := func() *sweeper.Service {
-		s, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, BatchSize: 2, MaxAttempts: 5},
+		s, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, BatchSize: 2, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
 			sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
 		if err != nil {
 			t.Fatal(err)
@@ -613,7 +614,7 @@ func TestLedgerSweeper(t *testing.T) {
 	if _, err := natsx.Publish(ctx, inf.JS, inf.Subjects.Failed("americas"), res); err != nil {
 		t.Fatal(err)
 	}
-	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, MaxAttempts: 5},
+	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
 		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
@@ -29,7 +29,7 @@ func dataDir() string {
 	return ".data"
 }
 
-func newLogger(w io.Writer, env app.Env) *slog.Logger {
+func newLogger(w io.Writer, env config.Env) *slog.Logger {
 	level, err := telemetry.LevelFromString(env.Ops.LogLevel)
 	if err != nil {
 		level = slog.LevelInfo
@@ -41,7 +41,7 @@ func newLogger(w io.Writer, env app.Env) *slog.Logger {
 // NATS_URL is unset: .data/nats.url (the CLI user) or, for admin commands
 // (streams apply, retry --dead), .data/nats-admin.url. The user and
 // password in the file become NATS_USER and NATS_PASSWORD.
-func localNATS(env *app.Env, admin bool) error {
+func localNATS(env *config.Env, admin bool) error {
 	if env.NATS.URL != "" {
 		return nil
 	}
@@ -68,7 +68,7 @@ func localNATS(env *app.Env, admin bool) error {
 }
 
 // openStore opens the store at dbURL(env); the caller closes it.
-func openStore(ctx context.Context, env app.Env) (*store.Store, error) {
+func openStore(ctx context.Context, env config.Env) (*store.Store, error) {
 	url, err := dbURL(env)
 	if err != nil {
 		return nil, err
@@ -77,8 +77,8 @@ func openStore(ctx context.Context, env app.Env) (*store.Store, error) {
 }
 
 // loadDB loads the environment and finds the database (dbURL).
-func loadDB() (app.Env, string, error) {
-	env, err := app.LoadEnv()
+func loadDB() (config.Env, string, error) {
+	env, err := config.Load()
 	if err != nil {
 		return env, "", err
 	}
@@ -87,7 +87,7 @@ func loadDB() (app.Env, string, error) {
 }
 
 // dbURL is DATABASE_URL, or the throwaway cluster a local `riftflow up` started.
-func dbURL(env app.Env) (string, error) {
+func dbURL(env config.Env) (string, error) {
 	if env.Postgres.URL != "" {
 		return env.Postgres.URL.Reveal(), nil
 	}
@@ -100,8 +100,8 @@ func dbURL(env app.Env) (string, error) {
 
 // connectCLI loads the environment and connects a CLI command to NATS
 // (NATS_URL, or the local `riftflow up`'s); the caller closes nc.
-func connectCLI(ctx context.Context, name string, stderr io.Writer) (app.Env, *slog.Logger, *nats.Conn, jetstream.JetStream, error) {
-	env, err := app.LoadEnv()
+func connectCLI(ctx context.Context, name string, stderr io.Writer) (config.Env, *slog.Logger, *nats.Conn, jetstream.JetStream, error) {
+	env, err := config.Load()
 	if err != nil {
 		return env, nil, nil, nil, err
 	}
@@ -111,7 +111,7 @@ func connectCLI(ctx context.Context, name string, stderr io.Writer) (app.Env, *s
 		return env, nil, nil, nil, err
 	}
 	log := newLogger(stderr, env)
-	nc, js, err := app.ConnectNATS(ctx, env.NATS, nil, name, log)
+	nc, js, err := connect.NATS(ctx, env.NATS, nil, name, log)
 	return env, log, nc, js, err
 }
 

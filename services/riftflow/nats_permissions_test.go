@@ -18,8 +18,10 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -73,7 +75,7 @@ func TestNATSPermissions(t *testing.T) {
 	t.Setenv("SCHEDULE_ENABLE", "false")
 	dbURL, dbPassword := passwordDatabase(t)
 	t.Setenv("DATABASE_URL", dbURL)
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 
 	// Forgeries, each over TCP as a real client would.
-	connect := func(user string) (*nats.Conn, <-chan error) {
+	connectAs := func(user string) (*nats.Conn, <-chan error) {
 		t.Helper()
 		nc, errs, err := connectAs(t, st.NATSURL, user, st.NATSConfig(user).Password.Reveal())
 		if err != nil {
@@ -195,7 +197,7 @@ func TestNATSPermissions(t *testing.T) {
 		return nc, errs
 	}
 	refused := func(what string, errs <-chan error, nc *nats.Conn) { refusedWithin(t, what, errs, nc, 5*time.Second) }
-	admin, _ := connect(streams.UserAdmin)
+	admin, _ := connectAs(streams.UserAdmin)
 	fetched := func() uint64 {
 		m, err := admin.Request("$JS.API.STREAM.INFO."+streams.StreamFetched, nil, 5*time.Second)
 		if err != nil {
@@ -212,18 +214,18 @@ func TestNATSPermissions(t *testing.T) {
 	before := fetched()
 	forged, _ := json.Marshal(bus.FetchResult{MatchID: "NA1_1", Kind: bus.KindMatch, Outcome: bus.Success, Region: "americas"})
 
-	resolver, rerrs := connect(streams.UserResolver)
+	resolver, rerrs := connectAs(streams.UserResolver)
 	resolver.Publish(st.Infra.Subjects.Fetched("americas"), forged)
 	refused("the resolver publishing a FetchResult on "+st.Infra.Subjects.Fetched("americas"), rerrs, resolver)
 	resolver.Publish("$JS.API.STREAM.CREATE.EVIL", []byte(`{"name":"EVIL","subjects":["lol.>"]}`))
 	refused("the resolver creating a stream", rerrs, resolver)
 
-	persister, perrs := connect(streams.UserPersister)
-	keyRejected := "$KV." + streams.BucketRateLimit + "." + app.KeyID(st.Infra.Env.Riot.APIKey.Reveal()) + ".rejected"
+	persister, perrs := connectAs(streams.UserPersister)
+	keyRejected := "$KV." + streams.BucketRateLimit + "." + riotclient.KeyID(st.Infra.Env.Riot.APIKey.Reveal()) + ".rejected"
 	persister.Publish(keyRejected, []byte("403"))
 	refused("the persister forging a rate-limit key rejection", perrs, persister)
 
-	cli, cerrs := connect(streams.UserCLI)
+	cli, cerrs := connectAs(streams.UserCLI)
 	cli.Publish(st.Infra.Subjects.Failed("europe"), forged)
 	refused("the CLI user publishing a fetch failure", cerrs, cli)
 	if _, err := cli.SubscribeSync("_INBOX_" + streams.UserMatchFetcher + ".>"); err == nil {
@@ -242,14 +244,14 @@ func TestNATSPermissions(t *testing.T) {
 	// use: the persister cannot put to the rate-limit bucket.
 	cfg := st.NATSConfig(streams.UserPersister)
 	cfg.URL = st.NATSURL
-	pnc, pjs, err := app.ConnectNATS(ctx, cfg, nil, "forger", slog.New(slog.DiscardHandler))
+	pnc, pjs, err := connect.NATS(ctx, cfg, nil, "forger", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pnc.Close()
 	if kv, err := pjs.KeyValue(ctx, streams.BucketRateLimit); err == nil {
 		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-		if _, err := kv.Put(pctx, app.KeyID(st.Infra.Env.Riot.APIKey.Reveal())+".rejected", []byte("403")); err == nil {
+		if _, err := kv.Put(pctx, riotclient.KeyID(st.Infra.Env.Riot.APIKey.Reveal())+".rejected", []byte("403")); err == nil {
 			t.Error("the persister's KV put of a key rejection succeeded")
 		}
 		pcancel()

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/riftflow/riftflow/pkg/app"
 )
 
 // TestOpenAPIMatchesRoutes: /openapi.json documents exactly the routes
@@ -26,7 +24,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 	served := map[string]bool{}
-	for _, rt := range NewAPI(&app.Infra{}).routeTable() {
+	for _, rt := range NewAPI(&Infra{}).routeTable() {
 		served[rt.pattern] = true
 		if !documented[rt.pattern] {
 			t.Errorf("route %s is not in openapi.json", rt.pattern)
@@ -53,7 +51,7 @@ func TestOpenAPIPathParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	wild := regexp.MustCompile(`\{([a-z_]+)\}`)
-	for _, rt := range NewAPI(&app.Infra{}).routeTable() {
+	for _, rt := range NewAPI(&Infra{}).routeTable() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		var want, got []string
 		for _, m := range wild.FindAllStringSubmatch(path, -1) {

@@ -22,9 +22,9 @@ import (
 	"github.com/riftflow/riftflow/internal/natsembed"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/streams"
@@ -246,7 +246,7 @@ func TestServiceBinaryReadyAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	nc, js, err := app.ConnectNATS(ctx, config.NATS{URL: srv.ClientURL()}, nil, "ops-test", nil)
+	nc, js, err := connect.NATS(ctx, config.NATS{URL: srv.ClientURL()}, nil, "ops-test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,10 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
 	}
 	// An API replica that accepted its requests before the switch reached it.
+	proc := *h.st.Infra.Process
+	proc.Pause = nil
 	api := *h.st.Infra
-	api.Pause = nil
+	api.Process = &proc
 	srv := apiServer(t, &api, ScopeAdmin)
 	do := func(method, path, body string, out any) int {
 		t.Helper()

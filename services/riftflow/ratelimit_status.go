@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -139,7 +139,7 @@ func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.
 		}
 		ids := []string{*keyID}
 		if *keyID == "" && c.env.Riot.APIKey != "" {
-			ids = []string{app.KeyID(c.env.Riot.APIKey.Reveal())}
+			ids = []string{riotclient.KeyID(c.env.Riot.APIKey.Reveal())}
 		}
 		if ids[0] == "" {
 			states, err := ratelimit.ReadState(ctx, kv, "", time.Now())

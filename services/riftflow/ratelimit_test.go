@@ -17,8 +17,10 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -27,13 +29,13 @@ import (
 // in-process (harness, services started here without the stack's own
 // fetcher) plus N match-fetcher "processes": in-process instances, each
 // with its own NATS connection, its own Riot client and its own limiter
-// (ratelimit.Shared through app.NewRiot, sharing the key via the KV bucket
+// (ratelimit.Shared through riotclient.New, sharing the key via the KV bucket
 // as separate pods would).
 
 // fetcherProc is one match-fetcher instance.
 type fetcherProc struct {
 	lim   riot.Limiter
-	stats *app.RiotStats
+	stats *riotclient.Stats
 }
 
 // limiterMode is how fetcher instances limit: shared (one budget through
@@ -94,7 +96,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	for i := range o.fetchers {
 		name := fmt.Sprintf("match-fetcher-%d", i)
 		plog := log.With("proc", name)
-		nc, js, err := app.ConnectNATS(ctx, h.st.NATSConfig(streams.UserMatchFetcher), h.st.InProcess(), name, plog)
+		nc, js, err := connect.NATS(ctx, h.st.NATSConfig(streams.UserMatchFetcher), h.st.InProcess(), name, plog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,13 +105,13 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		switch o.mode {
 		case modeSplit:
 			fp.lim = ratelimit.NewLocal(ratelimit.Options{MaxWait: env.Riot.RateLimitMaxWait, Logger: plog, LimitShare: 1 / float64(o.fetchers)})
-			fp.stats = &app.RiotStats{}
+			fp.stats = &riotclient.Stats{}
 			client, err = riot.New(riot.Config{APIKey: env.Riot.APIKey.Reveal(), BaseURL: env.Riot.BaseURL, Timeout: env.Riot.Timeout(),
 				Limiter: fp.lim, Logger: plog})
 		default:
 			cfg := env.Riot
 			cfg.SharedRateLimit = o.mode != modeLocal
-			client, fp.lim, fp.stats, err = app.NewRiot(ctx, cfg, js, plog)
+			client, fp.lim, fp.stats, err = riotclient.New(ctx, cfg, js, plog)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -309,7 +311,7 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 		t.Errorf("/metrics: riftflow_ratelimit_key_rejected_total{status=\"403\"} = %v, want at least 1", total)
 	}
 	var out bytes.Buffer
-	if err := printRateLimit(p.h.ctx, p.h.st.Infra.JS, app.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
+	if err := printRateLimit(p.h.ctx, p.h.st.Infra.JS, riotclient.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "Riot answered 403") ||

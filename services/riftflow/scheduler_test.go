@@ -109,9 +109,9 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
 		t.Fatal(err)
 	}
-	inf := *h.st.Infra
-	inf.Now = func() time.Time { return at }
-	sc, err := sweeper.SchedulerFromInfra(h.ctx, &inf)
+	proc := *h.st.Infra.Process
+	proc.Now = func() time.Time { return at }
+	sc, err := sweeper.OpenScheduler(h.ctx, &proc, h.st.Infra.Store, h.st.Infra.Riot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,18 +122,15 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
 		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
 	}
-	// The standalone retry-sweeper's process builds no Riot client (its
-	// Infra has none); the scheduler makes its own from RIOT_API_KEY on the
-	// shared limiter, so the rank job still runs there.
-	standalone := inf
-	standalone.Riot, standalone.Limiter, standalone.RiotStats = nil, nil, nil
-	sc2, err := sweeper.SchedulerFromInfra(h.ctx, &standalone)
+	// The standalone retry-sweeper (its main's sweeper.Connect) opens its
+	// own Riot client from RIOT_API_KEY on the shared limiter for the
+	// scheduler, so the rank job runs there too; without one it would
+	// fail with "no Riot client".
+	standalone, err := sweeper.Connect(h.ctx, &proc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if standalone.Riot == nil {
-		t.Error("the standalone scheduler built no Riot client")
-	}
+	sc2 := standalone.Scheduler
 	if ran, err := sc2.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
 		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
 	}

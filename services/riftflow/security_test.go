@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
-	"github.com/riftflow/riftflow/pkg/app"
+	"github.com/riftflow/riftflow/pkg/config"
 )
 
 // Without DATABASE_URL, `riftflow up` refuses to start unless told to use
@@ -21,7 +21,7 @@ import (
 func TestUpNeedsDatabaseURLOrEphemeralFlag(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("NATS_URL", "")
-	env, err := app.LoadEnv()
+	env, err := config.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,10 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/redact"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
@@ -48,7 +50,7 @@ type StackOptions struct {
 	// Env is the configuration (NATS_URL, DATABASE_URL, RIOT_API_KEY, ...).
 	// An empty NATS.URL starts an embedded server; an empty Postgres.URL a
 	// throwaway cluster; an empty Riot.APIKey the simulator.
-	Env app.Env
+	Env config.Env
 	// NATSPort is the embedded server's client port (0: 4222 if free, else
 	// random; -1: in-process only).
 	NATSPort int
@@ -75,7 +77,7 @@ type StackOptions struct {
 
 // Stack is a running pipeline.
 type Stack struct {
-	Infra   *app.Infra
+	Infra   *Infra
 	NATS    *server.Server // nil when NATS_URL was used
 	NATSURL string         // the client URL others can connect to ("" if in-process only)
 	// WebSocketURL is the embedded server's NATS-over-WebSocket listener, for
@@ -93,7 +95,7 @@ type Stack struct {
 }
 
 // InProcess is the embedded server as a connection provider for
-// app.ConnectNATS and app.BuildOptions, or nil when NATS_URL was used (a nil
+// connect.NATS and infraOptions, or nil when NATS_URL was used (a nil
 // *server.Server must not become a non-nil interface).
 func (st *Stack) InProcess() nats.InProcessConnProvider {
 	if st.NATS == nil {
@@ -197,7 +199,7 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 
 // startPostgres uses DATABASE_URL or, with EphemeralDB, starts a throwaway
 // cluster under DataDir/pg (setting env's URL), then migrates.
-func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *app.Env) error {
+func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *config.Env) error {
 	if env.Postgres.URL == "" && !o.EphemeralDB {
 		return errors.New("DATABASE_URL is not set: point it at your Postgres, or pass --ephemeral-db " +
 			"to start a throwaway cluster under " + filepath.Join(o.DataDir, "pg") + " (its data is not meant to be kept)")
@@ -229,7 +231,7 @@ func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *app.Env
 
 // startRiot starts the Riot API simulator on a loopback port when env has
 // no RIOT_API_KEY, and points env's Riot client at it.
-func (st *Stack) startRiot(o StackOptions, env *app.Env) error {
+func (st *Stack) startRiot(o StackOptions, env *config.Env) error {
 	if env.Riot.APIKey != "" {
 		return nil
 	}
@@ -258,8 +260,8 @@ func (st *Stack) startRiot(o StackOptions, env *app.Env) error {
 
 // applyStreams creates or updates the streams, consumers and buckets
 // declared in streams/.
-func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env, set *streams.Set) error {
-	nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, streams.UserAdmin), st.InProcess(), "riftflow-streams-apply", o.Log)
+func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env config.Env, set *streams.Set) error {
+	nc, js, err := connect.NATS(ctx, st.natsAs(env.NATS, streams.UserAdmin), st.InProcess(), "riftflow-streams-apply", o.Log)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -274,10 +276,10 @@ func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env app.Env, 
 // With the embedded server each service gets its own connection as its own
 // NATS user; the Riot client and its shared limiter are built on the
 // fetcher's connection, as the Riot callers' user owns the rate-limit state.
-func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env) error {
+func (st *Stack) buildServices(ctx context.Context, o StackOptions, env config.Env) error {
 	cliEnv := env
 	cliEnv.NATS = st.natsAs(env.NATS, streams.UserCLI)
-	inf, closeInf, err := app.Build(ctx, cliEnv, app.BuildOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
+	inf, closeInf, err := buildInfra(ctx, cliEnv, infraOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
 		Log: o.Log, NATSServer: st.InProcess()})
 	if err != nil {
 		return err
@@ -288,16 +290,26 @@ func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env)
 	}
 	st.Infra = inf
 	builders := []struct {
-		user  string
-		build app.Constructor
+		user string
+		open func(context.Context, *Infra) (app.Service, error)
 	}{
-		{streams.UserResolver, app.Stage(resolver.FromInfra)},
-		{streams.UserMatchIDLister, app.Stage(lister.FromInfra)},
-		{streams.UserMatchFetcher, app.Stage(fetcher.FromInfra)},
-		{streams.UserPersister, app.Stage(persister.FromInfra)},
-		{streams.UserRetrySweeper, app.Stage(sweeper.FromInfra)},
+		{streams.UserResolver, func(ctx context.Context, in *Infra) (app.Service, error) {
+			return service(resolver.Open(ctx, in.Process, in.Riot))
+		}},
+		{streams.UserMatchIDLister, func(ctx context.Context, in *Infra) (app.Service, error) {
+			return service(lister.Open(ctx, in.Process, in.Store, in.Riot))
+		}},
+		{streams.UserMatchFetcher, func(ctx context.Context, in *Infra) (app.Service, error) {
+			return service(fetcher.Open(ctx, in.Process, in.Riot, in.Store))
+		}},
+		{streams.UserPersister, func(ctx context.Context, in *Infra) (app.Service, error) {
+			return service(persister.Open(ctx, in.Process, in.Store))
+		}},
+		{streams.UserRetrySweeper, func(ctx context.Context, in *Infra) (app.Service, error) {
+			return service(sweeper.Open(ctx, in.Process, in.Store, in.Riot))
+		}},
 	}
-	infras := make([]*app.Infra, len(builders))
+	infras := make([]*Infra, len(builders))
 	for i, b := range builders {
 		infras[i] = inf
 		if st.users == nil {
@@ -312,7 +324,7 @@ func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env)
 	for i, b := range builders {
 		own := infras[i]
 		own.Riot, own.Limiter, own.RiotStats = inf.Riot, inf.Limiter, inf.RiotStats
-		r, err := b.build(ctx, own)
+		r, err := b.open(ctx, own)
 		if err != nil {
 			return err
 		}
@@ -323,16 +335,18 @@ func (st *Stack) buildServices(ctx context.Context, o StackOptions, env app.Env)
 
 // connectAs is a copy of inf on its own connection as user; for the
 // fetcher's user it also builds the Riot client and limiter into inf.
-func (st *Stack) connectAs(ctx context.Context, inf *app.Infra, env app.Env, user string, log *slog.Logger) (*app.Infra, error) {
-	nc, js, err := app.ConnectNATS(ctx, st.natsAs(env.NATS, user), st.InProcess(), user, log)
+func (st *Stack) connectAs(ctx context.Context, inf *Infra, env config.Env, user string, log *slog.Logger) (*Infra, error) {
+	nc, js, err := connect.NATS(ctx, st.natsAs(env.NATS, user), st.InProcess(), user, log)
 	if err != nil {
 		return nil, fmt.Errorf("nats (%s): %w", user, err)
 	}
 	st.closers = append(st.closers, nc.Close)
+	p := *inf.Process
+	p.NC, p.JS = nc, js
 	own := *inf
-	own.NC, own.JS = nc, js
+	own.Process = &p
 	if user == streams.UserMatchFetcher {
-		c, lim, stats, err := app.NewRiot(ctx, env.Riot, js, log)
+		c, lim, stats, err := riotclient.New(ctx, env.Riot, js, log)
 		if err != nil {
 			return nil, err
 		}
@@ -342,6 +356,14 @@ func (st *Stack) connectAs(ctx context.Context, inf *app.Infra, env app.Env, use
 		inf.Riot, inf.Limiter, inf.RiotStats = c, lim, stats
 	}
 	return &own, nil
+}
+
+// service is a stage's Open result as an app.Service.
+func service[S app.Service](s S, err error) (app.Service, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // stackUsers are the embedded server's NATS users: streams.Permissions

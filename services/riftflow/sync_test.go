@@ -213,7 +213,7 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 		return err == nil && len(stuck) == 1
 	})
 
-	proc, err := sweeper.FromInfra(ctx, inf)
+	proc, err := sweeper.Open(ctx, inf.Process, inf.Store, inf.Riot)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // (internal/benchlimit): one OS process that calls the Riot simulator as
 // fast as its rate limiter allows, through the production Riot client
 // (pkg/riot) on the production shared limiter (ratelimit.NewShared on the
-// JetStream KV bucket "ratelimit"), built as pkg/app.NewRiot builds them
+// JetStream KV bucket "ratelimit"), built as pkg/riotclient.New builds them
 // for the match-fetcher, with the match-fetcher's default
 // RIOT_RATELIMIT_MAX_WAIT (10 s) and its reaction to a longer wait (the
 // call is retried at max(RetryAt, now + 1 s)). It runs without the
@@ -54,10 +54,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/tick"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -79,10 +80,10 @@ func main() {
 	}
 }
 
-// connect opens the client on NATS_URL both modes use, as the match-fetcher
-// connects (app.ConnectNATS), and a JetStream handle on it.
-func connect(ctx context.Context, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	return app.ConnectNATS(ctx, config.NATS{URL: os.Getenv("NATS_URL")}, nil, "limitfetcher", log)
+// dialNATS opens the client on NATS_URL both modes use, as the match-fetcher
+// connects (connect.NATS), and a JetStream handle on it.
+func dialNATS(ctx context.Context, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	return connect.NATS(ctx, config.NATS{URL: os.Getenv("NATS_URL")}, nil, "limitfetcher", log)
 }
 
 // setupBucket creates the ratelimit KV bucket as streams/ declares it
@@ -98,7 +99,7 @@ func setupBucket(ctx context.Context, log *slog.Logger) error {
 			only.Buckets = append(only.Buckets, bk)
 		}
 	}
-	nc, js, err := connect(ctx, log)
+	nc, js, err := dialNATS(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 		return errors.New("BENCH_LIMIT_IDS is empty")
 	}
 	key := os.Getenv("RIOT_API_KEY")
-	nc, js, err := connect(ctx, log)
+	nc, js, err := dialNATS(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 	offset := time.Duration(skew) * time.Millisecond
 	// MaxWait as the match-fetcher's default RIOT_RATELIMIT_MAX_WAIT.
 	opts := ratelimit.Options{Logger: log, MaxWait: 10 * time.Second, Now: func() time.Time { return time.Now().Add(offset) }}
-	lim, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: app.KeyID(key)})
+	lim, err := ratelimit.NewShared(ctx, js, ratelimit.SharedOptions{Options: opts, KeyID: riotclient.KeyID(key)})
 	if err != nil {
 		return err
 	}

@@ -9,4 +9,4 @@ import (
 	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
 )
 
-func main() { app.Main("match-fetcher", app.Needs{Riot: true}, fetcher.FromInfra) }
+func main() { app.Main("match-fetcher", fetcher.Connect) }

@@ -9,4 +9,4 @@ import (
 	lister "github.com/riftflow/riftflow/services/matchid-lister"
 )
 
-func main() { app.Main("matchid-lister", app.Needs{DB: true, Riot: true}, lister.FromInfra) }
+func main() { app.Main("matchid-lister", lister.Connect) }

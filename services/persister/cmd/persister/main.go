@@ -8,4 +8,4 @@ import (
 	"github.com/riftflow/riftflow/services/persister"
 )
 
-func main() { app.Main("persister", app.Needs{DB: true}, persister.FromInfra) }
+func main() { app.Main("persister", persister.Connect) }

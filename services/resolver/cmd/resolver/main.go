@@ -9,4 +9,4 @@ import (
 	"github.com/riftflow/riftflow/services/resolver"
 )
 
-func main() { app.Main("resolver", app.Needs{Riot: true}, resolver.FromInfra) }
+func main() { app.Main("resolver", resolver.Connect) }

@@ -8,4 +8,4 @@ import (
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
-func main() { app.Main("retry-sweeper", app.Needs{DB: true}, sweeper.FromInfra) }
+func main() { app.Main("retry-sweeper", sweeper.Connect) }

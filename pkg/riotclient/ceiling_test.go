@@ -1,4 +1,4 @@
-package app
+package riotclient
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 
 // TestCeilingsAcrossProcesses: RIOT_MAX_PER_MINUTE=3 caps the key, not
 // each process (design 002's BULLMQ_GLOBAL_RATE). Two Riot clients built
-// as two services build them (NewRiot), each on its own NATS connection,
+// as two services build them (New), each on its own NATS connection,
 // share the ratelimit KV bucket: together they send 3 requests within a
 // minute, and every later call is refused as rate-limited without being
 // sent. Per-process ceilings sent 3 each.
@@ -44,7 +44,7 @@ func TestCeilingsAcrossProcesses(t *testing.T) {
 		if i == 0 {
 			streamstest.Bucket(t, js, "ratelimit")
 		}
-		c, _, _, err := NewRiot(t.Context(), cfg, js, log)
+		c, _, _, err := New(t.Context(), cfg, js, log)
 		if err != nil {
 			t.Fatal(err)
 		}

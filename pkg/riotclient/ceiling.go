@@ -1,4 +1,4 @@
-package app
+package riotclient
 
 import (
 	"time"
