@@ -243,8 +243,10 @@ func TestNATSRequestIsVisible(t *testing.T) {
 		}
 		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
 	}
+	proc := *h.st.Infra.Process
+	proc.Pause = nil
 	api := *h.st.Infra
-	api.Pause = nil
+	api.Process = &proc
 	srv := apiServer(t, &api, ScopeAdmin)
 	p1, p2 := synthPlayer(t, h, 1), synthPlayer(t, h, 2)
 	// Every service but the resolver, under the pause switch.
