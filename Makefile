@@ -46,15 +46,52 @@ version:
 run: build
 	$(BIN)/riftflow up --demo $(if $(DATABASE_URL),,--ephemeral-db)
 
-## test: unit + integration tests (embedded nats-server, real Postgres),
-## plus short fuzz runs. Starts Postgres itself when DATABASE_URL is unset.
+## test: unit + integration tests (embedded nats-server, real Postgres) of
+## every module, plus short fuzz runs of every target, all at once: one log
+## per module and per fuzz target in TEST_LOGS, each printed as it ends.
+## Fails when any of them fails. Starts Postgres itself when DATABASE_URL is unset.
+TEST_LOGS ?= $(CURDIR)/.data/test
 test:
-	@set -e; for m in $(MODULES); do \
+	@$(JOBS_INIT); \
+	for m in $(MODULES); do \
 		[ -f $$m/go.mod ] || continue; \
-		echo "=== go test $$m"; \
-		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
-	done
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_TEST)
+		start "go test $$m" "cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
+	done; \
+	$(call FUZZ_START,$(FUZZTIME_TEST)); \
+	finish
+
+## test-short: the edit loop (under 2 minutes): `go test -short` of every
+## module at once; the chaos suite, the soak, the rendered workloads and
+## other slow tests skip under -short. No fuzzing (the seed corpora run as tests).
+test-short:
+	@$(JOBS_INIT); \
+	for m in $(MODULES); do \
+		[ -f $$m/go.mod ] || continue; \
+		start "go test -short $$m" "cd $$m && $(GO) test -short -count=1 -timeout 10m ./..."; \
+	done; \
+	finish
+
+# JOBS_INIT defines, in the recipe's bash, `start NAME COMMAND`, which runs
+# COMMAND in the background with its output in TEST_LOGS/<NAME>.log, and
+# `finish`, which waits for every started job, prints each one's log as it
+# ends (ok or FAIL, with its seconds) and fails when any job failed.
+define JOBS_INIT
+set -u; logs=$(TEST_LOGS); rm -rf "$$logs"; mkdir -p "$$logs"; declare -A job; fails=(); \
+start() { local f="$$logs/$$(echo "$$1" | tr -c 'A-Za-z0-9.\n-' _).log"; \
+	echo "=== start $$1"; (eval "$$2") > "$$f" 2>&1 & job[$$!]="$$1|$$f|$$SECONDS"; }; \
+finish() { local p rc n f t; \
+	while [ $${#job[@]} -gt 0 ]; do \
+		sleep 1; \
+		for p in "$${!job[@]}"; do \
+			kill -0 $$p 2>/dev/null && continue; \
+			rc=0; wait $$p || rc=$$?; IFS='|' read -r n f t <<<"$${job[$$p]}"; unset "job[$$p]"; \
+			if [ $$rc -eq 0 ]; then echo "=== ok   $$n ($$((SECONDS - t)) s)"; else echo "=== FAIL $$n (exit $$rc, $$((SECONDS - t)) s)"; fails+=("$$n"); fi; \
+			cat "$$f"; \
+		done; \
+	done; \
+	if [ $${#fails[@]} -gt 0 ]; then printf '=== FAILED: %s\n' "$${fails[@]}"; return 1; fi; \
+	echo "=== all passed ($$SECONDS s)"; }
+endef
 
 ## bench: the package micro-benchmarks (persister store, rate limiter, Riot
 ## document scan) with a fixed -benchtime and -count, compared by benchstat
@@ -130,17 +167,24 @@ bench-limit-fetchers:
 	mkdir -p $(BENCH_LIMIT_OUT)
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
-## fuzz: every fuzz target for FUZZTIME (make test runs 20000x each; try FUZZTIME=5m);
+## fuzz: every fuzz target for FUZZTIME, all at once (make test runs 20000x each; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package
+FUZZ_TARGETS := bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
+	riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest
+# FUZZ_START starts one job (JOBS_INIT) per fuzz target, fuzzing for $(1)
+# with FUZZ_PARALLEL workers; a missing target fails before any starts.
+FUZZ_PARALLEL ?= 1
+define FUZZ_START
+for spec in $(FUZZ_TARGETS); do \
+	grep -qs "func $${spec##*:}(" pkg/$${spec%%:*}/*_test.go || { echo "missing fuzz target $$spec" >&2; exit 1; }; \
+done; \
+for spec in $(FUZZ_TARGETS); do \
+	p=$${spec%%:*}; f=$${spec##*:}; \
+	start "fuzz $$f" "cd pkg && $(GO) test -run '^\$$' -fuzz '^$$f\$$' -fuzztime $(1) -parallel $(FUZZ_PARALLEL) ./$$p/"; \
+done
+endef
 fuzz:
-	@set -e; cd pkg; for spec in \
-		bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
-		riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest; do \
-		p=$${spec%%:*}; f=$${spec##*:}; \
-		if grep -qs "func $$f(" ./$$p/*_test.go; then \
-			echo "=== fuzz $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./$$p/ || exit 1; \
-		else echo "missing fuzz target $$p.$$f" >&2; exit 1; fi; \
-	done
+	@$(JOBS_INIT); $(call FUZZ_START,$(FUZZTIME)); finish
 
 ## chaos: the full fault-injection suite (a short version runs in make test)
 chaos:

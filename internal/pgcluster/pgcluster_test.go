@@ -61,3 +61,36 @@ func queryExec(t *testing.T, url, sql string) {
 		t.Fatal(err)
 	}
 }
+
+// TestEnsureOwnIgnoresDatabaseURL: with Own, Ensure starts a cluster of its
+// own even though DATABASE_URL names a reachable server.
+func TestEnsureOwnIgnoresDatabaseURL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	ctx := context.Background()
+	first, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{})
+	if err != nil {
+		if os.Getenv("CI") != "true" && isNoPostgres(err) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	defer stop()
+	t.Setenv("DATABASE_URL", first)
+	if u, stop2, err := pgcluster.Ensure(ctx, pgcluster.Options{}); err != nil || u != first {
+		t.Fatalf("without Own: %s, %v; want DATABASE_URL %s", u, err, first)
+	} else if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	own, stop3, err := pgcluster.Ensure(ctx, pgcluster.Options{Own: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	if own == first {
+		t.Fatalf("Own: got DATABASE_URL %s, want a cluster of its own", own)
+	}
+	queryExec(t, own, "CREATE TABLE only_here (x int)")
+	if got := pgtest.Query(t, first, "SELECT count(*)::text FROM pg_tables WHERE tablename = 'only_here'"); got != "0" {
+		t.Errorf("the table made on the own cluster is on DATABASE_URL's server too")
+	}
+}
