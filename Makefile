@@ -51,11 +51,23 @@ run: build
 ## per module and per fuzz target in TEST_LOGS, each printed as it ends.
 ## Fails when any of them fails. Starts Postgres itself when DATABASE_URL is unset.
 TEST_LOGS ?= $(CURDIR)/.data/test
+# services/riftflow's go test is two jobs: the tests matching APART_TESTS
+# (the chaos cases, the soak and the secrets check: separate service
+# processes, t.Parallel, APART_PARALLEL at once) and every other test
+# (-skip of the same pattern), so the slow half runs beside the rest; they
+# start first, being the longest.
+APART_MODULE := services/riftflow
+APART_TESTS := ^Test(Chaos|Soak|SecretsNeverLeak)
+APART_PARALLEL ?= 2
 test:
 	@$(JOBS_INIT); \
-	for m in $(MODULES); do \
+	for m in $(filter $(APART_MODULE),$(MODULES)) $(filter-out $(APART_MODULE),$(MODULES)); do \
 		[ -f $$m/go.mod ] || continue; \
-		start "go test $$m" "cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./..."; \
+		gotest="cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT)"; \
+		if [ $$m = $(APART_MODULE) ]; then \
+			start "go test $$m (chaos, soak)" "$$gotest -run '$(APART_TESTS)' -parallel $(APART_PARALLEL) ./..."; \
+			start "go test $$m (the rest)" "$$gotest -skip '$(APART_TESTS)' ./..."; \
+		else start "go test $$m" "$$gotest ./..."; fi; \
 	done; \
 	$(call FUZZ_START,$(FUZZTIME_TEST)); \
 	finish
