@@ -16,6 +16,9 @@ import (
 // initdb into a fresh dir, start on a free port, stop, then start again
 // reusing the same dir.
 func TestEnsureStartsAndReusesLocalCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
 	dir, err := os.MkdirTemp("", "rfpgt")
 	if err != nil {
@@ -65,6 +68,9 @@ func queryExec(t *testing.T, url, sql string) {
 // TestEnsureOwnIgnoresDatabaseURL: with Own, Ensure starts a cluster of its
 // own even though DATABASE_URL names a reachable server.
 func TestEnsureOwnIgnoresDatabaseURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
 	ctx := context.Background()
 	first, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{})
