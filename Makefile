@@ -48,7 +48,7 @@ run: build
 
 ## test: unit + integration tests (embedded nats-server, real Postgres) of
 ## every module, plus short fuzz runs of every target, all at once: one log
-## per module and per fuzz target in TEST_LOGS, each printed as it ends.
+## per module and one for the fuzz runs in TEST_LOGS, each printed as it ends.
 ## Fails when any of them fails. Starts Postgres itself when DATABASE_URL is unset.
 TEST_LOGS ?= $(CURDIR)/.data/test
 # services/riftflow's go test is two jobs: the tests matching APART_TESTS
@@ -69,7 +69,7 @@ test:
 			start "go test $$m (the rest)" "$$gotest -skip '$(APART_TESTS)' ./..."; \
 		else start "go test $$m" "$$gotest ./..."; fi; \
 	done; \
-	$(call FUZZ_START,$(FUZZTIME_TEST)); \
+	$(call FUZZ_START,$(FUZZTIME_TEST),1); \
 	finish
 
 ## test-short: the edit loop (under 2 minutes): `go test -short` of every
@@ -179,24 +179,25 @@ bench-limit-fetchers:
 	mkdir -p $(BENCH_LIMIT_OUT)
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
-## fuzz: every fuzz target for FUZZTIME, all at once (make test runs 20000x each; try FUZZTIME=5m);
+## fuzz: every fuzz target in turn for FUZZTIME (make test runs 20000x each beside the tests; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package
 FUZZ_TARGETS := bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
 	riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest
-# FUZZ_START starts one job (JOBS_INIT) per fuzz target, fuzzing for $(1)
-# with FUZZ_PARALLEL workers; a missing target fails before any starts.
-FUZZ_PARALLEL ?= 1
+# FUZZ_START starts one job (JOBS_INIT) that fuzzes every target in turn
+# for $(1) with $(2) workers each; a missing target fails before it
+# starts. One job, not one per target: each -fuzz build instruments every
+# package it links, and concurrent builds would each compile them again.
 define FUZZ_START
 for spec in $(FUZZ_TARGETS); do \
 	grep -qs "func $${spec##*:}(" pkg/$${spec%%:*}/*_test.go || { echo "missing fuzz target $$spec" >&2; exit 1; }; \
 done; \
-for spec in $(FUZZ_TARGETS); do \
-	p=$${spec%%:*}; f=$${spec##*:}; \
-	start "fuzz $$f" "cd pkg && $(GO) test -run '^\$$' -fuzz '^$$f\$$' -fuzztime $(1) -parallel $(FUZZ_PARALLEL) ./$$p/"; \
-done
+start "fuzz" "set -e; cd pkg; for spec in $(FUZZ_TARGETS); do \
+	echo \"=== fuzz \$$spec\"; $(GO) test -run '^\$$' -fuzz \"^\$${spec##*:}\\$$\" -fuzztime $(1) -parallel $(2) ./\$${spec%%:*}/; done"
 endef
+# make fuzz: workers per target (make test: 1, beside the tests)
+FUZZ_PARALLEL ?= $(shell nproc 2>/dev/null || echo 1)
 fuzz:
-	@$(JOBS_INIT); $(call FUZZ_START,$(FUZZTIME)); finish
+	@$(JOBS_INIT); $(call FUZZ_START,$(FUZZTIME),$(FUZZ_PARALLEL)); finish
 
 ## chaos: the full fault-injection suite (a short version runs in make test)
 chaos:
