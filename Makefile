@@ -84,23 +84,26 @@ test-short:
 	finish
 
 # JOBS_INIT defines, in the recipe's bash, `start NAME COMMAND`, which runs
-# COMMAND in the background with its output in TEST_LOGS/<NAME>.log, and
-# `finish`, which waits for every started job, prints each one's log as it
-# ends (ok or FAIL, with its seconds) and fails when any job failed.
+# COMMAND in the background with its output in TEST_LOGS/<NAME>.log, once
+# fewer than TEST_JOBS started jobs are still running, and `finish`, which
+# waits for every started job. Each job's log is printed when it ends (ok or
+# FAIL, with its seconds); finish fails when any job failed. TEST_JOBS bounds
+# the CPU contention that the timing tests (pkg/ratelimit) feel on 2 cores.
+TEST_JOBS ?= 4
 define JOBS_INIT
-set -u; logs=$(TEST_LOGS); rm -rf "$$logs"; mkdir -p "$$logs"; declare -A job; fails=(); \
+set -u; logs=$(TEST_LOGS); rm -rf "$$logs"; mkdir -p "$$logs"; declare -A job=(); fails=(); \
+reap() { local p rc n f t; \
+	for p in "$${!job[@]}"; do \
+		kill -0 $$p 2>/dev/null && continue; \
+		rc=0; wait $$p || rc=$$?; IFS='|' read -r n f t <<<"$${job[$$p]}"; unset "job[$$p]"; \
+		if [ $$rc -eq 0 ]; then echo "=== ok   $$n ($$((SECONDS - t)) s)"; else echo "=== FAIL $$n (exit $$rc, $$((SECONDS - t)) s)"; fails+=("$$n"); fi; \
+		cat "$$f"; \
+	done; }; \
 start() { local f="$$logs/$$(echo "$$1" | tr -c 'A-Za-z0-9.\n-' _).log"; \
-	echo "=== start $$1"; (eval "$$2") > "$$f" 2>&1 & job[$$!]="$$1|$$f|$$SECONDS"; }; \
-finish() { local p rc n f t; \
-	while [ $${#job[@]} -gt 0 ]; do \
-		sleep 1; \
-		for p in "$${!job[@]}"; do \
-			kill -0 $$p 2>/dev/null && continue; \
-			rc=0; wait $$p || rc=$$?; IFS='|' read -r n f t <<<"$${job[$$p]}"; unset "job[$$p]"; \
-			if [ $$rc -eq 0 ]; then echo "=== ok   $$n ($$((SECONDS - t)) s)"; else echo "=== FAIL $$n (exit $$rc, $$((SECONDS - t)) s)"; fails+=("$$n"); fi; \
-			cat "$$f"; \
-		done; \
-	done; \
+	while [ $${#job[@]} -ge $(TEST_JOBS) ]; do sleep 1; reap; done; \
+	echo "=== start $$1 (at $$SECONDS s)"; (eval "$$2") > "$$f" 2>&1 & job[$$!]="$$1|$$f|$$SECONDS"; }; \
+finish() { \
+	while [ $${#job[@]} -gt 0 ]; do sleep 1; reap; done; \
 	if [ $${#fails[@]} -gt 0 ]; then printf '=== FAILED: %s\n' "$${fails[@]}"; return 1; fi; \
 	echo "=== all passed ($$SECONDS s)"; }
 endef
