@@ -55,10 +55,13 @@ TEST_LOGS ?= $(CURDIR)/.data/test
 # (the chaos cases, the soak and the secrets check: separate service
 # processes, t.Parallel, APART_PARALLEL at once) and every other test
 # (-skip of the same pattern), so the slow half runs beside the rest; they
-# start first, being the longest.
+# start first, being the longest. APART_PARALLEL=2 is faster, but on a
+# loaded machine (load ≥ 20) TestChaosNATSRestart and TestSecretsNeverLeak
+# then exceeded their per-match Riot call bound (a second call with no
+# failure), so the default runs them in turn.
 APART_MODULE := services/riftflow
 APART_TESTS := ^Test(Chaos|Soak|SecretsNeverLeak)
-APART_PARALLEL ?= 2
+APART_PARALLEL ?= 1
 test:
 	@$(JOBS_INIT); \
 	for m in $(filter $(APART_MODULE),$(MODULES)) $(filter-out $(APART_MODULE),$(MODULES)); do \
