@@ -36,6 +36,9 @@ type Options struct {
 	// leave it false (a crash loses the throwaway data, which is fine);
 	// `make run` sets it.
 	Fsync bool
+	// Own starts a cluster even when DATABASE_URL is set and reachable,
+	// for callers that stop, crash or fill their server.
+	Own bool
 }
 
 // ErrNoPostgres is returned (wrapped) by Ensure when DATABASE_URL is unset or
@@ -45,7 +48,7 @@ var ErrNoPostgres = errors.New("pgcluster: no PostgreSQL available: set DATABASE
 	"or `brew install postgresql@16`")
 
 // Ensure returns the URL of a reachable PostgreSQL server, in this order:
-//  1. DATABASE_URL when set and reachable within 3 s;
+//  1. DATABASE_URL when set and reachable within 3 s (unless opts.Own);
 //  2. a cluster in opts.DataDir started from local binaries (initdb, pg_ctl
 //     on PATH or under /usr/lib/postgresql/*/bin), trust auth, listening on
 //     127.0.0.1 at a free port, user postgres, database postgres.
@@ -62,7 +65,7 @@ func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error,
 	}
 	noop := func() error { return nil }
 
-	if env := os.Getenv("DATABASE_URL"); env != "" {
+	if env := os.Getenv("DATABASE_URL"); env != "" && !opts.Own {
 		if perr := ping(ctx, env, 3*time.Second); perr == nil {
 			log.Info("postgres: using DATABASE_URL")
 			return env, noop, nil

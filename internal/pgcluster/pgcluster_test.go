@@ -16,6 +16,9 @@ import (
 // initdb into a fresh dir, start on a free port, stop, then start again
 // reusing the same dir.
 func TestEnsureStartsAndReusesLocalCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
 	dir, err := os.MkdirTemp("", "rfpgt")
 	if err != nil {
@@ -59,5 +62,41 @@ func queryExec(t *testing.T, url, sql string) {
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(context.Background(), sql); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEnsureOwnIgnoresDatabaseURL: with Own, Ensure starts a cluster of its
+// own even though DATABASE_URL names a reachable server.
+func TestEnsureOwnIgnoresDatabaseURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	ctx := context.Background()
+	first, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{})
+	if err != nil {
+		if os.Getenv("CI") != "true" && isNoPostgres(err) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	defer stop()
+	t.Setenv("DATABASE_URL", first)
+	if u, stop2, err := pgcluster.Ensure(ctx, pgcluster.Options{}); err != nil || u != first {
+		t.Fatalf("without Own: %s, %v; want DATABASE_URL %s", u, err, first)
+	} else if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	own, stop3, err := pgcluster.Ensure(ctx, pgcluster.Options{Own: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	if own == first {
+		t.Fatalf("Own: got DATABASE_URL %s, want a cluster of its own", own)
+	}
+	queryExec(t, own, "CREATE TABLE only_here (x int)")
+	if got := pgtest.Query(t, first, "SELECT count(*)::text FROM pg_tables WHERE tablename = 'only_here'"); got != "0" {
+		t.Errorf("the table made on the own cluster is on DATABASE_URL's server too")
 	}
 }

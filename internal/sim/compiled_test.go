@@ -13,6 +13,9 @@ import (
 // plain body byte-equal, the gzip body a valid member (checksum and length
 // verified by the reader) that inflates to it.
 func TestCompiledTemplateMatchesPatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	for _, derive := range []bool{false, true} {
 		s, _ := newSim(t, Options{DeriveTimelines: derive, Synthetic: Synthetic{Players: 3, MatchesPerPlayer: 12, Platform: "na1", WithTimelines: !derive}})
 		n := 0

@@ -69,6 +69,9 @@ func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 // the reason (a nak would end in a MAX_DELIVERIES advisory and the request
 // would vanish), after one lookup per delivery at most.
 func TestGivesUpWithReasonOnLastDelivery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodAccountByRiotID}, Error5xx: 1}},
 		map[string]string{"RESOLVER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
 	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())

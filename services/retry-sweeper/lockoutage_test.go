@@ -25,6 +25,9 @@ import (
 // second sync of the same account is still refused (the lister's claim,
 // behind the API's 409) instead of getting in beside the first.
 func TestLockHeldThroughPostgresOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: skipped under -short")
+	}
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	ctx, inf := t.Context(), e.Process
 	const puuid, first, second = "puuid-outage", "sync-first", "sync-second"

@@ -307,6 +307,9 @@ const chaosAckWait = 10 * time.Second
 
 func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("chaos environment (separate service processes): skipped under -short")
+	}
 	bins := chaosBinaries(t)
 	if o.nodes == 0 {
 		o.nodes = 1
@@ -595,13 +598,12 @@ func (e *chaosEnv) startOwnPostgres() {
 		t.Fatal(err)
 	}
 	e.pgDir = dir
-	t.Setenv("DATABASE_URL", "") // Ensure must start our own cluster
 	// Production durability (fsync, synchronous_commit on): with
 	// synchronous_commit off, pg_ctl stop -m immediate loses commits
 	// Postgres had already reported, after the persister acked their
 	// FetchResults; no service can tell (TestLedgerRecoversLostCommits
 	// covers the sweeper catching up after such a loss).
-	url, stop, err := pgcluster.Ensure(e.ctx, pgcluster.Options{DataDir: dir, Logger: e.log, Fsync: true})
+	url, stop, err := pgcluster.Ensure(e.ctx, pgcluster.Options{DataDir: dir, Logger: e.log, Fsync: true, Own: true})
 	if err != nil {
 		os.RemoveAll(dir)
 		if os.Getenv("CI") != "true" && strings.Contains(err.Error(), "no PostgreSQL") {

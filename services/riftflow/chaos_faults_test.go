@@ -37,6 +37,7 @@ func shortFull(short, full time.Duration) time.Duration {
 // backlog is worked, then rolls every process: SIGTERM, drain
 // (SHUTDOWN_TIMEOUT), a new process, one at a time.
 func TestChaosReplicas(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	// lostCalls 1: a fetch in flight in a killed process is called again.
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, replicas: 2, lostCalls: 1})
@@ -85,6 +86,7 @@ func (e *chaosEnv) rollingRestart() {
 // filesystem while the backlog is worked (every write that needs a new
 // page fails with SQLSTATE 53100), for 10 s (1 min full), and frees it.
 func TestChaosDiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI: the full-disk case mounts a tmpfs and needs root")
@@ -184,6 +186,7 @@ func fillDisk(path string) (int64, error) {
 // black-holes its link: nothing flows, nothing is closed) for 10 s (2 min
 // full) while the backlog is worked, then heals it.
 func TestChaosPartitionNATS(t *testing.T) {
+	t.Parallel()
 	// KNOWN GAP (lostCalls 1, not a lost call): with the persister cut
 	// off, fetched results wait in FETCHED and the ledger lags; a few
 	// timelines were fetched twice (4 of 60 in the short run, 2026-11-26)
@@ -195,6 +198,7 @@ func TestChaosPartitionNATS(t *testing.T) {
 // TestChaosPartitionRiot cuts the fetchers off Riot (the simulator) for
 // 10 s (2 min full) while the backlog is worked, then heals the link.
 func TestChaosPartitionRiot(t *testing.T) {
+	t.Parallel()
 	// A fetch cut off times out (3 s) and is retried on the FETCH_BACKOFF
 	// schedule (5 attempts), then by the sweeper; the held requests reach
 	// Riot when the link heals, so each attempt made during the partition
@@ -228,6 +232,7 @@ func partitionCase(t *testing.T, name string, o chaosOptions, link func(*chaosEn
 // off by +500 ms and −500 ms (RIFTFLOW_TEST_CLOCK_SKEW, the clock Build
 // hands every service and the Riot rate limiter) for the whole run.
 func TestChaosClockSkew(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	skew := map[string]time.Duration{}
 	for _, svc := range chaosServices {
@@ -246,6 +251,7 @@ func TestChaosClockSkew(t *testing.T) {
 // limit, under the client's 16 MiB cap). The bomb and the deep JSON must
 // end refused with a reason; the NUL and 10 MiB matches stored, once.
 func TestChaosHostilePayloads(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	kinds := []sim.MatchFault{{Kind: sim.FaultGzipBomb, N: 512 << 20}, {Kind: sim.FaultDeepJSON},
 		{Kind: sim.FaultNUL}, {Kind: sim.FaultOversized, N: 10 << 20}}

@@ -60,6 +60,7 @@ func fraction(total int, f float64) int { return int(float64(total)*f + 0.999) }
 // TestChaosKillEachService SIGKILLs each of the five service processes in
 // turn while the backlog is being worked, and starts it again.
 func TestChaosKillEachService(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	// lostCalls 1: a fetch in flight in the killed fetcher is called again.
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, lostCalls: 1})
@@ -97,6 +98,7 @@ func TestChaosKillEachService(t *testing.T) {
 // 2% slow responses past the client timeout, on every endpoint, for the
 // whole run (the first 15 s in the short suite).
 func TestChaosRiotFaults(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	f := sim.Faults{Seed: 7, Error5xx: 0.20, Service429: 0.05, Slow: 0.02, SlowDelay: 2 * time.Second}
 	// A 5xx, a service 429 or a timeout each cost a call; a slow answer
@@ -143,6 +145,7 @@ func TestChaosRiotFaults(t *testing.T) {
 // TestChaosNATSRestart stops the (single) NATS server twice mid-run and
 // starts it again on the same port and store: every process reconnects.
 func TestChaosNATSRestart(t *testing.T) {
+	t.Parallel()
 	e, start := restartTwice(t, chaosOptions{}, (*chaosEnv).restartNATS)
 	e.check("NATS disconnect and reconnect", start, fmt.Sprintf("%d NATS server restarts (3 s down each)", e.natsRestarts))
 }
@@ -171,6 +174,7 @@ func restartTwice(t *testing.T, o chaosOptions, restart func(*chaosEnv, time.Dur
 // another), so the cluster has lost its quorum; both stay down for a while
 // (10 s short, 60 s full), then both are started again.
 func TestChaosClusterNodeLoss(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	down := 10 * time.Second
 	if chaosFull() {
@@ -251,6 +255,7 @@ func (e *chaosEnv) tryStreamLeader(stream string) (int, bool) {
 // TestChaosPostgresRestart stops Postgres (pg_ctl stop -m fast) twice while
 // the persister is writing, and starts it again on the same port.
 func TestChaosPostgresRestart(t *testing.T) {
+	t.Parallel()
 	longCase(t)
 	e, start := restartTwice(t, chaosOptions{ownPostgres: true}, (*chaosEnv).restartPostgres)
 	e.check("Postgres restart during persist", start, fmt.Sprintf("%d Postgres restarts (3 s down each)", e.pgRestarts))
@@ -264,6 +269,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 // for the persister; nothing is lost, duplicated or marked gone, and no
 // match is fetched twice.
 func TestChaosPostgresCrashOutage(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	down := 20 * time.Second
 	if chaosFull() {
@@ -286,6 +292,7 @@ func TestChaosPostgresCrashOutage(t *testing.T) {
 // on every write); then the setting is reset and the sessions terminated
 // again. A read-only error is transient: nothing is marked gone or lost.
 func TestChaosDatabaseReadOnly(t *testing.T) {
+	t.Parallel()
 	players, per := chaosSize()
 	ro := 15 * time.Second
 	if chaosFull() {

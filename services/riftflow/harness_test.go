@@ -59,6 +59,9 @@ var fastEnv = map[string]string{
 
 func startHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("in-process pipeline (NATS, Postgres, simulator, every stage): skipped under -short")
+	}
 	for k, v := range fastEnv {
 		if _, set := o.env[k]; !set {
 			t.Setenv(k, v)

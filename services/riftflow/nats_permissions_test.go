@@ -65,6 +65,9 @@ func refusedWithin(t *testing.T, what string, errs <-chan error, nc *nats.Conn, 
 // never stored; and no log line of the run holds the Riot key, the
 // Postgres password, a NATS password or the API token (S3, S5).
 func TestNATSPermissions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the whole stack under per-service NATS users: skipped under -short")
+	}
 	for k, v := range fastEnv {
 		t.Setenv(k, v)
 	}

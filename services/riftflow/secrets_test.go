@@ -64,6 +64,7 @@ func (l *requestLog) wrap(next http.Handler) http.Handler {
 }
 
 func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
 	key := "RGAPI-" + randHex(4) + "-" + "5ec7e7" + randHex(10) // distinctive
 	secretPart := key[len("RGAPI-"):]
 	dbPassword := "pg-s3cret-" + randHex(8)

@@ -24,6 +24,9 @@ import (
 // is cut off by the read timeout instead of holding the connection
 // forever.
 func TestServeHasTheAPIServerLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the API read timeout (15 s): skipped under -short")
+	}
 	srv, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true}) // a TCP port, as in a pod
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,7 @@ type soak struct {
 }
 
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	d := soakDuration(t)
 	p := planSoak(d)
 	seed := uint64(envIntDefault("SOAK_SEED", 1))
