@@ -47,8 +47,9 @@ run: build
 	$(BIN)/riftflow up --demo $(if $(DATABASE_URL),,--ephemeral-db)
 
 ## test: unit + integration tests (embedded nats-server, real Postgres) of
-## every module, plus short fuzz runs of every target, all at once: one log
-## per module and one for the fuzz runs in TEST_LOGS, each printed as it ends.
+## every module, plus short fuzz runs of every target, as TEST_JOBS jobs at
+## a time (default 1): one log per module and one for the fuzz runs in
+## TEST_LOGS, each printed as it ends.
 ## Fails when any of them fails. Starts Postgres itself when DATABASE_URL is unset.
 TEST_LOGS ?= $(CURDIR)/.data/test
 # services/riftflow's go test is two jobs: the tests matching APART_TESTS
@@ -91,8 +92,12 @@ test-short:
 # fewer than TEST_JOBS started jobs are still running, and `finish`, which
 # waits for every started job. Each job's log is printed when it ends (ok or
 # FAIL, with its seconds); finish fails when any job failed. TEST_JOBS bounds
-# the CPU contention that the timing tests (pkg/ratelimit) feel on 2 cores.
-TEST_JOBS ?= 4
+# the CPU contention that the timing tests (pkg/ratelimit, the chaos call
+# bounds) feel on 2 cores. The default, 1, runs the jobs in turn, as CI has
+# passed them; TEST_JOBS=4 runs four at once (faster, but not yet shown
+# stable on 2 cores: under a load of 15-60 from other work, rate-limiter
+# timing tests and chaos call bounds failed).
+TEST_JOBS ?= 1
 define JOBS_INIT
 set -u; logs=$(TEST_LOGS); rm -rf "$$logs"; mkdir -p "$$logs"; declare -A job=(); fails=(); \
 reap() { local p rc n f t; \
