@@ -438,7 +438,7 @@ func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w li
 		_, r, _ := riot.ParseMatchID(id)
 		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
 			ListedAfterS: w.startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority, Force: cmd.Force}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id+fc.DedupSuffix())); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(bus.FetchMsgID(fc))); err != nil {
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)

@@ -117,7 +117,7 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 	}
 	rej := bus.NewRejection(req.RequestID, m.Subject, http.StatusServiceUnavailable, reason, m.Data, now)
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej,
-		jetstream.WithMsgID(fmt.Sprintf("expired:%s:%d", stream, m.Sequence))); err != nil {
+		jetstream.WithMsgID(bus.ExpiredMsgID(stream, m.Sequence))); err != nil {
 		return fmt.Errorf("sweeper: rejection of expired request %s: %w", req.RequestID, err)
 	}
 	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {

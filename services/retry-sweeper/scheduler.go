@@ -449,7 +449,7 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID(bus.IngestMsgID(req.RequestID))); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			_ = s.d.Store.FinishJob(ctx, req.RequestID, "failed", "not queued: "+err.Error())
 			continue
@@ -546,7 +546,7 @@ func (s *Scheduler) weeklyReport(ctx context.Context, at time.Time) (map[string]
 		if n.TopChampions == nil {
 			n.TopChampions = []store.ChampionStat{}
 		}
-		msgID := "weekly:" + app.ShortHash(a.PUUID) + ":" + n.WeekStart
+		msgID := bus.WeeklyReportMsgID(app.ShortHash(a.PUUID), n.WeekStart)
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.WeeklyReport(), n, jetstream.WithMsgID(msgID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: announce: %w", a.PUUID, err))
 			continue

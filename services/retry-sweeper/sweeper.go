@@ -379,7 +379,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if !f.GameCreation.IsZero() {
 				cmd.GameCreationMs = f.GameCreation.UnixMilli()
 			}
-			id := fmt.Sprintf("%s/%s/sweep/a%d", f.MatchID, f.Kind, attempt)
+			id := bus.SweepFetchMsgID(cmd)
 			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
 				return rep, err
 			}
@@ -550,7 +550,7 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		if strings.HasPrefix(a.SyncRequestID, "recover-") {
 			cmd.RequestID = a.SyncRequestID + "r"
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
 			return n, err
 		}
 		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)

@@ -99,7 +99,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 	}
 	m := nats.NewMsg(a.inf.Subjects.IngestFor(req.Priority))
 	m.Data, _ = json.Marshal(req)
-	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID(bus.IngestMsgID(req.RequestID))); err != nil {
 		if a.inf.Store != nil {
 			_ = a.inf.Store.FinishJob(r.Context(), req.RequestID, "failed", "not queued: "+err.Error())
 		}

@@ -134,7 +134,7 @@ func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 	}
 	m := nats.NewMsg(subj.IngestFor(req.Priority))
 	m.Data = data
-	m.Header.Set(nats.MsgIdHdr, "ingest:"+req.RequestID)
+	m.Header.Set(nats.MsgIdHdr, bus.IngestMsgID(req.RequestID))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

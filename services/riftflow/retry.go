@@ -108,14 +108,10 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		if !r.GameCreation.IsZero() {
 			cmd.GameCreationMs = r.GameCreation.UnixMilli()
 		}
-		id := cmd.MatchID
-		if cmd.Kind == bus.KindTimeline {
-			id += "/timeline"
-		}
 		// A publish failure leaves the row unfetched: the retry-sweeper
 		// re-publishes it.
 		if _, err := natsx.Publish(ctx, js, subj.FetchFor(string(region), cmd.Priority), cmd,
-			jetstream.WithMsgID(id+cmd.DedupSuffix())); err != nil {
+			jetstream.WithMsgID(bus.FetchMsgID(cmd))); err != nil {
 			return res, fmt.Errorf("publish fetch of %s: %w", r.MatchID, err)
 		}
 		res.Reopened = append(res.Reopened, r.MatchID+"/"+r.Kind)
