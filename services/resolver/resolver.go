@@ -26,6 +26,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // Accounts is the part of the Riot client the resolver uses
@@ -114,5 +115,5 @@ const maxRetryDelay = 5 * time.Minute
 
 // reject refuses the request with code and reason (app.Reject).
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, requestID string, code int, reason error) natsx.Result {
-	return app.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
+	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/tick"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -102,12 +102,11 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 	_ = json.Unmarshal(m.Data, &req) // a malformed one is still ended, without a job
 	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
 		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
-	now := s.d.Now()
+	r := syncjob.Refusal{RequestID: req.RequestID, PUUID: req.PUUID, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt,
+		Mode: req.Mode, Trigger: req.Trigger, Code: http.StatusServiceUnavailable, Reason: reason, At: s.d.Now(),
+		Detail: map[string]any{"code": http.StatusServiceUnavailable, "expired_in": stream}, Subject: m.Subject, Raw: m.Data}
 	if req.RequestID != "" {
-		detail, _ := json.Marshal(map[string]any{"mode": req.Mode, "trigger": req.Trigger, "code": http.StatusServiceUnavailable,
-			"expired_in": stream})
-		ended, err := s.d.Store.EndWaitingJob(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: req.PUUID, Status: "rejected",
-			Error: reason.Error(), Detail: detail, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt, FinishedAt: now})
+		ended, err := s.d.Store.EndWaitingJob(ctx, r.Job())
 		if err != nil {
 			return fmt.Errorf("sweeper: job of expired request %s: %w", req.RequestID, err)
 		}
@@ -115,9 +114,7 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 			s.d.Logger.WarnContext(ctx, "expired request has a job that already started; its message is removed", "request_id", req.RequestID)
 		}
 	}
-	rej := bus.NewRejection(req.RequestID, m.Subject, http.StatusServiceUnavailable, reason, m.Data, now)
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej,
-		jetstream.WithMsgID(bus.ExpiredMsgID(stream, m.Sequence))); err != nil {
+	if err := syncjob.Announce(ctx, s.d.JS, s.d.Subjects, r, jetstream.WithMsgID(bus.ExpiredMsgID(stream, m.Sequence))); err != nil {
 		return fmt.Errorf("sweeper: rejection of expired request %s: %w", req.RequestID, err)
 	}
 	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -23,6 +23,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -101,7 +102,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if ev.Status != "completed" {
+	if syncjob.Status(ev.Status) != syncjob.Completed {
 		return fmt.Errorf("sync failed: %s", ev.Error)
 	}
 	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
@@ -120,7 +121,7 @@ func queueInJobLog(ctx context.Context, env app.Env, req bus.IngestRequest, out 
 	st, err := store.Open(ctx, url)
 	if err == nil {
 		defer st.Close()
-		_, err = st.QueueSync(ctx, app.QueuedSync(req, req.PUUID))
+		_, err = st.QueueSync(ctx, syncjob.Queued(req, req.PUUID))
 	}
 	if err != nil {
 		fmt.Fprintf(out, "note: request %s not recorded as pending in the job log: %v\n", req.RequestID, redact.String(err.Error()))
@@ -180,11 +181,11 @@ func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 			if json.Unmarshal(m.Data, &ev) != nil || ev.RequestID != req.RequestID {
 				continue
 			}
-			if ev.Progress != last || ev.Status != "syncing" {
+			if ev.Progress != last || syncjob.Status(ev.Status) != syncjob.Syncing {
 				fmt.Fprintf(out, "  %-9s %d/%d matches\n", ev.Status, ev.Progress, ev.Total)
 				last = ev.Progress
 			}
-			if ev.Status == "completed" || ev.Status == "failed" {
+			if syncjob.Status(ev.Status).Finished() {
 				return ev, nil
 			}
 		}
@@ -322,7 +323,7 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
 	for _, j := range jobs {
-		status := j.Status
+		status := string(j.Status)
 		if j.Position > 0 {
 			status = fmt.Sprintf("%s #%d", j.Status, j.Position)
 		}

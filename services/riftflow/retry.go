@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -145,7 +146,7 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		}
 	}
 	detail, _ := json.Marshal(map[string]any{"filter": req, "reopened": res.Reopened, "dead_replayed": res.DeadReplayed})
-	if err := st.RecordJob(ctx, store.Job{ID: res.RequestID, Type: "retry", PUUID: req.PUUID, Status: "completed",
+	if err := st.RecordJob(ctx, store.Job{ID: res.RequestID, Type: "retry", PUUID: req.PUUID, Status: syncjob.Completed,
 		Detail: detail, RequestedAt: now, StartedAt: now, FinishedAt: now}); err != nil {
 		return res, err
 	}
