@@ -13,8 +13,8 @@ import (
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/pkg/syncjob"
+	"github.com/riftflow/riftflow/pkg/synclock"
 )
 
 func TestRefusalJob(t *testing.T) {
