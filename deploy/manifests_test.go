@@ -59,7 +59,7 @@ var workloads = func() []workload {
 			other: streams.ConsumerPersisterInteractive},
 		// The sweeper's daily rank job calls league-v4 (scheduler.go).
 		workload{name: "retry-sweeper", service: "retry-sweeper", stream: streams.StreamAdvisories, consumer: streams.ConsumerRetrySweeper,
-			bound: []string{streams.ConsumerRetrySweeperRejections}, riotKey: true, maxScaled: 2},
+			bound: []string{streams.ConsumerRetrySweeperRejections, streams.ConsumerRetrySweeperQueued}, riotKey: true, maxScaled: 2},
 	)
 }()
 

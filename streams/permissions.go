@@ -96,7 +96,7 @@ var Grants = []Grant{
 		KVWrite: []string{BucketSyncLocks},
 		Objects: []string{ObjectPayloads}},
 	{User: UserRetrySweeper, KVRead: []string{BucketControl},
-		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections},
+		Consume: []string{ConsumerRetrySweeper, ConsumerRetrySweeperRejections, ConsumerRetrySweeperQueued},
 		Publish: []string{"{prefix}.match.fetch.>", "{prefix}.progress.>", "{prefix}.sync.>", "{prefix}.ingest.request", "{prefix}.ingest.request.background",
 			"{prefix}.ingest.rejected",
 			"{prefix}.report.weekly", "{prefix}.dead.>"},

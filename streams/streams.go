@@ -58,7 +58,12 @@ const (
 	// ConsumerRetrySweeperRejections reads "<prefix>.ingest.rejected" on
 	// EVENTS: a refused request's pending job becomes rejected.
 	ConsumerRetrySweeperRejections = "retry-sweeper-rejections"
-	fetcherPrefix                  = "match-fetcher-"
+	// ConsumerRetrySweeperQueued reads "<prefix>.ingest.queued.>" on
+	// EVENTS, INGEST's copy of every request it stored: each becomes a
+	// pending job, whoever published it and whether or not the resolver
+	// runs.
+	ConsumerRetrySweeperQueued = "retry-sweeper-queued"
+	fetcherPrefix              = "match-fetcher-"
 )
 
 // KV bucket names.

@@ -3,6 +3,7 @@ package streams
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -109,15 +111,16 @@ func TestDeclaredSubjectsAreStored(t *testing.T) {
 			}
 			sub := bus.Subjects{Prefix: prefix}
 			want := map[string]string{
-				sub.IngestRequest():            StreamIngest,
-				sub.Sync("jp1"):                StreamSync,
-				sub.Fetch("asia"):              StreamFetch,
-				sub.FetchRetry("asia", "tok1"): StreamFetch,
-				sub.Fetched("europe"):          StreamFetched,
-				sub.Failed("sea"):              StreamFetched,
-				sub.Progress("puuid-1"):        StreamEvents,
-				sub.IngestRejected():           StreamEvents,
-				sub.WeeklyReport():             StreamEvents,
+				sub.IngestRequest():                   StreamIngest,
+				sub.Sync("jp1"):                       StreamSync,
+				sub.Fetch("asia"):                     StreamFetch,
+				sub.FetchRetry("asia", "tok1"):        StreamFetch,
+				sub.Fetched("europe"):                 StreamFetched,
+				sub.Failed("sea"):                     StreamFetched,
+				sub.Progress("puuid-1"):               StreamEvents,
+				sub.IngestRejected():                  StreamEvents,
+				sub.WeeklyReport():                    StreamEvents,
+				sub.IngestQueued(sub.IngestRequest()): StreamEvents,
 				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.FETCH.match-fetcher-asia": StreamAdvisories,
 				"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.FETCH.match-fetcher-asia": StreamAdvisories,
 			}
@@ -161,6 +164,7 @@ func TestConsumersHaveDeclaredFilters(t *testing.T) {
 		{StreamFetched, ConsumerPersisterInteractive, []string{"lol.match.fetched.*.interactive", "lol.match.failed.*.interactive"}},
 		{StreamAdvisories, ConsumerRetrySweeper, nil},
 		{StreamEvents, ConsumerRetrySweeperRejections, []string{sub.IngestRejected()}},
+		{StreamEvents, ConsumerRetrySweeperQueued, []string{sub.IngestQueuedAll()}},
 	}
 	if len(set.Consumers) != len(want) {
 		t.Errorf("declared %d consumers, want %d", len(set.Consumers), len(want))
@@ -396,4 +400,54 @@ func pendingOf(t *testing.T, js jetstream.JetStream, stream, consumer string) ui
 		t.Fatal(err)
 	}
 	return info.NumPending
+}
+
+// Every request INGEST stores, on either priority's subject, is copied by
+// JetStream onto IngestQueued, which EVENTS keeps, with its body, its own
+// headers and where INGEST stored it; a duplicate INGEST drops is not
+// copied. An INGEST declared before the republish gains it on Apply.
+func TestIngestRequestsAreRepublished(t *testing.T) {
+	js := startJS(t)
+	set, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *set.Stream(StreamIngest)
+	old.RePublish = nil
+	if _, err := js.CreateStream(t.Context(), old); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(t.Context(), js, set, quiet); err != nil {
+		t.Fatal(err)
+	}
+	sub := bus.Subjects{}
+	for i, subj := range []string{sub.IngestRequest(), sub.IngestFor(bus.Background), sub.IngestRequest()} {
+		m := &nats.Msg{Subject: subj, Data: []byte(`{"puuid":"p"}`), Header: nats.Header{}}
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("ingest:%d", min(i, 1)))
+		if _, err := js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := js.Stream(t.Context(), StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(1); ; seq++ {
+		m, err := events.GetMsg(t.Context(), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != sub.IngestQueued(m.Header.Get("Nats-Subject")) || string(m.Data) != `{"puuid":"p"}` || m.Header.Get("Nats-Stream") != StreamIngest {
+			t.Errorf("copy %d: %s %s %v", seq, m.Subject, m.Data, m.Header)
+		}
+		got = append(got, m.Header.Get("Nats-Subject")+"#"+m.Header.Get("Nats-Sequence")+"/"+m.Header.Get(nats.MsgIdHdr))
+	}
+	want := []string{sub.IngestRequest() + "#1/ingest:0", sub.IngestFor(bus.Background) + "#2/ingest:1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("EVENTS holds copies %v, want %v", got, want)
+	}
 }

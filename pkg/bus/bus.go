@@ -63,6 +63,20 @@ func (s Subjects) IngestFor(p Priority) string {
 // IngestRejected carries a Rejection for every request that was refused.
 func (s Subjects) IngestRejected() string { return s.p() + ".ingest.rejected" }
 
+// IngestQueued is the subject of the copy of every ingest request the
+// INGEST stream stored on ingestSubject (IngestFor): JetStream itself
+// publishes it (the stream's RePublish, "<prefix>.ingest.>" onto
+// "<prefix>.ingest.queued.>"), with the request's body and headers plus
+// Nats-Stream, Nats-Subject (ingestSubject), Nats-Sequence and
+// Nats-Time-Stamp (its sequence and time in INGEST). The retry-sweeper
+// records each as a pending job.
+func (s Subjects) IngestQueued(ingestSubject string) string {
+	return s.p() + ".ingest.queued." + strings.TrimPrefix(ingestSubject, s.p()+".ingest.")
+}
+
+// IngestQueuedAll matches every IngestQueued subject.
+func (s Subjects) IngestQueuedAll() string { return s.p() + ".ingest.queued.>" }
+
 // Sync carries SyncCommands for accounts on one platform ("jp1").
 func (s Subjects) Sync(platform string) string { return s.p() + ".sync." + platform }
 

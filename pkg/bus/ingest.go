@@ -210,6 +210,15 @@ func defaultOrOneOf[T ~string](v *T, allowed ...T) bool {
 	return slices.Contains(allowed, *v)
 }
 
+// StoredRequestID is the request id of an ingest request published without
+// one: "req-<stored ms>-<seq>", from the time (Unix milliseconds) and
+// sequence at which the INGEST stream stored it, so the resolver, across
+// redeliveries, and the retry-sweeper, from the request's republished
+// copy, name it alike.
+func StoredRequestID(stored time.Time, seq uint64) string {
+	return fmt.Sprintf("req-%d-%d", stored.UnixMilli(), seq)
+}
+
 // TriggerRecovery is the trigger of the SyncCommands the retry-sweeper
 // sends for syncs it found stuck; an IngestRequest may not carry it.
 const TriggerRecovery = "recovery"

@@ -60,9 +60,13 @@ func IngestMsgID(requestID string) string { return "ingest:" + requestID }
 // SyncMsgID is the id of the SyncCommand of requestID: "sync:<id>".
 func SyncMsgID(requestID string) string { return "sync:" + requestID }
 
-// ExpiredMsgID is the id of the Rejection of the request stored at
-// sequence seq of stream that waited too long: "expired:<stream>:<seq>".
-func ExpiredMsgID(stream string, seq uint64) string { return fmt.Sprintf("expired:%s:%d", stream, seq) }
+// EndedRequestMsgID is the id of the Rejection of the request stored at
+// sequence seq of stream that the retry-sweeper ended (how: "expired" for
+// one that waited too long, or the advisory's reason):
+// "<how>:<stream>:<seq>".
+func EndedRequestMsgID(how, stream string, seq uint64) string {
+	return fmt.Sprintf("%s:%s:%d", how, stream, seq)
+}
 
 // WeeklyReportMsgID is the id of the weekly report of the account whose
 // PUUID hashes to puuidHash for the week starting weekStart:

@@ -24,6 +24,13 @@ func WithHold(ctx context.Context, held func() bool) context.Context {
 	return context.WithValue(ctx, holdKey{}, held)
 }
 
+// WithoutHold returns ctx without any hold: a runner under it pulls
+// whatever the pause switch says (the retry-sweeper's recording of queued
+// requests, which must show them while the switch holds them).
+func WithoutHold(ctx context.Context) context.Context {
+	return context.WithValue(ctx, holdKey{}, (func() bool)(nil))
+}
+
 // HoldPoll is how often a held runner checks whether it may pull again.
 const HoldPoll = 200 * time.Millisecond
 

@@ -26,3 +26,21 @@ func TestWithHoldComposes(t *testing.T) {
 		t.Error("a nil hold changed the context")
 	}
 }
+
+// TestWithoutHold: a context without hold drops the holds under it, and a
+// hold added on top of it applies alone.
+func TestWithoutHold(t *testing.T) {
+	ctx := WithoutHold(WithHold(context.Background(), func() bool { return true }))
+	if held, _ := ctx.Value(holdKey{}).(func() bool); held != nil {
+		t.Error("WithoutHold kept the pause switch's hold")
+	}
+	var pressure bool
+	held, _ := WithHold(ctx, func() bool { return pressure }).Value(holdKey{}).(func() bool)
+	if held == nil || held() {
+		t.Fatal("a hold added after WithoutHold is missing or held while off")
+	}
+	pressure = true
+	if !held() {
+		t.Error("a hold added after WithoutHold does not hold")
+	}
+}

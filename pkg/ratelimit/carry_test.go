@@ -45,7 +45,7 @@ func rollAt(t *testing.T, a *Shared, clk *manualClock, key string, p riot.Permit
 	clk.at(30 * time.Second)
 	p.Done(200, riotHeaders(lateApp, "1:10", lateMeth, "1:10"))
 	waitFor(t, "b to roll the KV window", func() bool {
-		wv, ok := kvWindow(a, key)
+		wv, ok := readKVWindow(a, key)
 		return ok && wv.Start != clk.t0().Add(20*time.Second).UnixMilli()
 	})
 }
@@ -105,7 +105,7 @@ func TestSharedRollFreesSettledTokens(t *testing.T) {
 	as[1].Done(200, http.Header{"X-App-Rate-Limit": {lateApp}, "X-Method-Rate-Limit": {lateMeth}})
 	key := "settled.asia.win.app.10"
 	waitFor(t, "a's answers to be settled in KV", func() bool {
-		wv, ok := kvWindow(a, key)
+		wv, ok := readKVWindow(a, key)
 		n, _ := wv.unsettled(clk.t0().Add(21 * time.Second).UnixMilli())
 		return ok && n == 2
 	})

@@ -261,9 +261,9 @@ func newShared(t testing.TB, js jetstream.JetStream, o SharedOptions) *Shared {
 	return s
 }
 
-// kvWindow reads the KV window key through s; false when it is absent or
+// readKVWindow reads the KV window key through s; false when it is absent or
 // unreadable.
-func kvWindow(s *Shared, key string) (winVal, bool) {
+func readKVWindow(s *Shared, key string) (winVal, bool) {
 	ent, err := s.st.kv.Get(context.Background(), key)
 	if err != nil {
 		return winVal{}, false

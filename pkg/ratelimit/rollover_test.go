@@ -137,7 +137,7 @@ func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
 	lastAfterReset(t, clk, b, a, a.e)
 	waitFor(t, "the KV window to be realigned", func() bool {
-		wv, ok := kvWindow(a, "roll.asia.win.app.10")
+		wv, ok := readKVWindow(a, "roll.asia.win.app.10")
 		return ok && wv.Start != clk.t0().UnixMilli()
 	})
 	got := grants(t, b, 5)
@@ -277,7 +277,7 @@ func TestSharedCountOneEndThroughKV(t *testing.T) {
 	q.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
 	riotEnd := clk.t0().Add(30*time.Second + 200*time.Millisecond)
 	waitFor(t, "the KV window to hold Riot's end", func() bool {
-		wv, ok := kvWindow(a, "end.asia.win.app.10")
+		wv, ok := readKVWindow(a, "end.asia.win.app.10")
 		return ok && wv.End == riotEnd.UnixMilli()
 	})
 	holdsUntilRiotsEnd(t, clk, b, 30*time.Second+200*time.Millisecond)

@@ -161,6 +161,8 @@ func TestSharedClearKeyRejection(t *testing.T) {
 		}
 		waitFor("b sees it cleared", func() bool { return !rejected(b) })
 		waitFor("a sees it cleared", func() bool { return !rejected(a) })
+		// OnKeyCleared runs after the watcher has cleared the flag.
+		waitFor("OnKeyCleared", func() bool { return cleared.Load() >= int32(round+1) })
 		if got := cleared.Load(); got != int32(round+1) {
 			t.Fatalf("round %d: OnKeyCleared called %d times", round, got)
 		}
@@ -384,7 +386,7 @@ func TestSharedProbeReleasedDuringRead(t *testing.T) {
 		defer b.e.mu.Unlock()
 		r := b.e.route(getMatch.Route)
 		for _, x := range append([]*bucket{r.app}, r.order...) {
-			if x.probeFreed > 0 {
+			if x.kv.probeFreed > 0 {
 				return true
 			}
 		}

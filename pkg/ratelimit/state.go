@@ -111,102 +111,130 @@ func ReadState(ctx context.Context, kv jetstream.KeyValue, keyID string, now tim
 		}
 		return nil, err
 	}
-	states := map[string]*KeyState{}
-	budgets := map[string]*BudgetState{}
-	ks := func(kid string) *KeyState {
-		s := states[kid]
-		if s == nil {
-			s = &KeyState{KeyID: kid}
-			states[kid] = s
-		}
-		return s
-	}
-	budget := func(kid, route, method string) *BudgetState {
-		k := kid + "|" + route + "|" + method
-		b := budgets[k]
-		if b == nil {
-			b = &BudgetState{Route: route, Method: method}
-			budgets[k] = b
-			ks(kid)
-		}
-		return b
-	}
+	sr := &stateReader{now: now, states: map[string]*KeyState{}, budgets: map[string]*BudgetState{}}
 	for key := range lister.Keys() {
 		ent, err := kv.Get(ctx, key)
 		if err != nil {
 			continue // deleted or expired meanwhile
 		}
-		v := ent.Value()
-		kid, rest, ok := strings.Cut(key, ".")
-		if !ok {
-			continue
-		}
-		if rest == "rejected" {
-			ks(kid).Rejected, _ = strconv.Atoi(string(v))
-			ks(kid).RejectedAt = ent.Created()
-			continue
-		}
-		if id, ok := strings.CutPrefix(rest, "proc."); ok {
-			var pv procVal
-			if json.Unmarshal(v, &pv) == nil {
-				s := ks(kid)
-				s.Processes = append(s.Processes, ProcessState{ID: id, At: time.UnixMilli(pv.At), Rejected: pv.Rejected, Calls: pv.Calls})
-			}
-			continue
-		}
-		// <route>.<kind>.app[.<sec>] | <route>.<kind>.m.<method>[.<sec>]
-		parts := strings.SplitN(rest, ".", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		route, kind, tail := parts[0], parts[1], parts[2]
-		if kind != "limits" && kind != "pause" && kind != "win" {
-			continue // e.g. the probe lock, held only at cold start
-		}
-		var sec int
-		if kind == "win" {
-			i := strings.LastIndexByte(tail, '.')
-			if i < 0 {
-				continue
-			}
-			sec, _ = strconv.Atoi(tail[i+1:])
-			tail = tail[:i]
-		}
-		method := "app"
-		if m, ok := strings.CutPrefix(tail, "m."); ok {
-			method = m
-		} else if tail != "app" {
-			continue
-		}
-		b := budget(kid, route, method)
-		switch kind {
-		case "limits":
-			b.Limits = string(v)
-		case "pause":
-			var pv pauseVal
-			if json.Unmarshal(v, &pv) == nil && now.Before(time.UnixMilli(pv.Until)) {
-				b.PausedUntil, b.PauseType = time.UnixMilli(pv.Until), pv.Type
-			}
-		case "win":
-			var wv winVal
-			if json.Unmarshal(v, &wv) != nil {
-				continue
-			}
-			length := time.Duration(sec) * time.Second
-			ws := WindowState{Limit: wv.Limit, Length: length}
-			if end := time.UnixMilli(wv.Start).Add(length); wv.Start != 0 && now.Before(end) {
-				ws.Count, ws.ResetsAt = wv.Granted, end
-			}
-			b.Windows = append(b.Windows, ws)
-		}
+		sr.add(key, ent)
 	}
-	for k, b := range budgets {
+	return sr.result(), nil
+}
+
+// stateReader gathers the KeyStates of ReadState from KV entries.
+type stateReader struct {
+	now     time.Time
+	states  map[string]*KeyState    // by key ID
+	budgets map[string]*BudgetState // by key ID|route|method
+}
+
+func (sr *stateReader) key(kid string) *KeyState {
+	s := sr.states[kid]
+	if s == nil {
+		s = &KeyState{KeyID: kid}
+		sr.states[kid] = s
+	}
+	return s
+}
+
+func (sr *stateReader) budget(kid, route, method string) *BudgetState {
+	k := kid + "|" + route + "|" + method
+	b := sr.budgets[k]
+	if b == nil {
+		b = &BudgetState{Route: route, Method: method}
+		sr.budgets[k] = b
+		sr.key(kid)
+	}
+	return b
+}
+
+// add applies the entry ent at key: <kid>.rejected, <kid>.proc.<id>, or a
+// budget's entry (addBudget). Other keys are skipped.
+func (sr *stateReader) add(key string, ent jetstream.KeyValueEntry) {
+	v := ent.Value()
+	kid, rest, ok := strings.Cut(key, ".")
+	if !ok {
+		return
+	}
+	if rest == "rejected" {
+		sr.key(kid).Rejected, _ = strconv.Atoi(string(v))
+		sr.key(kid).RejectedAt = ent.Created()
+		return
+	}
+	if id, ok := strings.CutPrefix(rest, "proc."); ok {
+		var pv procVal
+		if json.Unmarshal(v, &pv) == nil {
+			s := sr.key(kid)
+			s.Processes = append(s.Processes, ProcessState{ID: id, At: time.UnixMilli(pv.At), Rejected: pv.Rejected, Calls: pv.Calls})
+		}
+		return
+	}
+	sr.addBudget(kid, rest, v)
+}
+
+// addBudget applies v, the value of <kid>.<rest>, where rest is
+// <route>.<kind>.app[.<sec>] or <route>.<kind>.m.<method>[.<sec>] and kind
+// is limits, pause or win. Other kinds (the probe lock, held only at cold
+// start) are skipped.
+func (sr *stateReader) addBudget(kid, rest string, v []byte) {
+	parts := strings.SplitN(rest, ".", 3)
+	if len(parts) != 3 {
+		return
+	}
+	route, kind, tail := parts[0], parts[1], parts[2]
+	if kind != "limits" && kind != "pause" && kind != "win" {
+		return
+	}
+	var sec int
+	if kind == "win" {
+		i := strings.LastIndexByte(tail, '.')
+		if i < 0 {
+			return
+		}
+		sec, _ = strconv.Atoi(tail[i+1:])
+		tail = tail[:i]
+	}
+	method := "app"
+	if m, ok := strings.CutPrefix(tail, "m."); ok {
+		method = m
+	} else if tail != "app" {
+		return
+	}
+	b := sr.budget(kid, route, method)
+	switch kind {
+	case "limits":
+		b.Limits = string(v)
+	case "pause":
+		var pv pauseVal
+		if json.Unmarshal(v, &pv) == nil && sr.now.Before(time.UnixMilli(pv.Until)) {
+			b.PausedUntil, b.PauseType = time.UnixMilli(pv.Until), pv.Type
+		}
+	case "win":
+		var wv winVal
+		if json.Unmarshal(v, &wv) != nil {
+			return
+		}
+		length := time.Duration(sec) * time.Second
+		ws := WindowState{Limit: wv.Limit, Length: length}
+		if end := time.UnixMilli(wv.Start).Add(length); wv.Start != 0 && sr.now.Before(end) {
+			ws.Count, ws.ResetsAt = wv.Granted, end
+		}
+		b.Windows = append(b.Windows, ws)
+	}
+}
+
+// result is the gathered states, sorted: keys by ID; budgets by route,
+// the app budget first, then by method; windows by length; processes
+// newest first.
+func (sr *stateReader) result() []KeyState {
+	for k, b := range sr.budgets {
 		kid := k[:strings.IndexByte(k, '|')]
 		sort.Slice(b.Windows, func(i, j int) bool { return b.Windows[i].Length < b.Windows[j].Length })
-		ks(kid).Budgets = append(ks(kid).Budgets, *b)
+		sr.key(kid).Budgets = append(sr.key(kid).Budgets, *b)
 	}
-	out := make([]KeyState, 0, len(states))
-	for _, s := range states {
+	out := make([]KeyState, 0, len(sr.states))
+	for _, s := range sr.states {
 		sort.Slice(s.Budgets, func(i, j int) bool {
 			a, b := s.Budgets[i], s.Budgets[j]
 			if a.Route != b.Route {
@@ -221,5 +249,5 @@ func ReadState(ctx context.Context, kv jetstream.KeyValue, keyID string, now tim
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
-	return out, nil
+	return out
 }

@@ -65,7 +65,7 @@ func TestSharedStoreLossFailsClosed(t *testing.T) {
 			ps[0].Done(200, riotHeaders(app, "1:60", meth, "1:60"))
 		}
 	}
-	wv, ok := kvWindow(a, "loss.asia.win.app.60")
+	wv, ok := readKVWindow(a, "loss.asia.win.app.60")
 	if !ok {
 		t.Fatal("cannot read the KV window loss.asia.win.app.60")
 	}

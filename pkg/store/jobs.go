@@ -129,9 +129,8 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 }
 
 // PruneJobs deletes the jobs rows that finished (completed, failed or
-// rejected) before finishedBefore, then, of each type's failed rows, all
-// but the newest keepFailed (by finished_at; design 002's removeOnFail:
-// 100; keepFailed ≤ 0: no cap). Running and pending jobs are kept
+// rejected) before finishedBefore, then caps each type's failed rows
+// (CapFailedJobs with keepFailed). Running and pending jobs are kept
 // whatever their age. It returns how many rows it deleted for their age
 // and for the cap.
 func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error) {
@@ -140,18 +139,27 @@ WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finis
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: prune jobs: %w", err)
 	}
-	aged = tag.RowsAffected()
-	if keepFailed <= 0 {
-		return aged, 0, nil
+	capped, err = s.CapFailedJobs(ctx, keepFailed)
+	return tag.RowsAffected(), capped, err
+}
+
+// CapFailedJobs deletes, of each job type's failed rows, all but the
+// newest keep (by finished_at, then id; design 002's removeOnFail: 100),
+// and returns how many it deleted; keep ≤ 0 deletes nothing. It reads the
+// failed rows only (index jobs_failed_idx), which the cap keeps few: run
+// often (every sweep), it costs a scan of about keep rows per type.
+func (s *Store) CapFailedJobs(ctx context.Context, keep int) (int64, error) {
+	if keep <= 0 {
+		return 0, nil
 	}
-	tag, err = s.pool.Exec(ctx, `DELETE FROM jobs j USING (
+	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs j USING (
     SELECT id FROM (
         SELECT id, row_number() OVER (PARTITION BY type ORDER BY finished_at DESC NULLS LAST, id DESC) AS n
         FROM jobs WHERE status = 'failed') ranked
     WHERE n > $1) old
-WHERE j.id = old.id AND j.status = 'failed'`, keepFailed)
+WHERE j.id = old.id AND j.status = 'failed'`, keep)
 	if err != nil {
-		return aged, 0, fmt.Errorf("store: cap failed jobs: %w", err)
+		return 0, fmt.Errorf("store: cap failed jobs: %w", err)
 	}
-	return aged, tag.RowsAffected(), nil
+	return tag.RowsAffected(), nil
 }

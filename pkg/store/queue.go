@@ -99,12 +99,17 @@ func withQueue(st *AccountStatus, q []Queued) {
 // RejectQueued ends the pending sync job requestID as rejected with reason
 // and code (HTTP-like, kept in jobs.detail.code): a request refused before
 // the lister started it (an unknown player 404, an account lookup that kept
-// failing 503). It reports whether a pending job was ended; a job that is
-// not pending (started, finished, or unknown) is left alone.
+// failing 503). A request with no job yet is recorded rejected (type sync),
+// so a pending job recorded later for it (QueueSync, from its copy on
+// lol.ingest.queued, which may be read after the refusal) stays rejected.
+// It reports whether the job was ended or recorded; a job that is not
+// pending (started or finished) is left alone.
 func (s *Store) RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'rejected', error = $2, finished_at = now(),
-    detail = coalesce(detail, '{}') || jsonb_build_object('code', $3::int)
-WHERE id = $1 AND status = 'pending'`, requestID, reason, code)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (id, type, status, error, detail, requested_at, finished_at)
+VALUES ($1, 'sync', 'rejected', $2, jsonb_build_object('code', $3::int), now(), now())
+ON CONFLICT (id) DO UPDATE SET status = 'rejected', error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,
+    detail = coalesce(jobs.detail, '{}') || EXCLUDED.detail
+WHERE jobs.status = 'pending'`, requestID, reason, code)
 	if err != nil {
 		return false, fmt.Errorf("store: reject queued %s: %w", requestID, err)
 	}

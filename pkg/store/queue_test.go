@@ -63,4 +63,15 @@ func TestQueueSyncPositions(t *testing.T) {
 	if _, err := s.AccountByRiotID(ctx, "Some One", "EUW"); err == nil {
 		t.Error("an account with no row and nothing queued any more was found")
 	}
+	// A refusal read before the request's pending job was recorded: the
+	// job is rejected, and the late QueueSync leaves it so.
+	if ended, err := s.RejectQueued(ctx, "d", "no Riot account", 404); err != nil || !ended {
+		t.Errorf("RejectQueued of a request with no job: %v %v, want recorded", ended, err)
+	}
+	if created, err := s.QueueSync(ctx, store.SyncRequest{RequestID: "d", RiotID: "No One#EUW", Mode: "latest"}); err != nil || created {
+		t.Errorf("QueueSync after its refusal: created %v, %v", created, err)
+	}
+	if j, err := s.JobByID(ctx, "d"); err != nil || j.Status != "rejected" || j.Type != "sync" || string(j.Detail) != `{"code": 404}` {
+		t.Errorf("job refused before it was queued: %+v %v, want rejected with code 404", j, err)
+	}
 }

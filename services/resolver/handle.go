@@ -27,7 +27,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	if req.RequestID == "" {
 		// Deterministic across redeliveries: the stream sequence.
 		if md, err := m.Metadata(); err == nil {
-			req.RequestID = fmt.Sprintf("req-%d-%d", md.Timestamp.UnixMilli(), md.Sequence.Stream)
+			req.RequestID = bus.StoredRequestID(md.Timestamp, md.Sequence.Stream)
 		}
 	}
 	span := trace.SpanFromContext(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/streams"
 )
 
 // advisory is the part of JetStream's max_deliver and terminated advisories
@@ -37,6 +38,12 @@ type advisory struct {
 //   - a FetchResult (FETCHED stream) the persister could not write is
 //     recorded with its own outcome, except that a success whose rows were
 //     never stored becomes temporary_failure, so it is fetched again.
+//
+// An ingest request (INGEST) or sync command (SYNC) that exhausted its
+// deliveries ends as a request that waited too long does (endRequest): its
+// job, if still pending, becomes rejected (503, with the reason) and a
+// Rejection is published, so neither the job log nor whoever follows the
+// request waits for ever.
 //
 // The ledger rules make the entry idempotent (a replayed advisory, or an
 // outcome the persister already recorded before terminating, changes
@@ -113,6 +120,14 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		}
 	} else {
 		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
+	}
+	if exhausted && (a.Stream == streams.StreamIngest || a.Stream == streams.StreamSync) {
+		// A request no consumer will deliver again: its pending job (and
+		// whoever follows it) must not wait for ever.
+		reason := fmt.Errorf("gave up: the request %s after %d deliveries on %s/%s; send it again", how, a.Deliveries, a.Stream, a.Consumer)
+		if _, err := s.endRequest(ctx, a.Stream, raw, reason, map[string]any{"exhausted_in": a.Stream}, "exhausted"); err != nil && !last {
+			return natsx.Fail(fault.Wrap(store.KindOf(err), err))
+		}
 	}
 	if exhausted {
 		// Keep the payload in the dead-letter stream before the work queue

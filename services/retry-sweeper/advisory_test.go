@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/store"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -211,4 +212,56 @@ func natsMsg(subject string, data []byte, hdr map[string]string) *nats.Msg {
 		m.Header.Set(k, v)
 	}
 	return m
+}
+
+// An ingest request and a sync command that exhaust their deliveries
+// (the resolver or the lister kept failing) do not leave their pending
+// jobs pending for ever: each job ends rejected (503, with the reason), a
+// Rejection tells whoever follows the request, and the message is
+// dead-lettered and removed as any other. A job that started already is
+// left as it is.
+func TestAdvisoryEndsExhaustedRequests(t *testing.T) {
+	a := newAdvisoryEnv(t)
+	ctx, inf := a.e.T.Context(), a.e.Infra
+	rejected := a.e.Subscribe(inf.Subjects.IngestRejected())
+	if _, err := inf.Store.QueueSync(ctx, store.SyncRequest{RequestID: "sync-queued", PUUID: "puuid-2", Mode: "latest"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.Store.RecordJob(ctx, store.Job{ID: "sync-started", Type: "sync", PUUID: "puuid-3", Status: "running", StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ingestSeq := a.exhaust(streams.StreamIngest, streams.ConsumerResolver, inf.Subjects.IngestRequest(), []byte(`{"puuid":"puuid-1"}`), nil)
+	raw := ingestMsg(a.e, ingestSeq)
+	anon := bus.StoredRequestID(raw.Time, raw.Sequence)
+	if _, err := inf.Store.QueueSync(ctx, store.SyncRequest{RequestID: anon, PUUID: "puuid-1", Mode: "latest"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sync-queued", "sync-started"} {
+		data, _ := json.Marshal(bus.SyncCommand{RequestID: id, PUUID: "p", Platform: "euw1", Region: "europe", Mode: bus.ModeLatest})
+		a.exhaust(streams.StreamSync, streams.ConsumerMatchIDLister, inf.Subjects.Sync("euw1"), data, nil)
+	}
+	for range 3 {
+		m := a.next()
+		if r := a.s.HandleAdvisory(ctx, m); r.Err() != nil {
+			t.Fatalf("advisory: %v", r)
+		}
+		m.Ack()
+	}
+	got := map[string]bus.Rejection{}
+	for len(got) < 3 {
+		r := stagetest.Decode[bus.Rejection](t, stagetest.Next(t, rejected, "the rejections of the exhausted requests"))
+		got[r.RequestID] = r
+	}
+	for _, id := range []string{anon, "sync-queued"} {
+		j, err := inf.Store.JobByID(ctx, id)
+		if err != nil || j.Status != "rejected" || !strings.Contains(j.Error, "exhausted its deliveries") || got[id].Code != 503 {
+			t.Errorf("job of exhausted request %s: %+v %v, rejection %+v; want rejected, 503", id, j, err, got[id])
+		}
+	}
+	if j, err := inf.Store.JobByID(ctx, "sync-started"); err != nil || j.Status != "running" {
+		t.Errorf("a started job was ended by its command's advisory: %+v %v", j, err)
+	}
+	if a.still(streams.StreamIngest, ingestSeq) || len(a.dead()) != 3 {
+		t.Errorf("exhausted requests: still in INGEST %v, %d dead letters, want removed and 3", a.still(streams.StreamIngest, ingestSeq), len(a.dead()))
+	}
 }

@@ -91,6 +91,29 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 
 // expire ends one waiting request: job, rejection, then the message.
 func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string, m *jetstream.RawStreamMsg, age, maxAge time.Duration) error {
+	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
+		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
+	id, err := s.endRequest(ctx, stream, m, reason, map[string]any{"expired_in": stream}, "expired")
+	if err != nil {
+		return err
+	}
+	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("sweeper: delete expired %s/%d: %w", stream, m.Sequence, err)
+	}
+	s.d.Logger.WarnContext(ctx, "waiting request expired", "request_id", id, "stream", stream, "age", age.Round(time.Second))
+	return nil
+}
+
+// endRequest ends the request m (an IngestRequest in INGEST or a
+// SyncCommand in SYNC, stored at m.Sequence) that will never be processed,
+// for reason: its job becomes rejected (code 503, with reason and detail)
+// unless it started already, and a Rejection is published on
+// lol.ingest.rejected with Nats-Msg-Id "<how>:<stream>:<sequence>" (which
+// ends the SSE stream and `ingest --wait`). A request INGEST holds without
+// a request id is named as the resolver names it (bus.StoredRequestID);
+// one that does not decode is ended without a job. It returns the request
+// id ("" when unknown).
+func (s *Service) endRequest(ctx context.Context, stream string, m *jetstream.RawStreamMsg, reason error, detail map[string]any, how string) (string, error) {
 	var req struct {
 		RequestID   string    `json:"request_id"`
 		PUUID       string    `json:"puuid"`
@@ -100,26 +123,28 @@ func (s *Service) expire(ctx context.Context, st jetstream.Stream, stream string
 		RequestedAt time.Time `json:"requested_at"`
 	}
 	_ = json.Unmarshal(m.Data, &req) // a malformed one is still ended, without a job
-	reason := fmt.Errorf("expired: waited %s in %s without being processed (syncing paused, or its service down); "+
-		"%s drops requests after %s: send it again", age.Round(time.Second), stream, stream, maxAge)
+	if stream == streams.StreamIngest && req.RequestID == "" {
+		if _, err := bus.DecodeIngestRequest(m.Data); err == nil {
+			// Its pending job (HandleQueued) is named as the resolver
+			// would have named it.
+			req.RequestID = bus.StoredRequestID(m.Time, m.Sequence)
+		}
+	}
+	detail["code"] = http.StatusServiceUnavailable
 	r := syncjob.Refusal{RequestID: req.RequestID, PUUID: req.PUUID, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt,
 		Mode: req.Mode, Trigger: req.Trigger, Code: http.StatusServiceUnavailable, Reason: reason, At: s.d.Now(),
-		Detail: map[string]any{"code": http.StatusServiceUnavailable, "expired_in": stream}, Subject: m.Subject, Raw: m.Data}
+		Detail: detail, Subject: m.Subject, Raw: m.Data}
 	if req.RequestID != "" {
 		ended, err := s.d.Store.EndWaitingJob(ctx, r.Job())
 		if err != nil {
-			return fmt.Errorf("sweeper: job of expired request %s: %w", req.RequestID, err)
+			return req.RequestID, fmt.Errorf("sweeper: job of %s request %s: %w", how, req.RequestID, err)
 		}
 		if !ended {
-			s.d.Logger.WarnContext(ctx, "expired request has a job that already started; its message is removed", "request_id", req.RequestID)
+			s.d.Logger.WarnContext(ctx, how+" request has a job that already started; its message is removed", "request_id", req.RequestID)
 		}
 	}
-	if err := syncjob.Announce(ctx, s.d.JS, s.d.Subjects, r, jetstream.WithMsgID(bus.ExpiredMsgID(stream, m.Sequence))); err != nil {
-		return fmt.Errorf("sweeper: rejection of expired request %s: %w", req.RequestID, err)
+	if err := syncjob.Announce(ctx, s.d.JS, s.d.Subjects, r, jetstream.WithMsgID(bus.EndedRequestMsgID(how, stream, m.Sequence))); err != nil {
+		return req.RequestID, fmt.Errorf("sweeper: rejection of %s request %s: %w", how, req.RequestID, err)
 	}
-	if err := st.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("sweeper: delete expired %s/%d: %w", stream, m.Sequence, err)
-	}
-	s.d.Logger.WarnContext(ctx, "waiting request expired", "request_id", req.RequestID, "stream", stream, "age", age.Round(time.Second))
-	return nil
+	return req.RequestID, nil
 }

@@ -19,7 +19,8 @@ func FromInfra(ctx context.Context, inf *app.Infra) (*Process, error) {
 func sweeperFromInfra(ctx context.Context, inf *app.Infra) (*Service, error) {
 	return app.Assemble(ctx, inf, func(w *app.Wiring, _ Config) Deps {
 		return Deps{JS: inf.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper),
-			Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections), Store: inf.Store,
+			Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections),
+			Queued:     w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperQueued), Store: inf.Store,
 			Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
 			Dead: inf.DeadLetter(), Base: inf.Base("retry-sweeper")}
 	}, New)

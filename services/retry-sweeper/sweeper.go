@@ -35,7 +35,9 @@
 // and MSG_TERMINATED advisories for fetch messages into ledger entries, so
 // nothing ends silently, and reads lol.ingest.rejected on EVENTS
 // (consumer retry-sweeper-rejections, HandleRejection) so a refused
-// request's pending job ends rejected. A tick runs on exactly one replica:
+// request's pending job ends rejected, and lol.ingest.queued.> (consumer
+// retry-sweeper-queued, HandleQueued, whatever the pause switch says) so
+// every request INGEST stores is a pending job from then on. A tick runs on exactly one replica:
 // the replicas race to create the tick's key in the cron-locks KV bucket.
 package sweeper
 
@@ -75,6 +77,10 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
+	// QueueSync records a request INGEST stored as pending (HandleQueued).
+	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
+	// CapFailedJobs keeps the newest failed jobs rows of each type (Sweep).
+	CapFailedJobs(ctx context.Context, keep int) (int64, error)
 	EndWaitingJob(ctx context.Context, j store.Job) (bool, error)
 }
 
@@ -110,6 +116,12 @@ type Config struct {
 	// its stream's max_age would drop it is ended (rejected, 503) instead.
 	// Keep it well above ExpireEvery. Default 1h.
 	ExpireMargin time.Duration `env:"SWEEP_EXPIRE_MARGIN" envDefault:"1h"`
+	// JobMaxFailed is the number of failed jobs rows kept per job type,
+	// newest first (design 002's removeOnFail: 100): every sweep deletes
+	// the older ones, so the cap holds within one Interval, not only at
+	// the daily prune_jobs run. 0 keeps them all (no default is filled
+	// in: a zero Config keeps them all too).
+	JobMaxFailed int `env:"JOB_HISTORY_MAX_FAILED" envDefault:"100"`
 }
 
 // Deps are the sweeper's collaborators.
@@ -119,11 +131,14 @@ type Deps struct {
 	// Rejections is "retry-sweeper-rejections" on EVENTS (HandleRejection);
 	// nil to skip.
 	Rejections jetstream.Consumer
-	Store      Store
-	Locks      natsx.Lock         // sync-locks
-	CronLocks  jetstream.KeyValue // cron-locks
-	Dead       *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
-	app.Base                      // Subjects, Logger, Tracer, Now
+	// Queued is "retry-sweeper-queued" on EVENTS (HandleQueued); nil to
+	// skip.
+	Queued    jetstream.Consumer
+	Store     Store
+	Locks     natsx.Lock         // sync-locks
+	CronLocks jetstream.KeyValue // cron-locks
+	Dead      *natsx.DeadLetter  // the DEAD stream: exhausted messages are copied there before deletion
+	app.Base                     // Subjects, Logger, Tracer, Now
 }
 
 // Service is a running sweeper.
@@ -163,6 +178,15 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return natsx.Consume(ctx, s.d.Rejections, s.HandleRejection, natsx.ConsumeOptions{
 				Name: "retry-sweeper-rejections", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
+				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
+		})
+	}
+	if s.d.Queued != nil {
+		g.Go(func() error {
+			// Not held by the pause switch: a request it holds is shown
+			// pending.
+			return natsx.Consume(natsx.WithoutHold(ctx), s.d.Queued, s.HandleQueued, natsx.ConsumeOptions{
+				Name: "retry-sweeper-queued", Concurrency: 1, Logger: s.d.Logger, Tracer: s.d.Tracer,
 				Settle: natsx.SettleOptions{Dead: s.d.Dead, Probe: s.d.Store.Ping}})
 		})
 	}
@@ -278,6 +302,9 @@ type Report struct {
 	// Settled counts syncs completed with matches pending.
 	Settled   int
 	Recovered int
+	// FailedJobsCapped counts the failed jobs rows deleted beyond
+	// JobMaxFailed per type.
+	FailedJobsCapped int64
 }
 
 // Tick runs one sweep if this replica wins the tick's cron lock.
@@ -302,6 +329,12 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	defer span.End()
 	rep := Report{Ran: true}
 	now := s.d.Now()
+	// The job log's cap on failed rows, whatever the ledger's state; a
+	// failure is retried at the next sweep.
+	var err error
+	if rep.FailedJobsCapped, err = s.d.Store.CapFailedJobs(ctx, s.cfg.JobMaxFailed); err != nil {
+		s.d.Logger.WarnContext(ctx, "capping failed job rows failed", "err", err)
+	}
 	cutoff := now.Add(-s.cfg.StaleAfter)
 	var after *store.DueFetch
 	floors := map[riot.Region]queueFloor{}
@@ -417,9 +450,10 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 {
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 || rep.FailedJobsCapped > 0 {
 		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
-			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered)
+			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered,
+			"failed_jobs_capped", rep.FailedJobsCapped)
 	}
 	return rep, nil
 }

@@ -111,18 +111,20 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 		"events": "/v1/sync/" + req.RequestID + "/events"})
 }
 
-// rejectBusy announces a fast 409 on lol.ingest.rejected and logs it in the
-// job log, as the lister does for the ones it refuses.
+// rejectBusy logs a fast 409 in the job log, as the lister does for the
+// ones it refuses, then announces it on lol.ingest.rejected (in that
+// order: the retry-sweeper records a refusal whose request has no job yet
+// with its code only, store.RejectQueued).
 func (a *API) rejectBusy(ctx context.Context, req bus.IngestRequest, puuid, holder string) {
 	raw, _ := json.Marshal(req)
 	r := syncjob.Refusal{RequestID: req.RequestID, PUUID: puuid, RequestedAt: req.RequestedAt, Mode: string(req.Mode),
 		Trigger: req.Trigger, Code: http.StatusConflict, Reason: fmt.Errorf("account %s is already syncing (request %s)", puuid, holder),
 		At: a.now(), Subject: a.inf.Subjects.IngestRequest(), Raw: raw}
-	if err := syncjob.Announce(ctx, a.inf.JS, a.inf.Subjects, r); err != nil {
-		a.inf.Log.WarnContext(ctx, "publish rejection failed", "err", err)
-	}
 	if a.inf.Store != nil {
 		syncjob.Record(ctx, a.inf.Store, r, a.inf.Log)
+	}
+	if err := syncjob.Announce(ctx, a.inf.JS, a.inf.Subjects, r); err != nil {
+		a.inf.Log.WarnContext(ctx, "publish rejection failed", "err", err)
 	}
 }
 

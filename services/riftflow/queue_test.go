@@ -2,6 +2,7 @@ package riftflow
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/control"
@@ -214,5 +216,139 @@ func TestStatusSchedules(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status --schedules lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestNATSRequestIsVisible (issue 26's point 4): requests published
+// straight on NATS, not through the API or the CLI, are pending in GET
+// /v1/jobs, GET /v1/accounts/{puuid} and `riftflow status` from the moment
+// INGEST stores them: while the pause switch holds every service, and
+// while no resolver runs at all. One has no request id (it is named as the
+// resolver names it), one is by Riot ID (no PUUID until the lister starts
+// it). Once the switch is off and a resolver runs, each completes under
+// the same job.
+func TestNATSRequestIsVisible(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
+	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pause := func(on bool) {
+		t.Helper()
+		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
+	}
+	api := *h.st.Infra
+	api.Pause = nil
+	srv := apiServer(t, &api, ScopeAdmin)
+	p1, p2 := synthPlayer(t, h, 1), synthPlayer(t, h, 2)
+	// Every service but the resolver, under the pause switch.
+	pause(true)
+	run, stop := context.WithCancel(h.st.Infra.HoldContext(h.ctx))
+	done := make(chan error, len(h.st.Services))
+	running := 0
+	start := func(s app.Service) {
+		running++
+		go func() { done <- s.Run(run) }()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range running {
+			<-done
+		}
+	})
+	for _, s := range h.st.Services[1:] {
+		start(s)
+	}
+	publish := func(body string) uint64 {
+		t.Helper()
+		ack, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	pending := func(what string, want map[string]int) {
+		t.Helper()
+		var jobs struct {
+			Jobs []jobJSON `json:"jobs"`
+		}
+		waitFor(t, what+": GET /v1/jobs shows the requests pending", 20*time.Second, func() bool {
+			jobs.Jobs = nil
+			if code, _ := jsonCall(t, srv.URL, "GET", "/v1/jobs?type=sync&status=pending", "", &jobs); code != 200 {
+				return false
+			}
+			got := map[string]int{}
+			for _, j := range jobs.Jobs {
+				got[j.ID] = j.Position
+			}
+			return len(got) == len(want) && func() bool {
+				for id, pos := range want {
+					if got[id] != pos {
+						return false
+					}
+				}
+				return true
+			}()
+		})
+	}
+
+	seq := publish(fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p1.PUUID))
+	ingest, err := h.st.Infra.JS.Stream(h.ctx, streams.StreamIngest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := ingest.GetMsg(h.ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := bus.StoredRequestID(raw.Time, raw.Sequence)
+	pending("paused", map[string]int{anon: 1})
+	var acct store.AccountStatus
+	if code, _ := jsonCall(t, srv.URL, "GET", "/v1/accounts/"+p1.PUUID, "", &acct); code != 200 || acct.SyncStatus != "pending" ||
+		acct.SyncRequestID != anon || len(acct.Queued) != 1 || acct.Queued[0].Position != 1 {
+		t.Errorf("GET /v1/accounts/{queued on NATS}: %d %+v, want pending %s at 1", code, acct, anon)
+	}
+
+	// The switch is off, but no resolver runs: a request by Riot ID waits
+	// in INGEST, pending, without a PUUID.
+	pause(false)
+	riotID := p2.GameName + "#" + p2.TagLine
+	publish(fmt.Sprintf(`{"request_id":"nats-riot","riot_id":%q,"platform":"na1","mode":"full","lookback_days":30}`, riotID))
+	time.Sleep(time.Second) // pull rounds of every running service
+	pending("no resolver", map[string]int{anon: 1, "nats-riot": 2})
+	t.Setenv("DATABASE_URL", h.st.DBURL)
+	for args, want := range map[string][]string{
+		"status --puuid " + p1.PUUID: {"pending, 0/0 matches, request " + anon, "#1 in the interactive queue"},
+		"status --jobs":              {"pending #1", anon, "pending #2", "nats-riot"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
+			t.Fatalf("riftflow %s: exit %d: %s", args, code, errOut.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("riftflow %s lacks %q:\n%s", args, w, out.String())
+			}
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"status", "--riot-id", riotID}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "nats-riot") ||
+		!strings.Contains(out.String(), "pending") {
+		t.Errorf("riftflow status --riot-id %s: exit %d, want pending nats-riot:\n%s%s", riotID, code, out.String(), errOut.String())
+	}
+
+	// A resolver starts: both complete, under the jobs shown pending.
+	start(h.st.Services[0])
+	for id, puuid := range map[string]string{anon: p1.PUUID, "nats-riot": p2.PUUID} {
+		waitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
+			return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND puuid = $2 AND status = 'completed'`, id, puuid) == 1
+		})
+	}
+	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'sync'`); n != 2 {
+		t.Errorf("%d sync jobs, want the 2 requests' own", n)
 	}
 }
