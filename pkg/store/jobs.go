@@ -2,40 +2,26 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
-// Job is a jobs row (design 002's job log).
-type Job struct {
-	ID          string // request id or scheduled job id
-	Type        string // sync | latest_all | rank_daily | weekly_report | recovery | ...
-	PUUID       string // "" when not about one account
-	Status      string // pending | running | completed | failed | rejected
-	Retries     int    // redeliveries of the sync command plus retried fetches of its matches
-	Error       string
-	RequestedBy string          // who asked (design 002's requestedBy); "" → NULL
-	Detail      json.RawMessage // any JSON object; nil → NULL
-	RequestedAt time.Time       // zero → now()
-	StartedAt   time.Time       // zero → NULL
-	FinishedAt  time.Time       // zero → NULL
-	// Position is, for a pending sync, its place in its priority's queue
-	// (1: next; QueueSync); 0 otherwise. Read only (Jobs).
-	Position int
-}
+// Job is a jobs row (design 002's job log): syncjob.Job.
+type Job = syncjob.Job
 
 // jobInsert inserts one jobs row from the 11 parameters RecordJob and
-// RecordJobOnce pass (Job.insertArgs).
+// RecordJobOnce pass (insertArgs).
 const jobInsert = `
 INSERT INTO jobs (id, type, puuid, status, retries, error, detail, requested_at, started_at, finished_at, requested_by)
 VALUES ($1, $2, nullif($3, ''), $4, $5, nullif($6, ''), $7, $8, $9, $10, nullif($11, ''))`
 
 // insertArgs are jobInsert's 11 parameters for j: a zero RequestedAt is
 // now, an empty Detail NULL.
-func (j Job) insertArgs() []any {
+func insertArgs(j Job) []any {
 	requested := j.RequestedAt
 	if requested.IsZero() {
 		requested = time.Now()
@@ -56,7 +42,7 @@ func (s *Store) RecordJob(ctx context.Context, j Job) error {
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retries, error = EXCLUDED.error,
     detail = coalesce(EXCLUDED.detail, jobs.detail),
     started_at = coalesce(EXCLUDED.started_at, jobs.started_at),
-    finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`, j.insertArgs()...)
+    finished_at = coalesce(EXCLUDED.finished_at, jobs.finished_at)`, insertArgs(j)...)
 	if err != nil {
 		return fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}
@@ -72,7 +58,7 @@ func (s *Store) EndWaitingJob(ctx context.Context, j Job) (bool, error) {
 	tag, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}')
-WHERE jobs.status = 'pending'`, j.insertArgs()...)
+WHERE jobs.status = 'pending'`, insertArgs(j)...)
 	if err != nil {
 		return false, fmt.Errorf("store: end waiting job %s: %w", j.ID, err)
 	}
@@ -94,7 +80,7 @@ WHERE type = $1 AND status = 'running' AND started_at < $2`, jobType, startedBef
 // FinishJob sets job id to status (completed, failed or rejected) with
 // errMsg ("" → NULL) and finished_at now. ErrNotFound when there is no such
 // job.
-func (s *Store) FinishJob(ctx context.Context, id, status, errMsg string) error {
+func (s *Store) FinishJob(ctx context.Context, id string, status syncjob.Status, errMsg string) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = $2, error = nullif($3, ''), finished_at = now()
 WHERE id = $1`, id, status, errMsg)
 	if err != nil {

@@ -168,7 +168,7 @@ func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error,
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}'),
     started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
-WHERE jobs.status = 'pending' AND EXCLUDED.status <> 'pending'`, j.insertArgs()...)
+WHERE jobs.status = 'pending' AND EXCLUDED.status <> 'pending'`, insertArgs(j)...)
 	if err != nil {
 		return false, fmt.Errorf("store: record job %s: %w", j.ID, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // DefaultMaxDocumentBytes bounds a document PersistBatch decompresses
@@ -183,17 +184,8 @@ type Batch struct {
 	Ledger       []LedgerUpdate
 }
 
-// SyncProgress is the state of one account sync after a write.
-type SyncProgress struct {
-	RequestID string
-	PUUID     string
-	Progress  int    // sync_matches done
-	Total     int    // sync_matches listed
-	Status    string // accounts.sync_status: "syncing" or "completed"
-	// Pending counts, for a sync SettlePending completed, its matches still
-	// left to the retry-sweeper (0 otherwise).
-	Pending int
-}
+// SyncProgress is a sync whose progress a ledger write changed: syncjob.Progress.
+type SyncProgress = syncjob.Progress
 
 // BatchResult lists the syncs whose progress changed, so the caller can
 // publish progress events and release sync locks of completed ones.
@@ -758,7 +750,7 @@ RETURNING a.sync_request_id, a.puuid, a.sync_progress, a.sync_total, a.sync_stat
 	}
 	var completed []string
 	for _, p := range progress {
-		if p.Status == "completed" {
+		if p.Status == syncjob.Completed {
 			completed = append(completed, p.RequestID)
 		}
 	}

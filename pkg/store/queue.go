@@ -7,27 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
-// SyncRequest is a sync request accepted but not started yet (design 001's
-// "pending"): what QueueSync records.
-type SyncRequest struct {
-	RequestID string
-	// PUUID, when known at acceptance ("" for a Riot ID not resolved yet).
-	PUUID string
-	// RiotID (gameName#tagLine) of a request by Riot ID, kept in
-	// jobs.detail.riot_id so `riftflow status --riot-id` finds it.
-	RiotID   string
-	Platform string // "" when the resolver is to find it
-	Mode     string // latest | full
-	Trigger  string // cli, http, link, login, schedule, ...
-	// Priority is interactive or background: each has its own queue, so
-	// positions are counted per priority.
-	Priority    string
-	Force       bool
-	RequestedBy string    // "" → NULL
-	RequestedAt time.Time // zero → now
-}
+// SyncRequest is a sync request accepted but not started yet: syncjob.Request.
+type SyncRequest = syncjob.Request
 
 // QueueSync records r as a pending sync job (type sync, status pending):
 // from then on the job log (Jobs), the account's status (AccountStatus)
@@ -49,7 +34,7 @@ func (s *Store) QueueSync(ctx context.Context, r SyncRequest) (bool, error) {
 		d["force"] = true
 	}
 	detail, _ := json.Marshal(d)
-	return s.RecordJobOnce(ctx, Job{ID: r.RequestID, Type: "sync", PUUID: r.PUUID, Status: "pending",
+	return s.RecordJobOnce(ctx, Job{ID: r.RequestID, Type: syncjob.TypeSync, PUUID: r.PUUID, Status: syncjob.Pending,
 		RequestedBy: r.RequestedBy, Detail: detail, RequestedAt: r.RequestedAt})
 }
 
@@ -105,10 +90,10 @@ ORDER BY j.requested_at, j.id`, puuid, riotID)
 // (st.PUUID empty until the resolver has resolved a Riot ID).
 func withQueue(st *AccountStatus, q []Queued) {
 	st.Queued = q
-	if len(q) == 0 || st.SyncStatus == "syncing" {
+	if len(q) == 0 || st.SyncStatus == syncjob.Syncing {
 		return
 	}
-	st.SyncStatus, st.SyncRequestID, st.SyncProgress, st.SyncTotal, st.SyncError = "pending", q[0].RequestID, 0, 0, ""
+	st.SyncStatus, st.SyncRequestID, st.SyncProgress, st.SyncTotal, st.SyncError = syncjob.Pending, q[0].RequestID, 0, 0, ""
 }
 
 // RejectQueued ends the pending sync job requestID as rejected with reason

@@ -34,7 +34,7 @@ func TestQueueSyncPositions(t *testing.T) {
 		}
 		out := map[string]int{}
 		for _, j := range jobs {
-			out[j.ID+"/"+j.Status] = j.Position
+			out[j.ID+"/"+string(j.Status)] = j.Position
 		}
 		return out
 	}

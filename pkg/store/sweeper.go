@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // DueFetch is a ledger row due for another attempt.
@@ -124,7 +126,7 @@ RETURNING s.request_id`, minFailures)
 			return err
 		}
 		for i, p := range res.Progress {
-			if p.Status != "completed" {
+			if p.Status != syncjob.Completed {
 				continue
 			}
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM sync_matches s

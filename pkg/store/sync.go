@@ -9,15 +9,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // Account is an accounts row (design 001's sync state).
 type Account struct {
 	PUUID, GameName, TagLine string
-	Platform                 string // e.g. "EUW1"
-	Region                   string // routing region, e.g. "europe"
-	SyncStatus               string // pending | syncing | completed | failed
-	SyncProgress, SyncTotal  int    // matches done / listed for SyncRequestID
+	Platform                 string         // e.g. "EUW1"
+	Region                   string         // routing region, e.g. "europe"
+	SyncStatus               syncjob.Status // pending | syncing | completed | failed
+	SyncProgress, SyncTotal  int            // matches done / listed for SyncRequestID
 	SyncRequestID            string
 	SyncError                string
 	SyncStartedAt            time.Time // zero when NULL
@@ -247,7 +249,8 @@ FROM (`+fmt.Sprintf(doneMatches, "SELECT unnest($2::text[]) AS match_id")+`) d
 WHERE s.request_id = $1 AND s.match_id = d.match_id AND NOT s.done`, requestID, sorted); err != nil {
 			return fmt.Errorf("mark done: %w", err)
 		}
-		var status, current string
+		var status syncjob.Status
+		var current string
 		err = tx.QueryRow(ctx, `SELECT sync_status, coalesce(sync_request_id, '') FROM accounts
 WHERE puuid = $1 FOR UPDATE`, puuid).Scan(&status, &current)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && current != requestID) {
@@ -262,8 +265,8 @@ WHERE request_id = $1`, requestID).Scan(&res.Done, &res.Total); err != nil {
 		}
 		res.Completed = res.Done >= res.Total
 		switch status {
-		case "syncing":
-		case "completed":
+		case syncjob.Syncing:
+		case syncjob.Completed:
 			return nil
 		default:
 			return fmt.Errorf("account %s sync %s is %s: %w", puuid, requestID, status, ErrNotFound)

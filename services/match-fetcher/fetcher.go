@@ -317,7 +317,7 @@ func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.Fet
 		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 	if err := s.publishHeld(ctx, m, func() error {
-		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(tl.MatchID+"/timeline"+tl.DedupSuffix()))
+		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(bus.FetchMsgID(tl)))
 		return err
 	}); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
@@ -394,11 +394,7 @@ func (c Config) NextAttemptAt(attempt int, re *riot.Error, now time.Time) time.T
 // attempt waits again, so the id names the delivery being rescheduled
 // (deliveryTag), and its redeliveries schedule once.
 func waitID(m jetstream.Msg, cmd bus.FetchCommand) string {
-	tag := deliveryTag(m)
-	if tag == "" {
-		return ""
-	}
-	return fmt.Sprintf("wait/%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, tag)
+	return bus.FetchWaitMsgID(cmd, deliveryTag(m))
 }
 
 // deliveryTag names the FETCH message being handled: "s<stream sequence>",
@@ -447,8 +443,7 @@ func (c Config) BackoffAfter(n int) time.Duration {
 func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) natsx.Result {
 	cmd.PrevHold, cmd.Hold = cmd.Hold, nuid.Next()
 	data, _ := json.Marshal(cmd)
-	token := fmt.Sprintf("%s_%s_a%d_%s", cmd.MatchID, cmd.Kind, cmd.Attempt, cmd.Hold)
-	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, token))
+	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, bus.FetchRetryToken(cmd)))
 	msg.Data = data
 	if id != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, id)
@@ -516,10 +511,7 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	if cmd.Region == "" {
 		subj = s.d.Subjects.FailedFor("unknown", cmd.Priority)
 	}
-	id := fmt.Sprintf("%s/%s/a%d/%s", cmd.MatchID, cmd.Kind, cmd.Attempt, o) + cmd.DedupSuffix()
-	if tag := deliveryTag(m); tag != "" {
-		id += "/" + tag
-	}
+	id := bus.FetchResultMsgID(cmd, o, deliveryTag(m))
 	data, hdr, err := bus.EncodeFetchResult(res)
 	if err != nil {
 		return fmt.Errorf("encode fetch result: %w", err)

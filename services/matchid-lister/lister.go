@@ -56,6 +56,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/synclock"
 )
 
@@ -237,7 +238,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	log.InfoContext(ctx, "matches listed", "listed", l.listed, "new", len(l.fresh), "published", len(claimed.Publish),
 		"total", claimed.Total, "done", claimed.Done, "window_start_s", w.startS, "window_end_s", w.endS, "complete", l.complete,
 		"riot_cap_reached", l.capped, "cached", l.cached)
-	s.publishProgress(ctx, cmd, claimed, log)
+	s.publishProgress(ctx, cmd, claimed)
 	return natsx.Ack()
 }
 
@@ -266,7 +267,9 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 			return natsx.Retry(fmt.Errorf("claim sync lock: %w", err)), false
 		}
 		reason := fmt.Errorf("account %s is already syncing (request %s)", cmd.PUUID, holder)
-		s.recordRejected(ctx, cmd, reason)
+		syncjob.Record(ctx, s.d.Store, syncjob.Refusal{RequestID: cmd.RequestID, PUUID: cmd.PUUID, RequestedBy: cmd.RequestedBy,
+			RequestedAt: cmd.Requested, Mode: string(cmd.Mode), Trigger: cmd.Trigger, Reason: reason, At: s.d.Now(),
+			Detail: map[string]any{"force": cmd.Force}}, s.d.Logger)
 		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
 	}
 
@@ -297,7 +300,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		// than the TTL) and this one took the account over: that job was
 		// ended as failed; end its progress stream too.
 		log.WarnContext(ctx, "sync replaced a running sync of the account", "replaced_request_id", replaced)
-		s.publishFailed(ctx, replaced, cmd.PUUID, st.ReplaceReason)
+		s.life().Fail(ctx, replaced, cmd.PUUID, st.ReplaceReason)
 	}
 	if cmd.Trigger == bus.TriggerRecovery {
 		s.closeAbandoned(ctx, cmd)
@@ -305,13 +308,10 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	return natsx.Result{}, true
 }
 
-// publishFailed publishes the final "failed" progress event of requestID,
-// which ends its followers' streams (SSE, `ingest --wait`).
-func (s *Service) publishFailed(ctx context.Context, requestID, puuid, reason string) {
-	ev := bus.ProgressEvent{RequestID: requestID, PUUID: puuid, Status: "failed", Error: reason, At: s.d.Now()}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(puuid), ev); err != nil {
-		s.d.Logger.WarnContext(ctx, "publish progress failed", "request_id", requestID, "err", err)
-	}
+// life is the sync lifecycle (progress events, lock release) on the
+// lister's connections.
+func (s *Service) life() syncjob.Lifecycle {
+	return syncjob.Lifecycle{JS: s.d.JS, Subjects: s.d.Subjects, Locks: s.d.Locks, Logger: s.d.Logger, Now: s.d.Now, By: "matchid-lister"}
 }
 
 // listWindow is the time window a sync lists (epoch SECONDS, Riot's
@@ -438,7 +438,7 @@ func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w li
 		_, r, _ := riot.ParseMatchID(id)
 		fc := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1,
 			ListedAfterS: w.startS, RequestID: cmd.RequestID, PUUID: cmd.PUUID, Priority: cmd.Priority, Force: cmd.Force}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(id+fc.DedupSuffix())); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(string(r), fc.Priority), fc, jetstream.WithMsgID(bus.FetchMsgID(fc))); err != nil {
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
@@ -462,16 +462,14 @@ func (s *Service) advanceCursor(ctx context.Context, cmd bus.SyncCommand, w list
 }
 
 // publishProgress announces the sync's progress; a sync with nothing left
-// to fetch is completed here and its lock released first.
-func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res store.ClaimResult, log *slog.Logger) {
-	ev := bus.ProgressEvent{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: "syncing", Progress: res.Done, Total: res.Total, At: s.d.Now()}
+// to fetch is completed here (syncjob.Lifecycle.Advance releases its lock
+// first).
+func (s *Service) publishProgress(ctx context.Context, cmd bus.SyncCommand, res store.ClaimResult) {
+	p := syncjob.Progress{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Status: syncjob.Syncing, Progress: res.Done, Total: res.Total}
 	if res.Completed {
-		ev.Status = "completed"
-		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
+		p.Status = syncjob.Completed
 	}
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(cmd.PUUID), ev); err != nil {
-		log.WarnContext(ctx, "publish progress failed", "err", err)
-	}
+	s.life().Advance(ctx, []syncjob.Progress{p})
 }
 
 // Window is the match-list startTime (epoch SECONDS) of a sync: a full
@@ -524,7 +522,7 @@ func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err erro
 		return natsx.Fail(fault.Wrap(store.KindOf(ferr), fmt.Errorf("record failed sync: %w", ferr)))
 	}
 	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
-	s.publishFailed(ctx, cmd.RequestID, cmd.PUUID, reason)
+	s.life().Fail(ctx, cmd.RequestID, cmd.PUUID, reason)
 	return s.reject(ctx, cmd.RequestID, code, errors.New(reason), m)
 }
 
@@ -552,21 +550,6 @@ func (s *Service) closeAbandoned(ctx context.Context, cmd bus.SyncCommand) {
 // replaced with requestID.
 func abandonedReason(requestID string) string {
 	return fmt.Sprintf("abandoned: no live lock and no progress; resumed by %s", requestID)
-}
-
-// recordRejected logs a refused request in the job log (type sync, status
-// rejected) unless its id already has a jobs row.
-func (s *Service) recordRejected(ctx context.Context, cmd bus.SyncCommand, reason error) {
-	detail, _ := json.Marshal(map[string]any{"mode": string(cmd.Mode), "trigger": cmd.Trigger, "force": cmd.Force})
-	now := s.d.Now()
-	requested := cmd.Requested
-	if requested.IsZero() {
-		requested = now
-	}
-	if _, err := s.d.Store.RecordJobOnce(ctx, store.Job{ID: cmd.RequestID, Type: "sync", PUUID: cmd.PUUID,
-		RequestedBy: cmd.RequestedBy, Status: "rejected", Error: reason.Error(), Detail: detail, RequestedAt: requested, FinishedAt: now}); err != nil {
-		s.d.Logger.WarnContext(ctx, "job log: rejected request not recorded", "request_id", cmd.RequestID, "err", err)
-	}
 }
 
 // releaseLock deletes the account's lock if requestID still holds it.
@@ -602,7 +585,7 @@ func (s *Service) saveCursor(ctx context.Context, puuid string, c Cursor, rev ui
 }
 
 func (s *Service) reject(ctx context.Context, requestID string, code int, reason error, m jetstream.Msg) natsx.Result {
-	return app.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
+	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
 }
 
 // maxListRetryDelay caps the settle policy's per-delivery backoff of a

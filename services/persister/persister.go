@@ -30,7 +30,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
-	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // Store is the part of pkg/store the persister uses.
@@ -97,7 +97,10 @@ type Service struct {
 	batchDuration metric.Float64Histogram // riftflow.persist.batch.duration
 	batchSize     metric.Int64Histogram   // riftflow.persist.batch.size
 	syncDuration  metric.Float64Histogram // riftflow.sync.duration
-	nulRepaired   metric.Int64Counter     // riftflow.persist.nul_repaired
+	// life publishes progress, renews the locks of progressing syncs and
+	// releases those of finished ones after each commit.
+	life        syncjob.Lifecycle
+	nulRepaired metric.Int64Counter // riftflow.persist.nul_repaired
 }
 
 // New checks deps and fills defaults.
@@ -129,6 +132,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
 	s.nulRepaired, _ = m.Int64Counter("riftflow.persist.nul_repaired", metric.WithUnit("{value}"),
 		metric.WithDescription("Text values stored after removing NUL bytes, which Postgres text cannot hold (SQLSTATE 22021)."))
+	s.life = syncjob.Lifecycle{JS: d.JS, Subjects: d.Subjects, Locks: d.Locks, Logger: d.Logger, Now: d.Now, LockTTL: cfg.LockTTL,
+		Duration: s.syncDuration, By: "persister"}
 	return s, nil
 }
 
@@ -183,7 +188,7 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 				results[i] = s.poison(ctx, items[i].ref, items[i].bad)
 			}
 		}
-		s.afterCommit(ctx, res.Progress)
+		s.life.Advance(ctx, res.Progress)
 		return results
 	}
 	if store.KindOf(err) != fault.Invalid || len(msgs) == 1 && items[0].bad != nil {
@@ -221,7 +226,7 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 			results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
 		}
 	}
-	s.afterCommit(ctx, progress)
+	s.life.Advance(ctx, progress)
 	return results
 }
 
@@ -256,29 +261,6 @@ func (s *Service) poison(ctx context.Context, ref fetchRef, cause error) natsx.R
 	}
 	s.d.Logger.ErrorContext(ctx, "unstorable message rejected", "subject", ref.subject, "match_id", ref.matchID, "err", cause)
 	return natsx.Reject(fmt.Errorf("unstorable payload: %w", cause))
-}
-
-// afterCommit publishes progress, renews locks of progressing syncs and
-// releases those of completed ones.
-func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
-	for _, p := range progress {
-		// A finished sync's lock is released before its final event goes
-		// out: a client that starts the next sync on that event must not
-		// find the account still locked (409).
-		if p.Status == "completed" || p.Status == "failed" {
-			if v, err := synclock.Get(ctx, s.d.Locks, p.PUUID); err == nil && v.RequestID == p.RequestID && !v.Since.IsZero() {
-				s.syncDuration.Record(ctx, s.d.Now().Sub(v.Since).Seconds(), metric.WithAttributes(attribute.String("status", p.Status)))
-			}
-			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
-			s.d.Logger.InfoContext(ctx, "sync finished", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status, "matches", p.Total)
-		} else {
-			synclock.Renew(ctx, s.d.Locks, p.PUUID, p.RequestID, s.cfg.LockTTL)
-		}
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total, At: s.d.Now()}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
-			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
-		}
-	}
 }
 
 func appendBatch(a, b store.Batch) store.Batch {

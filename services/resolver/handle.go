@@ -77,7 +77,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		s.refreshRiotID(ctx, platform, &cmd)
 	}
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
 		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
 		return natsx.Retry(fmt.Errorf("publish sync command: %w", err))
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // Accounts is the part of the Riot client the resolver uses
@@ -111,7 +112,7 @@ func (s *Service) Run(ctx context.Context) error {
 // RetryDelay, doubled per delivery, up to 5 min.
 const maxRetryDelay = 5 * time.Minute
 
-// reject refuses the request with code and reason (app.Reject).
+// reject refuses the request with code and reason (syncjob.Reject).
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, requestID string, code int, reason error) natsx.Result {
-	return app.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
+	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
 }

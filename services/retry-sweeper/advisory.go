@@ -102,7 +102,7 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		res, err := s.d.Store.PersistBatch(ctx, b)
 		switch kind := store.KindOf(err); {
 		case err == nil:
-			s.afterCommit(ctx, res.Progress)
+			s.life().Advance(ctx, res.Progress)
 			log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
 		case kind != fault.Invalid && !last:
 			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)

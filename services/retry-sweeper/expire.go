@@ -12,7 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/tick"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -130,12 +130,12 @@ func (s *Service) endRequest(ctx context.Context, stream string, m *jetstream.Ra
 			req.RequestID = bus.StoredRequestID(m.Time, m.Sequence)
 		}
 	}
-	now := s.d.Now()
+	detail["code"] = http.StatusServiceUnavailable
+	r := syncjob.Refusal{RequestID: req.RequestID, PUUID: req.PUUID, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt,
+		Mode: req.Mode, Trigger: req.Trigger, Code: http.StatusServiceUnavailable, Reason: reason, At: s.d.Now(),
+		Detail: detail, Subject: m.Subject, Raw: m.Data}
 	if req.RequestID != "" {
-		detail["mode"], detail["trigger"], detail["code"] = req.Mode, req.Trigger, http.StatusServiceUnavailable
-		raw, _ := json.Marshal(detail)
-		ended, err := s.d.Store.EndWaitingJob(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: req.PUUID, Status: "rejected",
-			Error: reason.Error(), Detail: raw, RequestedBy: req.RequestedBy, RequestedAt: req.RequestedAt, FinishedAt: now})
+		ended, err := s.d.Store.EndWaitingJob(ctx, r.Job())
 		if err != nil {
 			return req.RequestID, fmt.Errorf("sweeper: job of %s request %s: %w", how, req.RequestID, err)
 		}
@@ -143,9 +143,7 @@ func (s *Service) endRequest(ctx context.Context, stream string, m *jetstream.Ra
 			s.d.Logger.WarnContext(ctx, how+" request has a job that already started; its message is removed", "request_id", req.RequestID)
 		}
 	}
-	rej := bus.NewRejection(req.RequestID, m.Subject, http.StatusServiceUnavailable, reason, m.Data, now)
-	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestRejected(), rej,
-		jetstream.WithMsgID(fmt.Sprintf("%s:%s:%d", how, stream, m.Sequence))); err != nil {
+	if err := syncjob.Announce(ctx, s.d.JS, s.d.Subjects, r, jetstream.WithMsgID(bus.EndedRequestMsgID(how, stream, m.Sequence))); err != nil {
 		return req.RequestID, fmt.Errorf("sweeper: rejection of %s request %s: %w", how, req.RequestID, err)
 	}
 	return req.RequestID, nil

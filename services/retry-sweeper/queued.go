@@ -9,11 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // HandleQueued reads one copy of an ingest request INGEST stored
@@ -53,7 +53,7 @@ func (s *Service) HandleQueued(ctx context.Context, m jetstream.Msg) natsx.Resul
 			req.RequestedAt = stored
 		}
 	}
-	created, err := s.d.Store.QueueSync(ctx, app.QueuedSync(req, req.PUUID))
+	created, err := s.d.Store.QueueSync(ctx, syncjob.Queued(req, req.PUUID))
 	if err != nil {
 		return natsx.Fail(fault.Wrap(store.KindOf(err), err))
 	}

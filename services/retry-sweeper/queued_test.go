@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -60,7 +61,7 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	}
 	api := bus.IngestRequest{RequestID: "http-accepted", PUUID: "puuid-api", Platform: "euw1", Mode: bus.ModeFull, Trigger: "http",
 		Priority: bus.Interactive, RequestedAt: time.Now().Add(-time.Minute).UTC()}
-	if _, err := inf.Store.QueueSync(ctx, app.QueuedSync(api, api.PUUID)); err != nil {
+	if _, err := inf.Store.QueueSync(ctx, syncjob.Queued(api, api.PUUID)); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(subject string, data string) uint64 {

@@ -21,6 +21,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // Scheduled job types (jobs.type) and cron-locks key prefixes.
@@ -85,7 +86,7 @@ type SchedulerStore interface {
 	// QueueSync records a scheduled sync as pending when it is published;
 	// FinishJob fails it when the publish fails.
 	QueueSync(ctx context.Context, r store.SyncRequest) (bool, error)
-	FinishJob(ctx context.Context, id, status, errMsg string) error
+	FinishJob(ctx context.Context, id string, status syncjob.Status, errMsg string) error
 }
 
 // Leagues is the part of the Riot client the rank job uses (league-v4 GET
@@ -168,7 +169,7 @@ func NewScheduler(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
 	// Every series exists from the start at 0, so increase() sees the
 	// first failure of a job too.
 	for _, j := range s.jobs {
-		for _, result := range []string{"completed", "failed"} {
+		for _, result := range []string{string(syncjob.Completed), string(syncjob.Failed)} {
 			s.runs.Add(context.Background(), 0, runAttrs(j.name, result))
 		}
 	}
@@ -351,7 +352,7 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 	} else if n > 0 {
 		s.d.Logger.WarnContext(ctx, "abandoned scheduled runs recorded failed", "job", job, "runs", n)
 	}
-	if err := s.d.Store.RecordJob(ctx, store.Job{ID: id, Type: job, Status: "running", RequestedAt: at, StartedAt: s.d.Now()}); err != nil {
+	if err := s.d.Store.RecordJob(ctx, store.Job{ID: id, Type: job, Status: syncjob.Running, RequestedAt: at, StartedAt: s.d.Now()}); err != nil {
 		return true, err
 	}
 	var detail map[string]any
@@ -365,11 +366,11 @@ func (s *Scheduler) RunJob(ctx context.Context, job string, at time.Time) (ran b
 		} else if runErr == nil && ctx.Err() != nil {
 			runErr = fmt.Errorf("interrupted: %w", ctx.Err())
 		}
-		fin := store.Job{ID: id, Type: job, Status: "completed", RequestedAt: at, FinishedAt: s.d.Now()}
+		fin := store.Job{ID: id, Type: job, Status: syncjob.Completed, RequestedAt: at, FinishedAt: s.d.Now()}
 		if runErr != nil {
-			fin.Status, fin.Error = "failed", runErr.Error()
+			fin.Status, fin.Error = syncjob.Failed, runErr.Error()
 		}
-		s.runs.Add(context.WithoutCancel(ctx), 1, runAttrs(job, fin.Status))
+		s.runs.Add(context.WithoutCancel(ctx), 1, runAttrs(job, string(fin.Status)))
 		if detail != nil {
 			fin.Detail, _ = json.Marshal(detail)
 		}
@@ -412,7 +413,7 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 	published, skipped := 0, 0
 	var errs []error
 	for _, a := range accts {
-		if a.SyncStatus == "syncing" {
+		if a.SyncStatus == syncjob.Syncing {
 			skipped++ // its sync is running; stuck ones are the sweeper's
 			continue
 		}
@@ -423,13 +424,13 @@ func (s *Scheduler) latestAll(ctx context.Context, at time.Time) (map[string]any
 			continue
 		}
 		// Pending in the job log while it waits behind the backlog.
-		if _, err := s.d.Store.QueueSync(ctx, app.QueuedSync(req, a.PUUID)); err != nil {
+		if _, err := s.d.Store.QueueSync(ctx, syncjob.Queued(req, a.PUUID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
 			continue
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.IngestFor(req.Priority), req, jetstream.WithMsgID(bus.IngestMsgID(req.RequestID))); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", a.PUUID, err))
-			_ = s.d.Store.FinishJob(ctx, req.RequestID, "failed", "not queued: "+err.Error())
+			_ = s.d.Store.FinishJob(ctx, req.RequestID, syncjob.Failed, "not queued: "+err.Error())
 			continue
 		}
 		published++
@@ -524,7 +525,7 @@ func (s *Scheduler) weeklyReport(ctx context.Context, at time.Time) (map[string]
 		if n.TopChampions == nil {
 			n.TopChampions = []store.ChampionStat{}
 		}
-		msgID := "weekly:" + redact.ShortHash(a.PUUID) + ":" + n.WeekStart
+		msgID := bus.WeeklyReportMsgID(redact.ShortHash(a.PUUID), n.WeekStart)
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.WeeklyReport(), n, jetstream.WithMsgID(msgID)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: announce: %w", a.PUUID, err))
 			continue
@@ -559,10 +560,10 @@ func (p *Process) RecoverNow(ctx context.Context) (int, error) {
 	n, err := p.recover(ctx, now)
 	if n > 0 || err != nil {
 		j := store.Job{ID: fmt.Sprintf("recovery-%d-%s", now.UnixNano(), redact.ShortHash(fmt.Sprint(now.UnixNano(), n))),
-			Type: JobRecovery, Status: "completed", RequestedAt: now, StartedAt: now, FinishedAt: p.d.Now()}
+			Type: JobRecovery, Status: syncjob.Completed, RequestedAt: now, StartedAt: now, FinishedAt: p.d.Now()}
 		j.Detail, _ = json.Marshal(map[string]any{"recovered": n, "trigger": "startup"})
 		if err != nil {
-			j.Status, j.Error = "failed", err.Error()
+			j.Status, j.Error = syncjob.Failed, err.Error()
 		}
 		if p.Scheduler != nil {
 			if jerr := p.Scheduler.d.Store.RecordJob(ctx, j); jerr != nil {

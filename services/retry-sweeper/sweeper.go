@@ -59,6 +59,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -369,7 +370,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				if err != nil {
 					return rep, err
 				}
-				s.afterCommit(ctx, res.Progress)
+				s.life().Advance(ctx, res.Progress)
 				rep.Permanent++
 				continue
 			case fetchpolicy.Wait:
@@ -382,7 +383,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				if err != nil {
 					return rep, err
 				}
-				s.afterCommit(ctx, res.Progress)
+				s.life().Advance(ctx, res.Progress)
 				rep.Permanent++
 				continue
 			}
@@ -408,7 +409,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if !f.GameCreation.IsZero() {
 				cmd.GameCreationMs = f.GameCreation.UnixMilli()
 			}
-			id := fmt.Sprintf("%s/%s/sweep/a%d", f.MatchID, f.Kind, attempt)
+			id := bus.SweepFetchMsgID(cmd)
 			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
 				return rep, err
 			}
@@ -431,9 +432,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	s.afterCommit(ctx, settled.Progress)
+	s.life().Advance(ctx, settled.Progress)
 	for _, p := range settled.Progress {
-		if p.Status == "completed" {
+		if p.Status == syncjob.Completed {
 			rep.Settled++
 		}
 	}
@@ -523,24 +524,13 @@ func (s *Service) queueFloor(ctx context.Context, region string, retries bool) (
 	return fl, nil
 }
 
-// afterCommit publishes the progress of syncs a ledger write moved and
-// releases the sync lock of those it finished, as the persister does after
-// its commits: a sync completed by the sweeper does not wait for the lock's
-// TTL before the account can sync again.
-func (s *Service) afterCommit(ctx context.Context, progress []store.SyncProgress) {
-	for _, p := range progress {
-		// Release before the final event, as the persister does.
-		if p.Status == "completed" || p.Status == "failed" {
-			synclock.Release(ctx, s.d.Locks, p.PUUID, p.RequestID, s.d.Logger)
-			s.d.Logger.InfoContext(ctx, "sync finished by the sweeper", "request_id", p.RequestID, "puuid", p.PUUID, "status", p.Status,
-				"matches", p.Total, "pending", p.Pending)
-		}
-		ev := bus.ProgressEvent{RequestID: p.RequestID, PUUID: p.PUUID, Status: p.Status, Progress: p.Progress, Total: p.Total,
-			Pending: p.Pending, At: s.d.Now()}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Progress(p.PUUID), ev); err != nil {
-			s.d.Logger.WarnContext(ctx, "publish progress failed", "puuid", p.PUUID, "err", err)
-		}
-	}
+// life publishes the progress of syncs a ledger write moved and releases
+// the sync lock of those it finished (syncjob.Lifecycle.Advance): a sync
+// completed by the sweeper does not wait for the lock's TTL before the
+// account can sync again. Locks of running syncs are renewed by the
+// sweeper's own beat, not here.
+func (s *Service) life() syncjob.Lifecycle {
+	return syncjob.Lifecycle{JS: s.d.JS, Subjects: s.d.Subjects, Locks: s.d.Locks, Logger: s.d.Logger, Now: s.d.Now, By: "retry-sweeper"}
 }
 
 // recover resets syncs stuck in syncing with no live lock and no progress
@@ -580,7 +570,7 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		if strings.HasPrefix(a.SyncRequestID, "recover-") {
 			cmd.RequestID = a.SyncRequestID + "r"
 		}
-		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID("sync:"+cmd.RequestID)); err != nil {
+		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
 			return n, err
 		}
 		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)

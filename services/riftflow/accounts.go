@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"
@@ -92,16 +92,16 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 	// Accepted: pending in the job log from now on, also while the pause
 	// switch or a backlog holds it.
 	if a.inf.Store != nil {
-		if _, err := a.inf.Store.QueueSync(r.Context(), app.QueuedSync(req, puuid)); err != nil {
+		if _, err := a.inf.Store.QueueSync(r.Context(), syncjob.Queued(req, puuid)); err != nil {
 			writeError(w, r, http.StatusServiceUnavailable, err)
 			return
 		}
 	}
 	m := nats.NewMsg(a.inf.Subjects.IngestFor(req.Priority))
 	m.Data, _ = json.Marshal(req)
-	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID("ingest:"+req.RequestID)); err != nil {
+	if _, err := natsx.PublishMsg(r.Context(), a.inf.JS, m, jetstream.WithMsgID(bus.IngestMsgID(req.RequestID))); err != nil {
 		if a.inf.Store != nil {
-			_ = a.inf.Store.FinishJob(r.Context(), req.RequestID, "failed", "not queued: "+err.Error())
+			_ = a.inf.Store.FinishJob(r.Context(), req.RequestID, syncjob.Failed, "not queued: "+err.Error())
 		}
 		writeError(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -111,22 +111,19 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, req bus.IngestReque
 		"events": "/v1/sync/" + req.RequestID + "/events"})
 }
 
-// rejectBusy logs a fast 409 in the job log, like the lister does for the
+// rejectBusy logs a fast 409 in the job log, as the lister does for the
 // ones it refuses, then announces it on lol.ingest.rejected (in that
 // order: the retry-sweeper records a refusal whose request has no job yet
 // with its code only, store.RejectQueued).
 func (a *API) rejectBusy(ctx context.Context, req bus.IngestRequest, puuid, holder string) {
-	reason := fmt.Errorf("account %s is already syncing (request %s)", puuid, holder)
-	if a.inf.Store != nil {
-		detail, _ := json.Marshal(map[string]string{"mode": string(req.Mode), "trigger": req.Trigger})
-		if _, err := a.inf.Store.RecordJobOnce(ctx, store.Job{ID: req.RequestID, Type: "sync", PUUID: puuid, Status: "rejected",
-			Error: reason.Error(), Detail: detail, RequestedAt: req.RequestedAt, FinishedAt: a.now()}); err != nil {
-			a.inf.Log.WarnContext(ctx, "job log: rejected request not recorded", "err", err)
-		}
-	}
 	raw, _ := json.Marshal(req)
-	rej := bus.NewRejection(req.RequestID, a.inf.Subjects.IngestRequest(), http.StatusConflict, reason, raw, a.now())
-	if _, err := natsx.Publish(ctx, a.inf.JS, a.inf.Subjects.IngestRejected(), rej); err != nil {
+	r := syncjob.Refusal{RequestID: req.RequestID, PUUID: puuid, RequestedAt: req.RequestedAt, Mode: string(req.Mode),
+		Trigger: req.Trigger, Code: http.StatusConflict, Reason: fmt.Errorf("account %s is already syncing (request %s)", puuid, holder),
+		At: a.now(), Subject: a.inf.Subjects.IngestRequest(), Raw: raw}
+	if a.inf.Store != nil {
+		syncjob.Record(ctx, a.inf.Store, r, a.inf.Log)
+	}
+	if err := syncjob.Announce(ctx, a.inf.JS, a.inf.Subjects, r); err != nil {
 		a.inf.Log.WarnContext(ctx, "publish rejection failed", "err", err)
 	}
 }
@@ -225,7 +222,7 @@ func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case s.SyncStatus == "syncing" || s.SyncStatus == "pending" && len(s.Queued) > 0:
+	case s.SyncStatus == syncjob.Syncing || s.SyncStatus == syncjob.Pending && len(s.Queued) > 0:
 		writeJSON(w, http.StatusOK, map[string]any{"status": s.SyncStatus, "request_id": s.SyncRequestID})
 		return
 	case !s.LastSyncedAt.IsZero() && a.now().Sub(s.LastSyncedAt) < a.StaleAfter:
@@ -273,7 +270,7 @@ type jobJSON struct {
 }
 
 func toJobJSON(j store.Job) jobJSON {
-	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: j.Status, Position: j.Position, Retries: j.Retries, Error: j.Error,
+	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: string(j.Status), Position: j.Position, Retries: j.Retries, Error: j.Error,
 		RequestedBy: j.RequestedBy, Detail: j.Detail, RequestedAt: j.RequestedAt}
 	if !j.StartedAt.IsZero() {
 		out.StartedAt = &j.StartedAt

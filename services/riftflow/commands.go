@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
@@ -25,6 +24,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -103,7 +103,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if ev.Status != "completed" {
+	if syncjob.Status(ev.Status) != syncjob.Completed {
 		return fmt.Errorf("sync failed: %s", ev.Error)
 	}
 	fmt.Fprintf(out, "completed: %d matches reached a final state\n", ev.Total)
@@ -122,7 +122,7 @@ func queueInJobLog(ctx context.Context, env config.Env, req bus.IngestRequest, o
 	st, err := store.Open(ctx, url)
 	if err == nil {
 		defer st.Close()
-		_, err = st.QueueSync(ctx, app.QueuedSync(req, req.PUUID))
+		_, err = st.QueueSync(ctx, syncjob.Queued(req, req.PUUID))
 	}
 	if err != nil {
 		fmt.Fprintf(out, "note: request %s not recorded as pending in the job log: %v\n", req.RequestID, redact.String(err.Error()))
@@ -136,7 +136,7 @@ func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 	}
 	m := nats.NewMsg(subj.IngestFor(req.Priority))
 	m.Data = data
-	m.Header.Set(nats.MsgIdHdr, "ingest:"+req.RequestID)
+	m.Header.Set(nats.MsgIdHdr, bus.IngestMsgID(req.RequestID))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -182,11 +182,11 @@ func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req b
 			if json.Unmarshal(m.Data, &ev) != nil || ev.RequestID != req.RequestID {
 				continue
 			}
-			if ev.Progress != last || ev.Status != "syncing" {
+			if ev.Progress != last || syncjob.Status(ev.Status) != syncjob.Syncing {
 				fmt.Fprintf(out, "  %-9s %d/%d matches\n", ev.Status, ev.Progress, ev.Total)
 				last = ev.Progress
 			}
-			if ev.Status == "completed" || ev.Status == "failed" {
+			if syncjob.Status(ev.Status).Finished() {
 				return ev, nil
 			}
 		}
@@ -324,7 +324,7 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
 	for _, j := range jobs {
-		status := j.Status
+		status := string(j.Status)
 		if j.Position > 0 {
 			status = fmt.Sprintf("%s #%d", j.Status, j.Position)
 		}

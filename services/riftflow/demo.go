@@ -14,6 +14,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
 // The demo (`riftflow up --demo`, make run) ingests the simulator's demo
@@ -127,7 +128,7 @@ func runDemo(ctx context.Context, st *Stack, plan []demoPhase, out io.Writer, ti
 		if err != nil {
 			return err
 		}
-		if ev.Status != "completed" {
+		if syncjob.Status(ev.Status) != syncjob.Completed {
 			return fmt.Errorf("sync %s: %s", ev.Status, ev.Error)
 		}
 		final = ev

@@ -12,6 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -210,7 +211,7 @@ func (a *API) relay(out *sseStream, m jetstream.Msg, id string) relayed {
 	if !out.write("event: %s\ndata: %s\n\n", event, m.Data()) {
 		return relayEnd
 	}
-	if event == "rejected" || probe.Status == "completed" || probe.Status == "failed" {
+	if event == "rejected" || syncjob.Status(probe.Status).Finished() {
 		return relayEnd
 	}
 	return relayNext
@@ -228,15 +229,15 @@ func startSSE(w http.ResponseWriter) {
 // "" when the job is unknown or still running.
 func (a *API) finishedEvent(ctx context.Context, j store.Job) (string, []byte, error) {
 	switch j.Status {
-	case "completed", "failed":
+	case syncjob.Completed, syncjob.Failed:
 		done, total, err := a.inf.Store.RequestProgress(ctx, j.ID)
 		if err != nil {
 			return "", nil, err
 		}
-		b, err := json.Marshal(bus.ProgressEvent{RequestID: j.ID, PUUID: j.PUUID, Status: j.Status,
+		b, err := json.Marshal(bus.ProgressEvent{RequestID: j.ID, PUUID: j.PUUID, Status: string(j.Status),
 			Progress: done, Total: total, Error: j.Error, At: j.FinishedAt})
 		return "progress", b, err
-	case "rejected":
+	case syncjob.Rejected:
 		// The code a rejection recorded in the job's detail (503 for a
 		// request that expired waiting, the code a refused queued request
 		// kept: store.RejectQueued), else 409, the lister's and the

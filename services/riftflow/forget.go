@@ -16,6 +16,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -98,7 +99,7 @@ func ForgetPlayer(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 	}
 	res.Removed.GameName, res.Removed.TagLine = "", ""
 	detail, _ := json.Marshal(res)
-	if err := st.RecordJob(ctx, store.Job{ID: res.JobID, Type: "forget", Status: "completed", Detail: detail,
+	if err := st.RecordJob(ctx, store.Job{ID: res.JobID, Type: "forget", Status: syncjob.Completed, Detail: detail,
 		RequestedAt: now, StartedAt: now, FinishedAt: now}); err != nil {
 		return res, err
 	}

@@ -544,7 +544,7 @@ func TestLedgerSweeper(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := m.Headers().Get(jetstream.MsgIDHeader)
-		if want := fmt.Sprintf("%s/%s/sweep/a%d", c.MatchID, c.Kind, c.Attempt); id != want {
+		if want := fmt.Sprint(c.MatchID, "/", c.Kind, "/sweep/a", c.Attempt); id != want {
 			t.Errorf("msg id %q, want %q", id, want)
 		}
 		if _, dup := got[c.MatchID]; dup {

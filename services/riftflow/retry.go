@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -108,14 +109,10 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		if !r.GameCreation.IsZero() {
 			cmd.GameCreationMs = r.GameCreation.UnixMilli()
 		}
-		id := cmd.MatchID
-		if cmd.Kind == bus.KindTimeline {
-			id += "/timeline"
-		}
 		// A publish failure leaves the row unfetched: the retry-sweeper
 		// re-publishes it.
 		if _, err := natsx.Publish(ctx, js, subj.FetchFor(string(region), cmd.Priority), cmd,
-			jetstream.WithMsgID(id+cmd.DedupSuffix())); err != nil {
+			jetstream.WithMsgID(bus.FetchMsgID(cmd))); err != nil {
 			return res, fmt.Errorf("publish fetch of %s: %w", r.MatchID, err)
 		}
 		res.Reopened = append(res.Reopened, r.MatchID+"/"+r.Kind)
@@ -149,7 +146,7 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 		}
 	}
 	detail, _ := json.Marshal(map[string]any{"filter": req, "reopened": res.Reopened, "dead_replayed": res.DeadReplayed})
-	if err := st.RecordJob(ctx, store.Job{ID: res.RequestID, Type: "retry", PUUID: req.PUUID, Status: "completed",
+	if err := st.RecordJob(ctx, store.Job{ID: res.RequestID, Type: "retry", PUUID: req.PUUID, Status: syncjob.Completed,
 		Detail: detail, RequestedAt: now, StartedAt: now, FinishedAt: now}); err != nil {
 		return res, err
 	}
