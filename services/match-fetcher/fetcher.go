@@ -30,7 +30,7 @@
 //   - every schedule is recorded as the fetch's hold in the ledger, and a
 //     command for a fetch already final or held by another schedule makes
 //     no Riot call (holds.go).
-package fetcher
+package matchfetcher
 
 import (
 	"context"

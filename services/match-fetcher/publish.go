@@ -1,4 +1,4 @@
-package fetcher
+package matchfetcher
 
 import (
 	"context"

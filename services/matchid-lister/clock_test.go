@@ -1,4 +1,4 @@
-package lister_test
+package matchidlister_test
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riotclient"
-	lister "github.com/riftflow/riftflow/services/matchid-lister"
+	matchidlister "github.com/riftflow/riftflow/services/matchid-lister"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -45,7 +45,7 @@ func TestCursorOnTheServerClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := lister.New(lister.Config{}, lister.Deps{JS: inf.JS, Consumer: bg, Interactive: cons, Locks: locks, Cursors: cursors,
+	s, err := matchidlister.New(matchidlister.Config{}, matchidlister.Deps{JS: inf.JS, Consumer: bg, Interactive: cons, Locks: locks, Cursors: cursors,
 		Riot: rc, Store: e.Store, Host: host, Base: app.Base{Subjects: inf.Subjects, Now: host}})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestCursorOnTheServerClock(t *testing.T) {
 	e.Run(s)
 	before := time.Now()
 	e.Publish(inf.Subjects.SyncFor(p.Platform, bus.Interactive), syncOf(p, "skewed-host", 3))
-	var cur lister.Cursor
+	var cur matchidlister.Cursor
 	e.Wait("the account's cursor", func() bool {
 		ent, err := cursors.Get(ctx, p.PUUID)
 		return err == nil && json.Unmarshal(ent.Value(), &cur) == nil && cur.ListedUntilS > 0

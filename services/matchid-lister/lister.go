@@ -34,7 +34,7 @@
 // The two sync queues have their own consumers and workers, so an
 // interactive sync is never queued behind background ones; its fetch
 // commands go to the interactive fetch queue.
-package lister
+package matchidlister
 
 import (
 	"context"

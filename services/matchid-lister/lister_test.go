@@ -1,4 +1,4 @@
-package lister_test
+package matchidlister_test
 
 import (
 	"maps"
@@ -12,7 +12,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
-	lister "github.com/riftflow/riftflow/services/matchid-lister"
+	matchidlister "github.com/riftflow/riftflow/services/matchid-lister"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -32,7 +32,7 @@ func start(t *testing.T, so sim.Options, env map[string]string) (*stagetest.Env,
 		}
 		env["MATCH_RETENTION_DAYS"] = "3650"
 	}
-	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, lister.Connect)
+	e := stagetest.Start(t, stagetest.Options{DB: true, Riot: &so, Env: env}, matchidlister.Connect)
 	return e, e.DemoPlayer()
 }
 

@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -23,7 +23,7 @@ import (
 // a way to hand it the MAX_DELIVERIES advisory of a work-queue message.
 type advisoryEnv struct {
 	e    *stagetest.Env
-	s    *sweeper.Service
+	s    *retrysweeper.Service
 	cons jetstream.Consumer // retry-sweeper on ADVISORIES
 }
 
@@ -42,7 +42,7 @@ func newAdvisoryEnv(t *testing.T) *advisoryEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(sweeper.Config{}, sweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
+	s, err := retrysweeper.New(retrysweeper.Config{}, retrysweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
 		Advisories: cons, Dead: inf.DeadLetter(), Base: app.Base{Subjects: inf.Subjects}})
 	if err != nil {
 		t.Fatal(err)

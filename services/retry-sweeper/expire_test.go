@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -45,7 +45,7 @@ func TestWaitingRequestsExpireVisibly(t *testing.T) {
 	e.Publish(inf.Subjects.SyncFor("euw1", bus.Background), bus.SyncCommand{RequestID: "queued-sync", PUUID: "puuid-queued", Platform: "euw1",
 		Region: "europe", Mode: bus.ModeFull, Count: 10, Priority: bus.Background, Requested: time.Now()})
 
-	s := newExpiringSweeper(e, sweeper.Config{ExpireEvery: 100 * time.Millisecond, ExpireMargin: maxAge - time.Second})
+	s := newExpiringSweeper(e, retrysweeper.Config{ExpireEvery: 100 * time.Millisecond, ExpireMargin: maxAge - time.Second})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(runCtx) }()
@@ -82,7 +82,7 @@ func TestWaitingRequestsExpireVisibly(t *testing.T) {
 
 // newExpiringSweeper is a sweeper on e's NATS and database with cfg,
 // whose hourly sweep never comes round in a test.
-func newExpiringSweeper(e *stagetest.Env, cfg sweeper.Config) *sweeper.Service {
+func newExpiringSweeper(e *stagetest.Env, cfg retrysweeper.Config) *retrysweeper.Service {
 	cfg.Interval = time.Hour
 	return newSweeper(e, cfg, nil)
 }

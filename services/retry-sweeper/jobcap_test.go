@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"strconv"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
 // TestSweepCapsFailedJobs (issue 26's point 9): the cap on failed job
@@ -48,10 +48,10 @@ func TestSweepCapsFailedJobs(t *testing.T) {
 		return out
 	}
 
-	if rep, err := newSweeper(e, sweeper.Config{}, nil).Sweep(ctx); err != nil || rep.FailedJobsCapped != 0 || len(remaining()) != 10 {
+	if rep, err := newSweeper(e, retrysweeper.Config{}, nil).Sweep(ctx); err != nil || rep.FailedJobsCapped != 0 || len(remaining()) != 10 {
 		t.Fatalf("sweep without a cap: %+v %v, %d rows left, want all 10", rep, err, len(remaining()))
 	}
-	rep, err := newSweeper(e, sweeper.Config{JobMaxFailed: 2}, nil).Sweep(ctx)
+	rep, err := newSweeper(e, retrysweeper.Config{JobMaxFailed: 2}, nil).Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -70,8 +70,8 @@ func TestLockHeldThroughPostgresOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(sweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
+	s, err := retrysweeper.New(retrysweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour},
+		retrysweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
 	if err != nil {
 		t.Fatal(err)
 	}

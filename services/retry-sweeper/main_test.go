@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"testing"

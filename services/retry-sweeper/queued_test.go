@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -31,23 +31,23 @@ import (
 func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	ctx, inf := t.Context(), stageInfra(e)
-	queued := func() *sweeper.Service {
+	queued := func() *retrysweeper.Service {
 		cons, err := inf.JS.Consumer(ctx, streams.StreamEvents, streams.ConsumerRetrySweeperQueued)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := sweeper.Deps{JS: inf.JS, Store: inf.Store, Base: app.Base{Subjects: inf.Subjects}}
+		d := retrysweeper.Deps{JS: inf.JS, Store: inf.Store, Base: app.Base{Subjects: inf.Subjects}}
 		d.Queued = cons
 		d.Locks, _ = inf.Lock(ctx, streams.BucketSyncLocks)
 		d.CronLocks, _ = inf.KV(ctx, streams.BucketCronLocks)
-		s, err := sweeper.New(sweeper.Config{Interval: time.Hour}, d)
+		s, err := retrysweeper.New(retrysweeper.Config{Interval: time.Hour}, d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
 	held := natsx.WithHold(context.Background(), func() bool { return true })
-	run := func(s *sweeper.Service) {
+	run := func(s *retrysweeper.Service) {
 		runCtx, stop := context.WithCancel(held)
 		done := make(chan struct{})
 		go func() { defer close(done); s.Run(runCtx) }()

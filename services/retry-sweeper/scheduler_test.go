@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
 // schedulers is a test's scheduler world: a fresh database, the simulator
@@ -46,12 +46,12 @@ func newSchedulers(t *testing.T, players int, now func() time.Time, env map[stri
 }
 
 // replica builds one scheduler on the shared clock and logs.
-func (s *schedulers) replica() *sweeper.Scheduler {
+func (s *schedulers) replica() *retrysweeper.Scheduler {
 	s.T.Helper()
 	inf := *s.Process
 	inf.Now = s.now
 	inf.Log = slog.New(slog.NewTextHandler(&s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	sc, err := sweeper.OpenScheduler(s.T.Context(), &inf, s.Store, s.riot)
+	sc, err := retrysweeper.OpenScheduler(s.T.Context(), &inf, s.Store, s.riot)
 	if err != nil {
 		s.T.Fatal(err)
 	}
@@ -104,9 +104,9 @@ func TestSchedulerRunsOnceAcrossReplicas(t *testing.T) {
 	if r, k := s.logs.Count("scheduled job ran"), s.logs.Count("owned by another replica"); r != 3 || k != 3 {
 		t.Errorf("%d runs and %d skips, want 3 and 3", r, k)
 	}
-	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(4 * time.Hour),
-		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
-		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, sweeper.JobID(job, at), job); n != 1 {
+	for job, at := range map[string]time.Time{retrysweeper.JobLatestAll: monday.Add(4 * time.Hour),
+		retrysweeper.JobRankDaily: monday.Add(3 * time.Hour), retrysweeper.JobWeeklyReport: monday.Add(4 * time.Hour)} {
+		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND type = $2 AND status = 'completed'`, retrysweeper.JobID(job, at), job); n != 1 {
 			t.Errorf("job %s at %v not completed in the job log", job, at)
 		}
 	}
@@ -167,10 +167,10 @@ func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 	if n := s.logs.Count("caught up a missed scheduled run"); n != 4 {
 		t.Errorf("%d catch-up runs, want 4 (one per job)", n)
 	}
-	for job, at := range map[string]time.Time{sweeper.JobLatestAll: monday.Add(5 * time.Hour),
-		sweeper.JobRankDaily: monday.Add(3 * time.Hour), sweeper.JobWeeklyReport: monday.Add(4 * time.Hour),
-		sweeper.JobPruneJobs: monday.Add(4*time.Hour + 30*time.Minute)} {
-		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, sweeper.JobID(job, at)); n != 1 {
+	for job, at := range map[string]time.Time{retrysweeper.JobLatestAll: monday.Add(5 * time.Hour),
+		retrysweeper.JobRankDaily: monday.Add(3 * time.Hour), retrysweeper.JobWeeklyReport: monday.Add(4 * time.Hour),
+		retrysweeper.JobPruneJobs: monday.Add(4*time.Hour + 30*time.Minute)} {
+		if n := s.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, retrysweeper.JobID(job, at)); n != 1 {
 			t.Errorf("missed run %s at %v not caught up", job, at)
 		}
 	}
@@ -192,12 +192,12 @@ func TestSchedulerCatchesUpOnceAndPrunes(t *testing.T) {
 func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Hour)
 	s := newSchedulers(t, 1, func() time.Time { return at }, map[string]string{"SCHEDULE_ENABLE": "false"})
-	crashed := sweeper.JobID(sweeper.JobLatestAll, at.Add(-24*time.Hour))
-	if err := s.Store.RecordJob(t.Context(), store.Job{ID: crashed, Type: sweeper.JobLatestAll, Status: "running",
+	crashed := retrysweeper.JobID(retrysweeper.JobLatestAll, at.Add(-24*time.Hour))
+	if err := s.Store.RecordJob(t.Context(), store.Job{ID: crashed, Type: retrysweeper.JobLatestAll, Status: "running",
 		RequestedAt: at.Add(-24 * time.Hour), StartedAt: at.Add(-24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if ran, err := s.replica().RunJob(t.Context(), sweeper.JobLatestAll, at); !ran || err != nil {
+	if ran, err := s.replica().RunJob(t.Context(), retrysweeper.JobLatestAll, at); !ran || err != nil {
 		t.Fatalf("run: %v %v", ran, err)
 	}
 	status := func(id string) (st, msg string) {
@@ -210,7 +210,7 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	if st, msg := status(crashed); st != "failed" || !strings.Contains(msg, "abandoned") {
 		t.Errorf("crashed run: %s %q, want failed (abandoned)", st, msg)
 	}
-	if st, _ := status(sweeper.JobID(sweeper.JobLatestAll, at)); st != "completed" {
+	if st, _ := status(retrysweeper.JobID(retrysweeper.JobLatestAll, at)); st != "completed" {
 		t.Errorf("this run: %s, want completed", st)
 	}
 }
@@ -229,7 +229,7 @@ func TestScheduledJobRunsMetric(t *testing.T) {
 	t.Cleanup(func() { otel.SetMeterProvider(prev) })
 	inf := *s.Process
 	inf.Now = s.now
-	sc, err := sweeper.OpenScheduler(t.Context(), &inf, s.Store, nil)
+	sc, err := retrysweeper.OpenScheduler(t.Context(), &inf, s.Store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,18 +254,18 @@ func TestScheduledJobRunsMetric(t *testing.T) {
 		}
 		return got
 	}
-	if got := runs(); len(got) != 8 || got[sweeper.JobRankDaily+"/failed"] != 0 {
+	if got := runs(); len(got) != 8 || got[retrysweeper.JobRankDaily+"/failed"] != 0 {
 		t.Fatalf("before any run: %v, want 4 jobs x 2 results at 0", got)
 	}
-	if ran, err := sc.RunJob(t.Context(), sweeper.JobRankDaily, at); !ran || err == nil || !strings.Contains(err.Error(), "no Riot client") {
+	if ran, err := sc.RunJob(t.Context(), retrysweeper.JobRankDaily, at); !ran || err == nil || !strings.Contains(err.Error(), "no Riot client") {
 		t.Fatalf("rank job without a Riot client: ran %v, err %v; want a failure", ran, err)
 	}
-	if ran, err := sc.RunJob(t.Context(), sweeper.JobLatestAll, at); !ran || err != nil {
+	if ran, err := sc.RunJob(t.Context(), retrysweeper.JobLatestAll, at); !ran || err != nil {
 		t.Fatalf("latest sync: ran %v, err %v", ran, err)
 	}
 	got := runs()
-	for key, want := range map[string]int64{sweeper.JobRankDaily + "/failed": 1, sweeper.JobRankDaily + "/completed": 0,
-		sweeper.JobLatestAll + "/completed": 1, sweeper.JobLatestAll + "/failed": 0} {
+	for key, want := range map[string]int64{retrysweeper.JobRankDaily + "/failed": 1, retrysweeper.JobRankDaily + "/completed": 0,
+		retrysweeper.JobLatestAll + "/completed": 1, retrysweeper.JobLatestAll + "/failed": 0} {
 		if got[key] != want {
 			t.Errorf("runs %s = %d, want %d (all: %v)", key, got[key], want, got)
 		}

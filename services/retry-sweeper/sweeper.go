@@ -39,7 +39,7 @@
 // retry-sweeper-queued, HandleQueued, whatever the pause switch says) so
 // every request INGEST stores is a pending job from then on. A tick runs on exactly one replica:
 // the replicas race to create the tick's key in the cron-locks KV bucket.
-package sweeper
+package retrysweeper
 
 import (
 	"context"

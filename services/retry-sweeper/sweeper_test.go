@@ -1,4 +1,4 @@
-package sweeper_test
+package retrysweeper_test
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -49,7 +49,7 @@ func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
 		jetstream.WithMsgID(queued))
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, clk)
+	s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 30 * time.Minute, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, clk)
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestSweeperSpacesPendingByFailuresOtherThan404(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, RetryMax: 6 * time.Hour},
+	s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, RetryMax: 6 * time.Hour},
 		func() time.Time { return now.Add(25 * time.Minute) })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -134,7 +134,7 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 	if _, err := e.Store.PersistBatch(t.Context(), store.Batch{Ledger: ledger}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, BatchSize: 40},
+	s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}, BatchSize: 40},
 		func() time.Time { return now })
 	rep, err := s.Sweep(t.Context())
 	if err != nil {
@@ -177,7 +177,7 @@ func TestSweeperLeavesHeldFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := now
-	s := newSweeper(e, sweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+	s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
 		func() time.Time { return at })
 	for _, tc := range []struct {
 		at   time.Time
@@ -208,7 +208,7 @@ func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
 }
 
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
-func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *sweeper.Service {
+func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time) *retrysweeper.Service {
 	t, inf := e.T, e.Process
 	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
@@ -218,7 +218,7 @@ func newSweeper(e *stagetest.Env, cfg sweeper.Config, now func() time.Time) *swe
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(cfg, sweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
+	s, err := retrysweeper.New(cfg, retrysweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
 		Base: app.Base{Subjects: inf.Subjects, Now: now}})
 	if err != nil {
 		t.Fatal(err)

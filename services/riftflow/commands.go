@@ -26,7 +26,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/telemetry"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -338,7 +338,7 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 // schedule and next time, and its last run from the job log (absent when
 // it never ran).
 type scheduleRun struct {
-	sweeper.Schedule
+	retrysweeper.Schedule
 	LastRun *jobJSON `json:"last_run,omitempty"`
 }
 
@@ -347,11 +347,11 @@ type scheduleRun struct {
 // CRON_*), with its last run (the newest jobs row of its type: scheduled
 // time, status, end) and its next time after now.
 func printSchedules(ctx context.Context, st *store.Store, out io.Writer, now time.Time, asJSON bool) error {
-	var e sweeper.ScheduleConfig
+	var e retrysweeper.ScheduleConfig
 	if err := config.Parse(&e); err != nil {
 		return err
 	}
-	scheds, err := sweeper.Schedules(e, now)
+	scheds, err := retrysweeper.Schedules(e, now)
 	if err != nil {
 		return err
 	}

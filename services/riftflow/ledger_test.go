@@ -22,7 +22,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -478,9 +478,9 @@ func TestLedgerSweeper(t *testing.T) {
 	}
 	setClock := func(t time.Time) { clock.Lock(); clock.t = t; clock.Unlock() }
 	clk := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.t }
-	replica := func() *sweeper.Service {
-		s, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, BatchSize: 2, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
-			sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
+	replica := func() *retrysweeper.Service {
+		s, err := retrysweeper.New(retrysweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, BatchSize: 2, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+			retrysweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: clk}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -496,10 +496,10 @@ func TestLedgerSweeper(t *testing.T) {
 	}
 	// 11 minutes later both replicas tick at once: one sweeps.
 	setClock(now.Add(11 * time.Minute))
-	var reps [2]sweeper.Report
+	var reps [2]retrysweeper.Report
 	var errs [2]error
 	var wg sync.WaitGroup
-	for i, s := range []*sweeper.Service{a, b} {
+	for i, s := range []*retrysweeper.Service{a, b} {
 		wg.Add(1)
 		go func() { defer wg.Done(); reps[i], errs[i] = s.Tick(ctx) }()
 	}
@@ -614,8 +614,8 @@ func TestLedgerSweeper(t *testing.T) {
 	if _, err := natsx.Publish(ctx, inf.JS, inf.Subjects.Failed("americas"), res); err != nil {
 		t.Fatal(err)
 	}
-	behind, err := sweeper.New(sweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
-		sweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }}})
+	behind, err := retrysweeper.New(retrysweeper.Config{Interval: time.Hour, StaleAfter: 10 * time.Minute, QueueSlack: time.Nanosecond, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+		retrysweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects, Now: func() time.Time { return now.Add(24 * time.Hour) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

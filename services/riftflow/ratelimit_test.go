@@ -21,7 +21,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
-	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
+	matchfetcher "github.com/riftflow/riftflow/services/match-fetcher"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -79,7 +79,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 		})
 	}
 	for _, s := range h.st.Services {
-		if _, isFetcher := s.(*fetcher.Service); isFetcher {
+		if _, isFetcher := s.(*matchfetcher.Service); isFetcher {
 			continue
 		}
 		run(fmt.Sprintf("%T", s), s.Run)
@@ -128,8 +128,8 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 			}
 			cons[r] = c
 		}
-		svc, err := fetcher.New(fetcher.Config{Backoff: []time.Duration{time.Second}, Concurrency: o.concurrency},
-			fetcher.Deps{JS: js, Consumers: cons, Riot: client, Base: app.Base{Subjects: h.st.Infra.Subjects, Logger: plog}})
+		svc, err := matchfetcher.New(matchfetcher.Config{Backoff: []time.Duration{time.Second}, Concurrency: o.concurrency},
+			matchfetcher.Deps{JS: js, Consumers: cons, Riot: client, Base: app.Base{Subjects: h.st.Infra.Subjects, Logger: plog}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
 // TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
@@ -38,7 +38,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	if !newest.Before(at.Truncate(24 * time.Hour)) {
 		at = at.AddDate(0, 0, 7)
 	}
-	from, to := sweeper.WeekOf(at)
+	from, to := retrysweeper.WeekOf(at)
 
 	// Expected, from the raw payloads.
 	var games, wins, kills, deaths, assists int
@@ -111,32 +111,32 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	}
 	proc := *h.st.Infra.Process
 	proc.Now = func() time.Time { return at }
-	sc, err := sweeper.OpenScheduler(h.ctx, &proc, h.st.Infra.Store, h.st.Infra.Riot)
+	sc, err := retrysweeper.OpenScheduler(h.ctx, &proc, h.st.Infra.Store, h.st.Infra.Riot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
+	if ran, err := sc.RunJob(h.ctx, retrysweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
 		t.Fatalf("rank run: %v %v", ran, err)
 	}
 	if n := h.count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
 		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
 		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
 	}
-	// The standalone retry-sweeper (its main's sweeper.Connect) opens its
+	// The standalone retry-sweeper (its main's retrysweeper.Connect) opens its
 	// own Riot client from RIOT_API_KEY on the shared limiter for the
 	// scheduler, so the rank job runs there too; without one it would
 	// fail with "no Riot client".
-	standalone, err := sweeper.Connect(h.ctx, &proc)
+	standalone, err := retrysweeper.Connect(h.ctx, &proc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc2 := standalone.Scheduler
-	if ran, err := sc2.RunJob(h.ctx, sweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
+	if ran, err := sc2.RunJob(h.ctx, retrysweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
 		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
 	}
 	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
 	defer stop()
-	if ran, err := sc.RunJob(h.ctx, sweeper.JobWeeklyReport, at); !ran || err != nil {
+	if ran, err := sc.RunJob(h.ctx, retrysweeper.JobWeeklyReport, at); !ran || err != nil {
 		t.Fatalf("weekly run: %v %v", ran, err)
 	}
 	var r struct {
@@ -167,7 +167,7 @@ FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).
 		}
 	}
 	h.st.Infra.NC.Flush()
-	var notice sweeper.WeeklyNotice
+	var notice retrysweeper.WeeklyNotice
 	waitFor(t, "the weekly notice", 10*time.Second, func() bool {
 		for _, m := range got() {
 			if json.Unmarshal(m.Data, &notice) == nil && notice.PUUID == p.PUUID {

@@ -34,11 +34,11 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
-	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
-	lister "github.com/riftflow/riftflow/services/matchid-lister"
+	matchfetcher "github.com/riftflow/riftflow/services/match-fetcher"
+	matchidlister "github.com/riftflow/riftflow/services/matchid-lister"
 	"github.com/riftflow/riftflow/services/persister"
 	"github.com/riftflow/riftflow/services/resolver"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -297,16 +297,16 @@ func (st *Stack) buildServices(ctx context.Context, o StackOptions, env config.E
 			return service(resolver.Open(ctx, in.Process, in.Riot))
 		}},
 		{streams.UserMatchIDLister, func(ctx context.Context, in *Infra) (app.Service, error) {
-			return service(lister.Open(ctx, in.Process, in.Store, in.Riot))
+			return service(matchidlister.Open(ctx, in.Process, in.Store, in.Riot))
 		}},
 		{streams.UserMatchFetcher, func(ctx context.Context, in *Infra) (app.Service, error) {
-			return service(fetcher.Open(ctx, in.Process, in.Riot, in.Store))
+			return service(matchfetcher.Open(ctx, in.Process, in.Riot, in.Store))
 		}},
 		{streams.UserPersister, func(ctx context.Context, in *Infra) (app.Service, error) {
 			return service(persister.Open(ctx, in.Process, in.Store))
 		}},
 		{streams.UserRetrySweeper, func(ctx context.Context, in *Infra) (app.Service, error) {
-			return service(sweeper.Open(ctx, in.Process, in.Store, in.Riot))
+			return service(retrysweeper.Open(ctx, in.Process, in.Store, in.Riot))
 		}},
 	}
 	infras := make([]*Infra, len(builders))

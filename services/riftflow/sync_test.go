@@ -22,7 +22,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -213,7 +213,7 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 		return err == nil && len(stuck) == 1
 	})
 
-	proc, err := sweeper.Open(ctx, inf.Process, inf.Store, inf.Riot)
+	proc, err := retrysweeper.Open(ctx, inf.Process, inf.Store, inf.Riot)
 	if err != nil {
 		t.Fatal(err)
 	}

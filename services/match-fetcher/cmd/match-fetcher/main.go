@@ -6,7 +6,7 @@ package main
 
 import (
 	"github.com/riftflow/riftflow/pkg/app"
-	fetcher "github.com/riftflow/riftflow/services/match-fetcher"
+	matchfetcher "github.com/riftflow/riftflow/services/match-fetcher"
 )
 
-func main() { app.Main("match-fetcher", fetcher.Connect) }
+func main() { app.Main("match-fetcher", matchfetcher.Connect) }

@@ -6,7 +6,7 @@ package main
 
 import (
 	"github.com/riftflow/riftflow/pkg/app"
-	lister "github.com/riftflow/riftflow/services/matchid-lister"
+	matchidlister "github.com/riftflow/riftflow/services/matchid-lister"
 )
 
-func main() { app.Main("matchid-lister", lister.Connect) }
+func main() { app.Main("matchid-lister", matchidlister.Connect) }

@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/riftflow/riftflow/pkg/app"
-	sweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 )
 
-func main() { app.Main("retry-sweeper", sweeper.Connect) }
+func main() { app.Main("retry-sweeper", retrysweeper.Connect) }
