@@ -103,35 +103,78 @@ pass "token ${TOKEN:0:8}… created"
 bgpids=()
 trap 'for p in "${bgpids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
-# netprobe NS HOST PORT: what a pod of NS meets when it opens a TCP
-# connection to HOST:PORT and speaks the Postgres protocol (psql of the
-# Postgres image): "postgres" when a Postgres server answered, "nats" when
-# a NATS server's INFO line came back instead, "timeout" when nothing
-# answered within 5 s, "refused"; otherwise psql's last line.
+# podrun NS NAME IMAGE SECONDS OVERRIDES-JSON: runs a one-off pod to its end
+# (at most SECONDS) and prints its log; succeeds when the pod Succeeded.
+# (kubectl run --rm -i loses the output of a container that exits before
+# kubectl attaches.)
+podrun() {
+	local ns=$1 name=$2 phase=""
+	kc -n "$ns" delete pod "$name" --ignore-not-found --wait=true >/dev/null 2>&1
+	kc -n "$ns" run "$name" --restart=Never --image="$3" --overrides="$5" >/dev/null || return 1
+	for _ in $(seq "$4"); do
+		phase=$(kc -n "$ns" get pod "$name" -o jsonpath='{.status.phase}' 2>/dev/null)
+		case $phase in Succeeded | Failed) break ;; esac
+		sleep 1
+	done
+	kc -n "$ns" logs "$name" 2>&1
+	kc -n "$ns" delete pod "$name" --wait=false >/dev/null 2>&1
+	[ "$phase" = Succeeded ]
+}
+
+# probepod NS NAME: a pod of NS from the Postgres image that only waits (its
+# shell reads an open stdin), for netprobe to exec psql in.
+probepod() {
+	kc -n "$1" delete pod "$2" --ignore-not-found --wait=true >/dev/null 2>&1
+	kc -n "$1" run "$2" --restart=Never --image=riftflow.local/postgres:15 \
+		--overrides="$(podspec 999 riftflow.local/postgres:15 '["/bin/sh","-c","read x"]' | jq -c '.spec.containers[0].stdin = true')" >/dev/null
+}
+# netprobe NS POD HOST PORT: what POD of NS meets when it opens a TCP
+# connection to HOST:PORT and speaks the Postgres protocol (psql):
+# "postgres" when a Postgres server answered, "nats" when a NATS server's
+# INFO line came back instead, "timeout" when nothing answered within 5 s,
+# "refused" (kube-router rejects what a NetworkPolicy denies with ICMP
+# port-unreachable); otherwise psql's last line.
 netprobe() {
 	local out
-	out=$(kc -n "$1" run "net-probe-$RANDOM" --rm -i --restart=Never --image=riftflow.local/postgres:15 --pod-running-timeout=2m \
-		--overrides="$(podspec 999 riftflow.local/postgres:15 \
-			'["/usr/lib/postgresql/15/bin/psql","-w","host='"$2"' port='"$3"' user=probe dbname=probe sslmode=disable connect_timeout=5","-c","SELECT 1"]')" 2>&1) || true
+	out=$(kc -n "$1" exec "$2" -- /usr/lib/postgresql/15/bin/psql -w \
+		"host=$3 port=$4 user=probe dbname=probe sslmode=disable connect_timeout=5" -c 'SELECT 1' 2>&1)
 	case $out in
 	*'received I'*) echo nats ;;
 	*'no password supplied'* | *'password authentication failed'* | *'does not exist'* | *'pg_hba.conf'*) echo postgres ;;
 	*'timeout expired'*) echo timeout ;;
 	*'Connection refused'*) echo refused ;;
-	*) echo "other: $(echo "$out" | grep -v '^pod .* deleted' | tail -1)" ;;
+	*) echo "other: $(echo "$out" | tail -1)" ;;
 	esac
 }
 step "Postgres and NATS are reachable from namespace $NS and not from another namespace (NetworkPolicies)"
 kc create namespace riftflow-e2e-outside --dry-run=client -o yaml | kc apply -f - >/dev/null
-in_pg=$(netprobe "$NS" "postgres.$NS.svc.cluster.local" 5432)
-in_nats=$(netprobe "$NS" nats.nats.svc.cluster.local 4222)
-out_pg=$(netprobe riftflow-e2e-outside "postgres.$NS.svc.cluster.local" 5432)
-out_nats=$(netprobe riftflow-e2e-outside nats.nats.svc.cluster.local 4222)
-echo "    from $NS: postgres:5432 $in_pg, nats:4222 $in_nats; from riftflow-e2e-outside: postgres:5432 $out_pg, nats:4222 $out_nats"
+PG_HOST=postgres.$NS.svc.cluster.local NATS_HOST=nats.nats.svc.cluster.local
+probepod "$NS" e2e-probe-inside
+probepod riftflow-e2e-outside e2e-probe-outside
+kc -n "$NS" wait --for=condition=Ready pod/e2e-probe-inside --timeout=2m >/dev/null || fail "probe pod of $NS not Ready"
+kc -n riftflow-e2e-outside wait --for=condition=Ready pod/e2e-probe-outside --timeout=2m >/dev/null || fail "probe pod of riftflow-e2e-outside not Ready"
+# kube-router admits a new pod's address once it has synced its ipsets: the
+# pod of the namespace is asked again until it gets through (at most 60 s),
+# and only then the outside pod, three times.
+for _ in $(seq 30); do
+	in_pg=$(netprobe "$NS" e2e-probe-inside "$PG_HOST" 5432)
+	in_nats=$(netprobe "$NS" e2e-probe-inside "$NATS_HOST" 4222)
+	[ "$in_pg" = postgres ] && [ "$in_nats" = nats ] && break
+	sleep 2
+done
+echo "    from $NS: postgres:5432 $in_pg, nats:4222 $in_nats"
 [ "$in_pg" = postgres ] && [ "$in_nats" = nats ] || fail "the probe does not reach Postgres and NATS from $NS: it proves nothing"
-case $out_pg in timeout | refused) ;; *) fail "a pod of riftflow-e2e-outside reached Postgres ($out_pg)" ;; esac
-case $out_nats in timeout | refused) ;; *) fail "a pod of riftflow-e2e-outside reached NATS ($out_nats)" ;; esac
-pass "Postgres and NATS answer pods of $NS; from riftflow-e2e-outside: Postgres $out_pg, NATS $out_nats"
+for i in 1 2 3; do
+	out_pg=$(netprobe riftflow-e2e-outside e2e-probe-outside "$PG_HOST" 5432)
+	out_nats=$(netprobe riftflow-e2e-outside e2e-probe-outside "$NATS_HOST" 4222)
+	echo "    from riftflow-e2e-outside ($i): postgres:5432 $out_pg, nats:4222 $out_nats"
+	case $out_pg in timeout | refused) ;; *) fail "a pod of riftflow-e2e-outside reached Postgres ($out_pg)" ;; esac
+	case $out_nats in timeout | refused) ;; *) fail "a pod of riftflow-e2e-outside reached NATS ($out_nats)" ;; esac
+	sleep 2
+done
+kc -n "$NS" delete pod e2e-probe-inside --wait=false >/dev/null
+kc -n riftflow-e2e-outside delete pod e2e-probe-outside --wait=false >/dev/null
+pass "Postgres and NATS answer a pod of $NS; a pod of riftflow-e2e-outside is $out_pg by Postgres and $out_nats by NATS"
 
 # forward NAME NAMESPACE SVC LOCAL:REMOTE: a kubectl port-forward on
 # 127.0.0.1, stopped when the script exits.
@@ -184,14 +227,13 @@ stored_all "$p1" || fail "player ${p1:0:16}: $(stored "$p1") of $(want "$p1") fe
 [ "$(dups "$p1")" = 0 ] || fail "$(dups "$p1") duplicated participant rows"
 pass "request $req: $(stored "$p1") of $(want "$p1") matches of ${p1:0:16} stored in $(($(date +%s) - t0))s, none twice"
 
-# cli NAME ARGS-JSON: the riftflow CLI as a one-off pod of namespace NS
+# cli NAME ARGS-JSON: the riftflow CLI as a one-off pod of namespace NS (at most 25 min)
 # (docs/runbook.md): the API's environment, NATS user riftflow, the NATS CA.
 cli() {
 	local envfrom pgsecret
 	envfrom=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].envFrom}')
 	pgsecret=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="DATABASE_URL")].valueFrom.secretKeyRef.name}')
-	kc -n "$NS" run "$1" --rm -i --restart=Never --image=riftflow/riftflow:local --pod-running-timeout=2m \
-		--overrides="$(jq -nc --arg name "$1" --argjson args "$2" --argjson envfrom "$envfrom" --arg pg "$pgsecret" '{
+	podrun "$NS" "$1" riftflow/riftflow:local 1500 "$(jq -nc --arg name "$1" --argjson args "$2" --argjson envfrom "$envfrom" --arg pg "$pgsecret" '{
 			apiVersion: "v1",
 			spec: {
 				automountServiceAccountToken: false,
@@ -204,7 +246,7 @@ cli() {
 						{name: "DATABASE_URL", valueFrom: {secretKeyRef: {name: $pg, key: "uri"}}}],
 					securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: ["ALL"]}},
 					volumeMounts: [{name: "nats-ca", mountPath: "/etc/nats/ca", readOnly: true}]}],
-				volumes: [{name: "nats-ca", secret: {secretName: "nats-ca"}}]}}')" 2>&1
+				volumes: [{name: "nats-ca", secret: {secretName: "nats-ca"}}]}}')"
 }
 
 step "ingest one player by a NATS publish (riftflow ingest in a pod, as user riftflow); a WebSocket client sees its progress"
@@ -220,7 +262,7 @@ grep -q subscribed "$E2E/ws.err" || fail "WebSocket client: $(cat "$E2E/ws.err")
 t0=$(date +%s)
 out=$(cli e2e-ingest "[\"ingest\",\"--puuid\",\"$p2\",\"--platform\",\"na1\",\"--mode\",\"full\",\"--count\",\"1000\",\"--lookback-days\",\"730\",\"--wait\",\"--timeout\",\"20m\"]") ||
 	fail "riftflow ingest: $(echo "$out" | tail -5)"
-echo "$out" | grep -v '^If you don' | tail -3 | sed 's/^/    riftflow ingest: /'
+echo "$out" | tail -3 | sed 's/^/    riftflow ingest: /'
 for _ in $(seq 300); do stored_all "$p2" && break; sleep 2; done
 stored_all "$p2" || fail "player ${p2:0:16}: $(stored "$p2") of $(want "$p2") fetchable matches stored after 10 min"
 [ "$(dups "$p2")" = 0 ] || fail "$(dups "$p2") duplicated participant rows"
