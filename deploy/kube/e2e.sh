@@ -229,7 +229,19 @@ pass "request $req: $(stored "$p1") of $(want "$p1") matches of ${p1:0:16} store
 
 # cli NAME ARGS-JSON: the riftflow CLI as a one-off pod of namespace NS (at most 25 min)
 # (docs/runbook.md): the API's environment, NATS user riftflow, the NATS CA.
+# A new pod's address is admitted by kube-router's NetworkPolicy rules only
+# once it has synced them, a few seconds after the pod starts: a run whose
+# connection to NATS was refused (nothing was published) is tried again.
 cli() {
+	local out
+	for _ in 1 2 3 4 5 6; do
+		if out=$(cli_once "$@"); then echo "$out"; return 0; fi
+		case $out in *'no servers available'*) sleep 5 ;; *) echo "$out"; return 1 ;; esac
+	done
+	echo "$out"
+	return 1
+}
+cli_once() {
 	local envfrom pgsecret
 	envfrom=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].envFrom}')
 	pgsecret=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="DATABASE_URL")].valueFrom.secretKeyRef.name}')
@@ -257,8 +269,8 @@ NATS_PASSWORD=$(sed -n 's/^NATS_PASSWORD_WEB=//p' "$E2E/nats-users.env") "$E2E/w
 	-subject "lol.progress.$p2" -until '"status":"completed"' -timeout 20m >"$E2E/ws.out" 2>"$E2E/ws.err" &
 wspid=$!
 bgpids+=($wspid)
-for _ in $(seq 30); do grep -q subscribed "$E2E/ws.err" && break; sleep 1; done
-grep -q subscribed "$E2E/ws.err" || fail "WebSocket client: $(cat "$E2E/ws.err")"
+for _ in $(seq 30); do grep -qs subscribed "$E2E/ws.err" && break; sleep 1; done
+grep -qs subscribed "$E2E/ws.err" || fail "WebSocket client: $(cat "$E2E/ws.err")"
 t0=$(date +%s)
 out=$(cli e2e-ingest "[\"ingest\",\"--puuid\",\"$p2\",\"--platform\",\"na1\",\"--mode\",\"full\",\"--count\",\"1000\",\"--lookback-days\",\"730\",\"--wait\",\"--timeout\",\"20m\"]") ||
 	fail "riftflow ingest: $(echo "$out" | tail -5)"
