@@ -202,8 +202,22 @@ want() { jq --arg p "$1" '[.players[$p].matches[] | select(.matchOk)] | length' 
 stored() { psql_ "SELECT count(*) FROM match_participants WHERE puuid = '$1'"; }
 dups() { psql_ "SELECT count(*) - count(DISTINCT (match_id, puuid)) FROM match_participants WHERE puuid = '$1'"; }
 # sync BODY-JSON: POST /v1/sync with the token; prints the request id.
+# A 409 (the account is still syncing, e.g. timeline retries of an earlier
+# run) is asked again every 5 s for at most 5 min.
 sync() {
-	curl -fsS -XPOST "$API/v1/sync" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$1" | jq -r .request_id
+	local out code
+	for _ in $(seq 60); do
+		out=$(curl -sS -XPOST "$API/v1/sync" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+			-d "$1" -w '\n%{http_code}')
+		code=${out##*$'\n'}
+		case $code in
+		202) echo "${out%$'\n'*}" | jq -r .request_id; return 0 ;;
+		409) sleep 5 ;;
+		*) echo "POST /v1/sync: $code ${out%$'\n'*}" >&2; return 1 ;;
+		esac
+	done
+	echo "POST /v1/sync: still 409 after 5 min: ${out%$'\n'*}" >&2
+	return 1
 }
 # stored_all PUUID...: every player's stored matches equal the simulator's truth.
 stored_all() {
