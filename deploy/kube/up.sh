@@ -30,13 +30,16 @@ start_all=$(date +%s)
 if [ ! -d "$STATE" ]; then
 	# A fresh start: nothing of another Kubernetes or CNI may be here, since
 	# down.sh removes every KUBE-*/CNI-* chain and cni-* namespace as ours.
-	if iptables-save 2>/dev/null | grep -q -E '^:(KUBE|CNI)-'; then
+	if { iptables-save; ip6tables-save; } 2>/dev/null | grep -q -E '^:(KUBE|CNI)-'; then
 		echo "kube-up: iptables already has KUBE-/CNI- chains (another cluster?); refusing" >&2; exit 1
 	fi
 	if ls /run/netns/cni-* >/dev/null 2>&1; then
 		echo "kube-up: /run/netns already has cni-* namespaces; refusing" >&2; exit 1
 	fi
 	mkdir -p "$STATE"
+	# down.sh removes the nftables tables iptables-nft creates for the
+	# cluster, and only those: the ones that exist now stay.
+	if command -v nft >/dev/null; then nft list tables >"$STATE/nft-tables.before" 2>/dev/null || :; fi
 	for d in /run/containerd /run/netns; do
 		[ -e "$d" ] || touch "$STATE/made$(echo "$d" | tr / -)"
 	done
