@@ -244,19 +244,12 @@ pass "request $req: $(stored "$p1") of $(want "$p1") matches of ${p1:0:16} store
 
 # cli NAME ARGS-JSON: the riftflow CLI as a one-off pod of namespace NS (at most 25 min)
 # (docs/runbook.md): the API's environment, NATS user riftflow, the NATS CA.
-# A new pod's address is admitted by kube-router's NetworkPolicy rules only
-# once it has synced them, a few seconds after the pod starts: a run whose
-# connection to NATS was refused (nothing was published) is tried again.
+# kube-router admits a new pod's address to NetworkPolicy-guarded servers
+# only once it has synced its rules, a few seconds after the pod started,
+# and the CLI's first NATS connection would be refused before that: an init
+# container (the Postgres image's shell and psql) waits until NATS answers
+# the pod (netprobe's "received I").
 cli() {
-	local out
-	for _ in 1 2 3 4 5 6; do
-		if out=$(cli_once "$@"); then echo "$out"; return 0; fi
-		case $out in *'no servers available'*) sleep 5 ;; *) echo "$out"; return 1 ;; esac
-	done
-	echo "$out"
-	return 1
-}
-cli_once() {
 	local envfrom pgsecret
 	envfrom=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].envFrom}')
 	pgsecret=$(kc -n "$NS" get deploy riftflow-api -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="DATABASE_URL")].valueFrom.secretKeyRef.name}')
@@ -265,6 +258,10 @@ cli_once() {
 			spec: {
 				automountServiceAccountToken: false,
 				securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
+				initContainers: [{
+					name: "wait-for-nats", image: "riftflow.local/postgres:15", imagePullPolicy: "Never",
+					command: ["/bin/sh", "-c", "i=0; while [ $i -lt 3000 ]; do case $(/usr/lib/postgresql/15/bin/psql -w \"host=nats.nats.svc.cluster.local port=4222 user=probe sslmode=disable connect_timeout=5\" 2>&1) in *\"received I\"*) exit 0;; esac; i=$((i+1)); done; exit 1"],
+					securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: ["ALL"]}}}],
 				containers: [{
 					name: $name, image: "riftflow/riftflow:local", imagePullPolicy: "Never", args: $args,
 					envFrom: $envfrom,
