@@ -926,4 +926,35 @@ func TestLocalOverlay(t *testing.T) {
 	if ns, ok := r.namespaces["riftflow"]; !ok || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("local: namespace riftflow missing or not enforcing restricted Pod Security")
 	}
+	// make kube-e2e waits for a scale-up and a scale-down within minutes, on
+	// a node of 2 cores that must hold every workload at its maximum.
+	var milliCPU int64
+	for name, d := range r.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			req := c.Resources.Requests[corev1.ResourceCPU]
+			n := int64(1)
+			if d.Spec.Replicas != nil {
+				n = int64(*d.Spec.Replicas)
+			}
+			if so, ok := r.scaledObjects[name]; ok && so.Spec.MaxReplicaCount != nil {
+				n = int64(*so.Spec.MaxReplicaCount)
+			}
+			milliCPU += req.MilliValue() * n
+		}
+	}
+	if milliCPU > 1000 {
+		t.Errorf("local: CPU requests at every ScaledObject's maximum = %dm, want <= 1 of the node's 2 cores (NATS, KEDA and CoreDNS need the rest)", milliCPU)
+	}
+	for name, so := range r.scaledObjects {
+		s := so.Spec
+		if s.PollingInterval == nil || *s.PollingInterval > 5 || s.CooldownPeriod == nil || *s.CooldownPeriod > 60 {
+			t.Errorf("local: ScaledObject %s polls every %v s, cools down %v s; want <= 5 and <= 60", name, s.PollingInterval, s.CooldownPeriod)
+		}
+		if s.Advanced == nil || s.Advanced.HorizontalPodAutoscalerConfig == nil || s.Advanced.HorizontalPodAutoscalerConfig.Behavior == nil ||
+			s.Advanced.HorizontalPodAutoscalerConfig.Behavior.ScaleDown == nil ||
+			s.Advanced.HorizontalPodAutoscalerConfig.Behavior.ScaleDown.StabilizationWindowSeconds == nil ||
+			*s.Advanced.HorizontalPodAutoscalerConfig.Behavior.ScaleDown.StabilizationWindowSeconds > 60 {
+			t.Errorf("local: ScaledObject %s: want a scale-down stabilization window <= 60 s (the HPA default is 300 s)", name)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -42,6 +43,13 @@ type scaledObject struct {
 			Replicas         int32  `json:"replicas"`
 			Behavior         string `json:"behavior,omitempty"`
 		} `json:"fallback,omitempty"`
+		// Advanced.HorizontalPodAutoscalerConfig.Behavior is passed to the
+		// HPA KEDA makes (scale-down stabilization window, policies).
+		Advanced *struct {
+			HorizontalPodAutoscalerConfig *struct {
+				Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior,omitempty"`
+			} `json:"horizontalPodAutoscalerConfig,omitempty"`
+		} `json:"advanced,omitempty"`
 		Triggers []struct {
 			Type     string            `json:"type"`
 			Name     string            `json:"name,omitempty"`

@@ -59,19 +59,30 @@ fi
 # already exist, so they are ours).
 [ -x "$BIN/kube-proxy" ] && kube-proxy --cleanup >/dev/null 2>&1
 [ -x "$BIN/kube-router" ] && kube-router --cleanup-config >/dev/null 2>&1
+for ipt in iptables ip6tables; do
 for table in filter nat mangle raw; do
-	rules=$(iptables-save -t "$table" 2>/dev/null) || continue
+	rules=$($ipt-save -t "$table" 2>/dev/null) || continue
 	# Rules that jump to or sit in our chains.
 	echo "$rules" | grep -E '^-A ' | grep -E -- '-j (KUBE-|CNI-)|^-A (KUBE-|CNI-)' | while read -r r; do
-		eval "iptables -t $table ${r/-A /-D }" 2>/dev/null
+		eval "$ipt -t $table ${r/-A /-D }" 2>/dev/null
 	done
 	for ch in $(echo "$rules" | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
-		iptables -t "$table" -F "$ch" 2>/dev/null
+		$ipt -t "$table" -F "$ch" 2>/dev/null
 	done
 	for ch in $(echo "$rules" | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\) .*/\1/p'); do
-		iptables -t "$table" -X "$ch" 2>/dev/null
+		$ipt -t "$table" -X "$ch" 2>/dev/null
 	done
 done
+done
+# nftables tables that iptables-nft created for the cluster (absent when
+# up.sh started, recorded in nft-tables.before) and that hold no rule now.
+if [ -f "$STATE/nft-tables.before" ] && command -v nft >/dev/null; then
+	nft list tables 2>/dev/null | while read -r _ fam name; do
+		grep -qxF "table $fam $name" "$STATE/nft-tables.before" && continue
+		nft list table "$fam" "$name" | grep -qvE '^[[:space:]]*(table .*\{|chain .*\{|type .* hook .*;|\}|)$' && continue
+		nft delete table "$fam" "$name" && klog "nftables table $fam $name removed"
+	done
+fi
 for s in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router-)'); do ipset destroy "$s" 2>/dev/null; done
 
 # The bridge (its route goes with it) and the sysctls.

@@ -30,13 +30,16 @@ start_all=$(date +%s)
 if [ ! -d "$STATE" ]; then
 	# A fresh start: nothing of another Kubernetes or CNI may be here, since
 	# down.sh removes every KUBE-*/CNI-* chain and cni-* namespace as ours.
-	if iptables-save 2>/dev/null | grep -q -E '^:(KUBE|CNI)-'; then
+	if { iptables-save; ip6tables-save; } 2>/dev/null | grep -q -E '^:(KUBE|CNI)-'; then
 		echo "kube-up: iptables already has KUBE-/CNI- chains (another cluster?); refusing" >&2; exit 1
 	fi
 	if ls /run/netns/cni-* >/dev/null 2>&1; then
 		echo "kube-up: /run/netns already has cni-* namespaces; refusing" >&2; exit 1
 	fi
 	mkdir -p "$STATE"
+	# down.sh removes the nftables tables iptables-nft creates for the
+	# cluster, and only those: the ones that exist now stay.
+	if command -v nft >/dev/null; then nft list tables >"$STATE/nft-tables.before" 2>/dev/null || :; fi
 	for d in /run/containerd /run/netns; do
 		[ -e "$d" ] || touch "$STATE/made$(echo "$d" | tr / -)"
 	done
@@ -65,6 +68,16 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link set "$BRIDGE" up
 	klog "bridge $BRIDGE $BRIDGE_IP"
 fi
+
+# put FILE: writes stdin to FILE only when it differs, so that a second
+# kube-up leaves the files of running processes untouched (kube-proxy exits
+# when its configuration file is written, even with the same content).
+put() {
+	local tmp
+	tmp=$(mktemp "$1.XXXXXX")
+	cat >"$tmp"
+	if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
+}
 
 # ---- PKI ------------------------------------------------------------------
 # cert NAME CN O [SAN]: NAME.crt/.key signed by the cluster CA (ca), or by
@@ -114,7 +127,7 @@ cert kube-router system:kube-router ""
 # kubeconfig NAME USER-CERT: a kubeconfig for the cluster as that client.
 kubeconfig() {
 	local f=$1 c=$2
-	cat >"$f" <<EOF
+	put "$f" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -159,7 +172,7 @@ wait_for() {
 
 # ---- containerd -----------------------------------------------------------
 mkdir -p "$STATE/containerd/root" "$STATE/containerd/state" "$STATE/cni/ipam"
-cat >"$STATE/containerd.toml" <<EOF
+put "$STATE/containerd.toml" <<EOF
 version = 2
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
@@ -190,7 +203,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "$CNI_BIN"
     conf_dir = "$CNI_CONF"
 EOF
-cat >"$CNI_CONF/10-riftflow.conflist" <<EOF
+put "$CNI_CONF/10-riftflow.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "riftflow-kube",
@@ -268,7 +281,7 @@ start kube-scheduler kube-scheduler \
 
 # ---- the node ---------------------------------------------------------------
 mkdir -p "$STATE/kubelet"
-cat >"$STATE/kubelet.yaml" <<EOF
+put "$STATE/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $BRIDGE_IP
@@ -302,7 +315,7 @@ EOF
 start kubelet kubelet --config="$STATE/kubelet.yaml" --kubeconfig="$STATE/kubelet.kubeconfig" \
 	--root-dir="$STATE/kubelet" --hostname-override="$NODE" --node-ip="$BRIDGE_IP" --v=1
 
-cat >"$STATE/kube-proxy.yaml" <<EOF
+put "$STATE/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
