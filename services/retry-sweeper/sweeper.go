@@ -360,67 +360,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				rep.Capped = true
 				break
 			}
-			switch act, reason := s.policy().Sweep(fetchpolicy.Row{Status: f.Status, RetryCount: f.RetryCount, NotFound: f.NotFound,
-				Since: f.Since}, now); act {
-			case fetchpolicy.MakeFinal:
-				// Riot answered 404 MaxAttempts times (the fetcher's own
-				// final result was lost): gone. Any other streak is never
-				// final.
-				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, reason, f.Attempt+1)
-				if err != nil {
-					return rep, err
-				}
-				s.life().Advance(ctx, res.Progress)
-				rep.Permanent++
-				continue
-			case fetchpolicy.Wait:
-				rep.Waiting++
-				continue
-			}
-			_, region, err := riot.ParseMatchID(f.MatchID)
-			if err != nil {
-				res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, err.Error(), f.Attempt+1)
-				if err != nil {
-					return rep, err
-				}
-				s.life().Advance(ctx, res.Progress)
-				rep.Permanent++
-				continue
-			}
-			fl, ok := floors[region]
-			if !ok {
-				if fl, err = s.queueFloor(ctx, string(region), false); err != nil {
-					return rep, err
-				}
-				floors[region] = fl
-			}
-			if fl.queued && !f.Since.Add(s.cfg.QueueSlack).Before(fl.oldest) {
-				// Its command may still be waiting in the queue: fetching
-				// it twice would spend the rate budget twice.
-				rep.StillQueued++
-				continue
-			}
-			attempt := f.Attempt + 1
-			if f.Status == string(bus.Unfetched) {
-				attempt = max(f.Attempt, 1)
-			}
-			cmd := bus.FetchCommand{MatchID: f.MatchID, Kind: bus.Kind(f.Kind), Region: string(region), Attempt: attempt,
-				NotFound: f.NotFound, Priority: bus.Background, RequestID: f.ListedBy}
-			if !f.GameCreation.IsZero() {
-				cmd.GameCreationMs = f.GameCreation.UnixMilli()
-			}
-			id := bus.SweepFetchMsgID(cmd)
-			if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
+			if err := s.sweepRow(ctx, f, now, floors, &rep); err != nil {
 				return rep, err
 			}
-			// The re-publish holds the fetch from now: the row is not due
-			// again for StaleAfter, and then only once the queue has moved
-			// past this command (QueueSlack), so a command still waiting
-			// behind a backlog is not re-published every sweep.
-			if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
-				s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
-			}
-			rep.Republished++
 		}
 		if len(due) < s.cfg.BatchSize {
 			break
@@ -452,6 +394,74 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			"failed_jobs_capped", rep.FailedJobsCapped)
 	}
 	return rep, nil
+}
+
+// sweepRow handles one due ledger row: made final, left waiting, left to
+// the queue that may still hold its command, or re-published (counted in
+// rep). floors caches each region's queue floor for the run.
+func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time, floors map[riot.Region]queueFloor, rep *Report) error {
+	switch act, reason := s.policy().Sweep(fetchpolicy.Row{Status: f.Status, RetryCount: f.RetryCount, NotFound: f.NotFound,
+		Since: f.Since}, now); act {
+	case fetchpolicy.MakeFinal:
+		// Riot answered 404 MaxAttempts times (the fetcher's own
+		// final result was lost): gone. Any other streak is never
+		// final.
+		res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, reason, f.Attempt+1)
+		if err != nil {
+			return err
+		}
+		s.life().Advance(ctx, res.Progress)
+		rep.Permanent++
+		return nil
+	case fetchpolicy.Wait:
+		rep.Waiting++
+		return nil
+	}
+	_, region, err := riot.ParseMatchID(f.MatchID)
+	if err != nil {
+		res, err := s.d.Store.MarkPermanent(ctx, f.MatchID, f.Kind, err.Error(), f.Attempt+1)
+		if err != nil {
+			return err
+		}
+		s.life().Advance(ctx, res.Progress)
+		rep.Permanent++
+		return nil
+	}
+	fl, ok := floors[region]
+	if !ok {
+		if fl, err = s.queueFloor(ctx, string(region), false); err != nil {
+			return err
+		}
+		floors[region] = fl
+	}
+	if fl.queued && !f.Since.Add(s.cfg.QueueSlack).Before(fl.oldest) {
+		// Its command may still be waiting in the queue: fetching
+		// it twice would spend the rate budget twice.
+		rep.StillQueued++
+		return nil
+	}
+	attempt := f.Attempt + 1
+	if f.Status == string(bus.Unfetched) {
+		attempt = max(f.Attempt, 1)
+	}
+	cmd := bus.FetchCommand{MatchID: f.MatchID, Kind: bus.Kind(f.Kind), Region: string(region), Attempt: attempt,
+		NotFound: f.NotFound, Priority: bus.Background, RequestID: f.ListedBy}
+	if !f.GameCreation.IsZero() {
+		cmd.GameCreationMs = f.GameCreation.UnixMilli()
+	}
+	id := bus.SweepFetchMsgID(cmd)
+	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.Fetch(string(region)), cmd, jetstream.WithMsgID(id)); err != nil {
+		return err
+	}
+	// The re-publish holds the fetch from now: the row is not due
+	// again for StaleAfter, and then only once the queue has moved
+	// past this command (QueueSlack), so a command still waiting
+	// behind a backlog is not re-published every sweep.
+	if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
+		s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
+	}
+	rep.Republished++
+	return nil
 }
 
 // PendingDelay is fetchpolicy.Policy.PendingDelay of the sweeper's
