@@ -105,7 +105,7 @@ pass "token ${TOKEN:0:8}… created"
 # Background processes (port-forwards, the WebSocket client, the replica
 # recorder), stopped when the script exits.
 bgpids=()
-trap 'for p in "${bgpids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+trap 'for p in "${bgpids[@]}"; do kill "$p" 2>/dev/null || :; done' EXIT
 trap 'exit 143' TERM INT
 
 # podrun NS NAME IMAGE SECONDS OVERRIDES-JSON: runs a one-off pod to its end
