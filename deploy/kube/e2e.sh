@@ -21,10 +21,10 @@ set -euo pipefail
 step() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 pass() { printf -- '--- PASS: %s\n' "$*"; }
 fail() { printf -- '--- FAIL: %s\n' "$*"; exit 1; }
-# failed_later: a FAIL that does not stop the steps after it (their own
+# fail_later: a FAIL that does not stop the steps after it (their own
 # results stay worth seeing); the script still exits 1 at its end.
-failed=()
-fail_later() { printf -- '--- FAIL: %s\n' "$*"; failed+=("$*"); }
+failures=()
+fail_later() { printf -- '--- FAIL: %s\n' "$*"; failures+=("$*"); }
 NS=riftflow
 E2E=$STATE/e2e
 mkdir -p "$E2E"
@@ -105,7 +105,7 @@ pass "token ${TOKEN:0:8}… created"
 # Background processes (port-forwards, the WebSocket client, the replica
 # recorder), stopped when the script exits.
 bgpids=()
-trap 'for p in "${bgpids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+trap 'for p in "${bgpids[@]}"; do kill "$p" 2>/dev/null || :; done' EXIT
 trap 'exit 143' TERM INT
 
 # podrun NS NAME IMAGE SECONDS OVERRIDES-JSON: runs a one-off pod to its end
@@ -440,9 +440,9 @@ else
 	fail_later "$v client-caused 429s (application or method) in $(curl -fsS "$SIM/sim/stats" | jq .total) Riot API calls since the simulator started"
 fi
 
-if [ "${#failed[@]}" -gt 0 ]; then
-	printf '\nkube-e2e: %d step(s) FAILED (%s):\n' "${#failed[@]}" "$(date -u +%H:%M:%S)"
-	printf '    %s\n' "${failed[@]}"
+if [ "${#failures[@]}" -gt 0 ]; then
+	printf '\nkube-e2e: %d step(s) FAILED (%s):\n' "${#failures[@]}" "$(date -u +%H:%M:%S)"
+	printf '    %s\n' "${failures[@]}"
 	exit 1
 fi
 printf '\nkube-e2e: every step passed (%s)\n' "$(date -u +%H:%M:%S)"
