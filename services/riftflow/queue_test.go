@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -31,23 +32,7 @@ import (
 func TestQueuedSyncIsVisible(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
-	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pause := func(on bool) {
-		t.Helper()
-		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
-	}
-	// An API replica that accepted its requests before the switch reached it.
-	proc := *h.st.Infra.Process
-	proc.Pause = nil
-	api := *h.st.Infra
-	api.Process = &proc
-	srv := apiServer(t, &api, ScopeAdmin)
+	pause, srv := pauseSwitch(t, h)
 	do := func(method, path, body string, out any) int {
 		t.Helper()
 		code, _ := jsonCall(t, srv.URL, method, path, body, out)
@@ -232,22 +217,7 @@ func TestStatusSchedules(t *testing.T) {
 func TestNATSRequestIsVisible(t *testing.T) {
 	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
-	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pause := func(on bool) {
-		t.Helper()
-		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
-	}
-	proc := *h.st.Infra.Process
-	proc.Pause = nil
-	api := *h.st.Infra
-	api.Process = &proc
-	srv := apiServer(t, &api, ScopeAdmin)
+	pause, srv := pauseSwitch(t, h)
 	p1, p2 := synthPlayer(t, h, 1), synthPlayer(t, h, 2)
 	// Every service but the resolver, under the pause switch.
 	pause(true)
@@ -355,4 +325,29 @@ func TestNATSRequestIsVisible(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'sync'`); n != 2 {
 		t.Errorf("%d sync jobs, want the 2 requests' own", n)
 	}
+}
+
+// pauseSwitch gives the queue tests the pause switch of h's services
+// (pause sets it and waits until they see it) and an API server that
+// ignores it: a replica that accepted its requests before the switch
+// reached it. The replica gets its own copy of the Process, so the
+// services' switch stays.
+func pauseSwitch(t *testing.T, h *harness) (pause func(on bool), srv *httptest.Server) {
+	t.Helper()
+	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pause = func(on bool) {
+		t.Helper()
+		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
+	}
+	proc := *h.st.Infra.Process
+	proc.Pause = nil
+	api := *h.st.Infra
+	api.Process = &proc
+	return pause, apiServer(t, &api, ScopeAdmin)
 }
