@@ -3,6 +3,7 @@ package sim
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,16 @@ func TestAppRateLimitFixedWindow(t *testing.T) {
 	}
 	if h := s.WindowHistory("americas", "", 10); len(h) != 0 {
 		t.Fatalf("10 s window history: %+v", h)
+	}
+	// The same over HTTP (GET /sim/windows), and a clear 400 without its
+	// parameters.
+	var hh []WindowInstance
+	get(t, s, "/sim/windows?route=americas&secs=1").json(t, &hh)
+	if len(hh) != 1 || hh[0].Count != 5 {
+		t.Fatalf("GET /sim/windows: %+v", hh)
+	}
+	if r := get(t, s, "/sim/windows?route=americas"); r.code != 400 || !strings.Contains(string(r.body), "secs=") {
+		t.Fatalf("GET /sim/windows without secs: %d %s", r.code, r.body)
 	}
 	s.ResetStats()
 	if st := s.Stats(); st.Total != 0 || st.Violations != 0 {

@@ -129,6 +129,8 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 				s.stats.Violations++
 				s.noteViolation(now, true)
 				s.mu.Unlock()
+				s.log.Warn("client-caused 429", "route", route, "method", method, "type", rl.limitType,
+					"app_count", rl.appCount, "method_count", rl.methodCount, "retry_after_s", rl.retryAfter)
 				hdr.Set("Retry-After", strconv.Itoa(rl.retryAfter))
 				hdr.Set("X-Rate-Limit-Type", rl.limitType)
 				s.send(w, r, route, method, riotError(429, statusText[429]))
@@ -771,6 +773,17 @@ func (s *Sim) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /sim/stats/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.ResetStats()
 		w.WriteHeader(http.StatusNoContent)
+	})
+	// GET /sim/windows?route=americas&secs=10[&method=getMatch]: the ended
+	// instances of that window (WindowHistory), oldest first.
+	mux.HandleFunc("GET /sim/windows", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		secs, err := strconv.Atoi(q.Get("secs"))
+		if err != nil || secs <= 0 || q.Get("route") == "" {
+			writeJSON(w, 400, map[string]string{"error": "want route=<routing value>&secs=<window seconds>[&method=<method>]"})
+			return
+		}
+		writeJSON(w, 200, s.WindowHistory(q.Get("route"), q.Get("method"), secs))
 	})
 	mux.HandleFunc("GET /sim/truth", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.Truth()) })
 	mux.HandleFunc("GET /sim/players", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.Players()) })
