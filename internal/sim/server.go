@@ -110,8 +110,12 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 			s.send(w, r, route, method, riotError(403, "Forbidden"))
 			return
 		}
-		now := s.now()
+		// The arrival time is read under the lock that serialises the
+		// counters, as Riot's are: read before it, a request that waited
+		// for the lock would be counted after a later one, in a window
+		// that began after it arrived (an over-count no client causes).
 		s.mu.Lock()
+		now := s.now()
 		if s.blacklisted(now) {
 			s.mu.Unlock()
 			s.send(w, r, route, method, riotError(403, "Forbidden"))

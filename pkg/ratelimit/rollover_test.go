@@ -282,3 +282,40 @@ func TestSharedCountOneEndThroughKV(t *testing.T) {
 	})
 	holdsUntilRiotsEnd(t, clk, b, 30*time.Second+200*time.Millisecond)
 }
+
+// TestSlowFirstAnswerCarried: a full window's requests reach Riot late (a
+// starved process or Riot, a slow network): Riot's window begins only at
+// the first arrival, later than our start plus the measured margin, and
+// no answer has come back when ours rolls. The requests still in flight
+// count in our next window (eventRolled), so it grants nothing into
+// Riot's first; the count-1 reply then moves it to Riot's window, which
+// ends by the reply's time + 10 s.
+func TestSlowFirstAnswerCarried(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond})
+	const app, meth = "3:10", "100:10"
+	grants(t, lim, 1)[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(20 * time.Second)
+	ps := grants(t, lim, 5)
+	if len(ps) != 3 {
+		t.Fatalf("granted %d in a fresh 3:10 window, want 3", len(ps))
+	}
+	clk.at(30*time.Second + 50*time.Millisecond) // past start + length + margin
+	if got := grants(t, lim, 1); len(got) != 0 {
+		t.Fatalf("granted %d while no answer has said when Riot's window began", len(got))
+	}
+	replyAt := 30*time.Second + 500*time.Millisecond
+	clk.at(replyAt)
+	for i, p := range ps {
+		n := strconv.Itoa(i+1) + ":10"
+		p.Done(200, riotHeaders(app, n, meth, n))
+	}
+	clk.at(replyAt + 10*time.Second - time.Millisecond)
+	if got := grants(t, lim, 1); len(got) != 0 {
+		t.Fatalf("granted %d before Riot's window (begun by 30.5 s) can have ended", len(got))
+	}
+	clk.at(replyAt + 10*time.Second)
+	if got := grants(t, lim, 5); len(got) != 3 {
+		t.Fatalf("granted %d once Riot's window ended, want 3", len(got))
+	}
+}
