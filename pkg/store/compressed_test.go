@@ -9,9 +9,9 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
-func timelineRaw(tb testing.TB, s *store.Store, id string) (raw, rawGz []byte, frames int) {
+func timelineRaw(tb testing.TB, s *testStore, id string) (raw, rawGz []byte, frames int) {
 	tb.Helper()
-	if err := s.Pool().QueryRow(context.Background(), `SELECT raw::text::bytea, raw_gzip, frame_count
+	if err := s.db.QueryRow(context.Background(), `SELECT raw::text::bytea, raw_gzip, frame_count
 FROM match_timelines WHERE match_id = $1`, id).Scan(&raw, &rawGz, &frames); err != nil {
 		tb.Fatalf("timeline %s: %v", id, err)
 	}
@@ -107,7 +107,7 @@ func TestPersistBatchFreshAndStoredRowsTogether(t *testing.T) {
 	}
 	var mode string
 	var kills, n int
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT game_mode FROM matches WHERE match_id = $1),
+	if err := s.db.QueryRow(ctx, `SELECT (SELECT game_mode FROM matches WHERE match_id = $1),
 (SELECT kills FROM match_participants WHERE match_id = $1 AND participant_id = $2),
 (SELECT count(*) FROM match_participants WHERE match_id = $3)`,
 		changed.Match.MatchID, parts[0].ParticipantID, fxs[1].Match.MatchID).Scan(&mode, &kills, &n); err != nil {
@@ -165,7 +165,7 @@ func TestPersistBatchCompressedMatches(t *testing.T) {
 func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t)
-	url := s.Pool().Config().ConnString()
+	url := s.url
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
@@ -179,7 +179,7 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	b := store.Batch{Timelines: []store.TimelineRow{
 		{MatchID: "NA1_7", FrameIntervalMs: 60000, FrameCount: 1, Compressed: gz(t, doc), FetchedAt: t0}}}
 
-	tx, err := s.Pool().Begin(ctx)
+	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.Pool().Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
+	if _, err := store.PoolOf(ro).Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
 		t.Fatal(err)
 	}
 	_, err = ro.PersistBatch(ctx, b)
@@ -219,10 +219,10 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	}
 }
 
-func countRows(tb testing.TB, s *store.Store, table string) int {
+func countRows(tb testing.TB, s *testStore, table string) int {
 	tb.Helper()
 	var n int
-	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
 		tb.Fatal(err)
 	}
 	return n

@@ -39,7 +39,7 @@ func TestBlackholedPostgresFailsFast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if _, err := st.Pool().Exec(ctx, `SELECT 1`); err != nil {
+	if _, err := st.Accounts(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -48,7 +48,7 @@ func TestBlackholedPostgresFailsFast(t *testing.T) {
 	// arrives long before the hang guard unless nothing bounds the wait.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := st.Pool().Exec(context.Background(), `SELECT 1`)
+		_, err := st.Accounts(context.Background())
 		errc <- err
 	}()
 	select {

@@ -194,10 +194,6 @@ func queryRows[T any](ctx context.Context, s *Store, what string, scan pgx.RowTo
 	return out, nil
 }
 
-// Pool returns the underlying pool, for ad-hoc queries (admin commands,
-// tests). Writes to match data should go through the Store's methods.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // Migrate applies the embedded migrations (module migrations) to the
 // database at url with tern, recording the version in public.schema_version.
 // tern holds a Postgres advisory lock while migrating, so concurrent callers

@@ -38,7 +38,7 @@ func TestAPIAuthentication(t *testing.T) {
 	}
 	// Only the SHA-256 is stored.
 	var stored string
-	if err := h.st.Infra.Store.Pool().QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
+	if err := h.db.QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(stored, read[21:]) || strings.Contains(stored, syncTok[21:]) {
