@@ -75,8 +75,8 @@ func TestPersistBatchCompressedTimelines(t *testing.T) {
 		bad := store.Batch{Timelines: []store.TimelineRow{
 			{MatchID: "NA1_6", Compressed: gz(t, `{"ok":1}`), FetchedAt: t0}, c.row}}
 		_, err := s.PersistBatch(ctx, bad)
-		if err == nil || store.KindOf(err) != fault.Invalid {
-			t.Errorf("%s: err %v (kind %v), want Invalid", name, err, store.KindOf(err))
+		if err == nil || fault.KindOf(err) != fault.Invalid {
+			t.Errorf("%s: err %v (kind %v), want Invalid", name, err, fault.KindOf(err))
 		}
 	}
 	s.SetMaxDocumentBytes(0)
@@ -117,7 +117,7 @@ func TestPersistBatchFreshAndStoredRowsTogether(t *testing.T) {
 		t.Errorf("game_mode %q kills %d fresh participants %d; want CHANGED 77 %d", mode, kills, n, len(fxs[1].Participants))
 	}
 	orphan := withID(fxs[1], "NA1_404404")
-	if _, err := s.PersistBatch(ctx, store.Batch{Participants: orphan.Participants}); store.KindOf(err) != fault.Invalid {
+	if _, err := s.PersistBatch(ctx, store.Batch{Participants: orphan.Participants}); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("participants of an unknown match: %v, want Invalid", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestPersistBatchCompressedMatches(t *testing.T) {
 	}
 	check(changed)
 	m.Compressed = m.Compressed[:len(m.Compressed)-3]
-	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); store.KindOf(err) != fault.Invalid {
+	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("truncated gzip: %v, want Invalid", err)
 	}
 	check(changed)
@@ -187,8 +187,8 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = short.PersistBatch(ctx, b)
-	if err == nil || store.KindOf(err) != fault.Transient {
-		t.Errorf("statement timeout on a locked table: %v (kind %v), want Transient", err, store.KindOf(err))
+	if err == nil || fault.KindOf(err) != fault.Transient {
+		t.Errorf("statement timeout on a locked table: %v (kind %v), want Transient", err, fault.KindOf(err))
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -205,8 +205,8 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ro.PersistBatch(ctx, b)
-	if err == nil || store.KindOf(err) != fault.Transient {
-		t.Errorf("read-only database: %v (kind %v), want Transient", err, store.KindOf(err))
+	if err == nil || fault.KindOf(err) != fault.Transient {
+		t.Errorf("read-only database: %v (kind %v), want Transient", err, fault.KindOf(err))
 	}
 	if n := countRows(t, s, "match_timelines"); n != 0 {
 		t.Fatalf("%d timelines written by failed batches", n)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -154,7 +155,7 @@ func TestAPIAuthentication(t *testing.T) {
 		t.Fatal(err)
 	}
 	call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, "").problem(t, "a revoked token", http.StatusUnauthorized)
-	if err := ts.Revoke(ctx, syncRow.ID); err != store.ErrNotFound {
+	if err := ts.Revoke(ctx, syncRow.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("revoking twice: %v, want ErrNotFound", err)
 	}
 }
