@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -181,6 +182,25 @@ func randomHex() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Pool opens a pool on the database at url (a NewDatabase URL) for a
+// test's own SQL: to set up rows or faults and to read back what a store
+// wrote, beside the store under test. It is closed on t's cleanup; any
+// error fails the test.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	return pool
 }
 
 // Query runs sql (one row, one column) on the database at url and returns

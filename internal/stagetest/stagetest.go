@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -34,7 +35,7 @@ import (
 // Options says what the stage under test uses besides NATS.
 type Options struct {
 	// DB gives the stage a fresh migrated database (DATABASE_URL; the
-	// test reads it through Env.Store).
+	// test reaches it through Env.Store and Env.DB).
 	DB bool
 	// Riot, when non-nil, starts the simulator with these options (its
 	// APIKey and, when empty, FixturesDir are filled in) and points the
@@ -51,8 +52,11 @@ type Env struct {
 	// Process is what the stage is built on; Process.JS also serves the
 	// test for publishing and inspecting.
 	Process *app.Process
-	// Store is the test's own pool on the stage's database, or nil.
+	// Store is the test's own store on the stage's database, or nil.
 	Store *store.Store
+	// DB is the test's own pool on the stage's database, for SQL of its
+	// own (pgtest.Pool), or nil.
+	DB *pgxpool.Pool
 	// Sim is the simulator behind the stage's Riot client, or nil.
 	Sim *sim.Sim
 	// DBURL is the stage's database, or "".
@@ -79,6 +83,7 @@ func New(t *testing.T, o Options) *Env {
 		}
 		t.Cleanup(st.Close)
 		e.Store = st
+		e.DB = pgtest.Pool(t, e.DBURL)
 	}
 	if o.Riot != nil {
 		var base, key string
@@ -216,7 +221,7 @@ func (e *Env) Wait(what string, cond func() bool) {
 func (e *Env) Count(sql string, args ...any) int {
 	e.T.Helper()
 	var n int
-	if err := e.Store.Pool().QueryRow(e.T.Context(), sql, args...).Scan(&n); err != nil {
+	if err := e.DB.QueryRow(e.T.Context(), sql, args...).Scan(&n); err != nil {
 		e.T.Fatalf("%s: %v", sql, err)
 	}
 	return n

@@ -14,9 +14,9 @@
 //   - Gone: the thing asked for does not exist (a Riot 404). It is recorded
 //     as gone.
 //
-// An error is classified where it is made (New, Wrap, or a classifier such
-// as store.Classify for Postgres errors) and read where it is settled
-// (KindOf). An error nobody classified is Transient: when in doubt, a
+// An error is classified where it is made (Wrap, Wrapf, RetryAt, or at a
+// package's boundary: every pkg/store method returns its Postgres errors
+// classified) and read where it is settled (KindOf). An error nobody classified is Transient: when in doubt, a
 // message is retried, never dropped.
 package fault
 

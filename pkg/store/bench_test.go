@@ -68,8 +68,8 @@ func BenchmarkPersist(b *testing.B) {
 
 // persistOneByOne is the naive baseline: one transaction per match, one
 // INSERT … ON CONFLICT round trip per row.
-func persistOneByOne(ctx context.Context, s *store.Store, fx fixture) error {
-	return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+func persistOneByOne(ctx context.Context, s *testStore, fx fixture) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		m := fx.Match
 		if _, err := tx.Exec(ctx, `
 INSERT INTO matches (match_id, platform, region, queue_id, game_mode, game_type, game_version, patch, map_id,

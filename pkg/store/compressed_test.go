@@ -9,9 +9,9 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
-func timelineRaw(tb testing.TB, s *store.Store, id string) (raw, rawGz []byte, frames int) {
+func timelineRaw(tb testing.TB, s *testStore, id string) (raw, rawGz []byte, frames int) {
 	tb.Helper()
-	if err := s.Pool().QueryRow(context.Background(), `SELECT raw::text::bytea, raw_gzip, frame_count
+	if err := s.db.QueryRow(context.Background(), `SELECT raw::text::bytea, raw_gzip, frame_count
 FROM match_timelines WHERE match_id = $1`, id).Scan(&raw, &rawGz, &frames); err != nil {
 		tb.Fatalf("timeline %s: %v", id, err)
 	}
@@ -75,8 +75,8 @@ func TestPersistBatchCompressedTimelines(t *testing.T) {
 		bad := store.Batch{Timelines: []store.TimelineRow{
 			{MatchID: "NA1_6", Compressed: gz(t, `{"ok":1}`), FetchedAt: t0}, c.row}}
 		_, err := s.PersistBatch(ctx, bad)
-		if err == nil || store.KindOf(err) != fault.Invalid {
-			t.Errorf("%s: err %v (kind %v), want Invalid", name, err, store.KindOf(err))
+		if err == nil || fault.KindOf(err) != fault.Invalid {
+			t.Errorf("%s: err %v (kind %v), want Invalid", name, err, fault.KindOf(err))
 		}
 	}
 	s.SetMaxDocumentBytes(0)
@@ -107,7 +107,7 @@ func TestPersistBatchFreshAndStoredRowsTogether(t *testing.T) {
 	}
 	var mode string
 	var kills, n int
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT game_mode FROM matches WHERE match_id = $1),
+	if err := s.db.QueryRow(ctx, `SELECT (SELECT game_mode FROM matches WHERE match_id = $1),
 (SELECT kills FROM match_participants WHERE match_id = $1 AND participant_id = $2),
 (SELECT count(*) FROM match_participants WHERE match_id = $3)`,
 		changed.Match.MatchID, parts[0].ParticipantID, fxs[1].Match.MatchID).Scan(&mode, &kills, &n); err != nil {
@@ -117,7 +117,7 @@ func TestPersistBatchFreshAndStoredRowsTogether(t *testing.T) {
 		t.Errorf("game_mode %q kills %d fresh participants %d; want CHANGED 77 %d", mode, kills, n, len(fxs[1].Participants))
 	}
 	orphan := withID(fxs[1], "NA1_404404")
-	if _, err := s.PersistBatch(ctx, store.Batch{Participants: orphan.Participants}); store.KindOf(err) != fault.Invalid {
+	if _, err := s.PersistBatch(ctx, store.Batch{Participants: orphan.Participants}); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("participants of an unknown match: %v, want Invalid", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestPersistBatchCompressedMatches(t *testing.T) {
 	}
 	check(changed)
 	m.Compressed = m.Compressed[:len(m.Compressed)-3]
-	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); store.KindOf(err) != fault.Invalid {
+	if _, err := s.PersistBatch(ctx, store.Batch{Matches: []store.MatchRow{m}}); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("truncated gzip: %v, want Invalid", err)
 	}
 	check(changed)
@@ -165,7 +165,7 @@ func TestPersistBatchCompressedMatches(t *testing.T) {
 func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t)
-	url := s.Pool().Config().ConnString()
+	url := s.url
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
@@ -179,7 +179,7 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	b := store.Batch{Timelines: []store.TimelineRow{
 		{MatchID: "NA1_7", FrameIntervalMs: 60000, FrameCount: 1, Compressed: gz(t, doc), FetchedAt: t0}}}
 
-	tx, err := s.Pool().Begin(ctx)
+	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +187,8 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = short.PersistBatch(ctx, b)
-	if err == nil || store.KindOf(err) != fault.Transient {
-		t.Errorf("statement timeout on a locked table: %v (kind %v), want Transient", err, store.KindOf(err))
+	if err == nil || fault.KindOf(err) != fault.Transient {
+		t.Errorf("statement timeout on a locked table: %v (kind %v), want Transient", err, fault.KindOf(err))
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -201,12 +201,12 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.Pool().Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
+	if _, err := store.PoolOf(ro).Exec(ctx, `SET default_transaction_read_only = on`); err != nil {
 		t.Fatal(err)
 	}
 	_, err = ro.PersistBatch(ctx, b)
-	if err == nil || store.KindOf(err) != fault.Transient {
-		t.Errorf("read-only database: %v (kind %v), want Transient", err, store.KindOf(err))
+	if err == nil || fault.KindOf(err) != fault.Transient {
+		t.Errorf("read-only database: %v (kind %v), want Transient", err, fault.KindOf(err))
 	}
 	if n := countRows(t, s, "match_timelines"); n != 0 {
 		t.Fatalf("%d timelines written by failed batches", n)
@@ -219,10 +219,10 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	}
 }
 
-func countRows(tb testing.TB, s *store.Store, table string) int {
+func countRows(tb testing.TB, s *testStore, table string) int {
 	tb.Helper()
 	var n int
-	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
 		tb.Fatal(err)
 	}
 	return n

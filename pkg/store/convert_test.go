@@ -19,15 +19,16 @@ func TestConvertRawDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	db := pgtest.Pool(t, url)
 	docs := map[string]string{
 		"EUW1_1": `{"metadata":{"matchId":"EUW1_1"},"info":{"gameCreation":1}}`,
 		"EUW1_2": "{\"metadata\":{\"matchId\":\"EUW1_2\"},\"x\":\"\xff\"}",
 	}
 	for id, doc := range docs {
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO matches (match_id, raw_gzip) VALUES ($1, $2)`, id, gz(t, doc)); err != nil {
+		if _, err := db.Exec(ctx, `INSERT INTO matches (match_id, raw_gzip) VALUES ($1, $2)`, id, gz(t, doc)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO match_timelines (match_id, raw_gzip) VALUES ($1, $2)`, id, gz(t, doc)); err != nil {
+		if _, err := db.Exec(ctx, `INSERT INTO match_timelines (match_id, raw_gzip) VALUES ($1, $2)`, id, gz(t, doc)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,7 +37,7 @@ func TestConvertRawDocuments(t *testing.T) {
 	}
 	for _, tbl := range []string{"matches", "match_timelines"} {
 		var moved, kept int
-		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE raw IS NOT NULL AND raw_gzip IS NULL),
+		if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE raw IS NOT NULL AND raw_gzip IS NULL),
 count(*) FILTER (WHERE raw IS NULL AND raw_gzip IS NOT NULL) FROM `+tbl).Scan(&moved, &kept); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/fault"
 )
 
-// Classify is a fault.Classifier for errors from Postgres and pgx.
+// classify is the fault.Classifier of errors from Postgres and pgx.
 //
 // Only the data's own faults are Invalid: SQLSTATE class 22 (data
 // exception: a NUL byte in text, a value out of range), class 23
@@ -33,7 +33,7 @@ import (
 // pool and pgx's SafeToRetry errors are Transient too.
 //
 // See https://www.postgresql.org/docs/current/errcodes-appendix.html.
-func Classify(err error) (fault.Kind, bool) {
+func classify(err error) (fault.Kind, bool) {
 	if err == nil {
 		return fault.Transient, false
 	}
@@ -56,9 +56,24 @@ func Classify(err error) (fault.Kind, bool) {
 	return fault.Transient, false
 }
 
-// KindOf is fault.KindOf(err, Classify): the kind of an error returned by
-// a Store method.
-func KindOf(err error) fault.Kind { return fault.KindOf(err, Classify) }
+// classified gives *err its fault.Kind at the store's boundary: every
+// exported Store method that returns an error defers it, so its callers
+// read the kind with fault.KindOf alone. An error with a *fault.Error in
+// its chain already (a document the store itself refused as Invalid) is
+// left as it is; any other becomes a *fault.Error of kind
+// fault.KindOf(*err, classify) wrapping it unchanged: the same message
+// (with its SQLSTATE), and errors.Is and errors.As still reach the pgx and
+// pgconn errors and the store's own (ErrNotFound, ErrNoAnswer, …).
+func classified(err *error) {
+	if *err == nil {
+		return
+	}
+	var fe *fault.Error
+	if errors.As(*err, &fe) {
+		return
+	}
+	*err = fault.Wrap(fault.KindOf(*err, classify), *err)
+}
 
 // StripNUL removes NUL bytes (U+0000) from every text value of b and
 // replaces byte sequences that are not UTF-8 with U+FFFD, both of which

@@ -48,12 +48,13 @@ type Forgotten struct {
 // byte-equal to Riot's). Job rows that name the PUUID anywhere (detail,
 // error) go too. ErrNotFound when nothing was left to delete (no account,
 // job or match of its own); an empty PUUID is an error.
-func (s *Store) ForgetAccount(ctx context.Context, puuid string) (Forgotten, error) {
+func (s *Store) ForgetAccount(ctx context.Context, puuid string) (_ Forgotten, err error) {
+	defer classified(&err)
 	var f Forgotten
 	if puuid == "" {
 		return f, errors.New("store: forget account: empty PUUID")
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		f = Forgotten{}
 		err := tx.QueryRow(ctx, `SELECT game_name, tag_line FROM accounts WHERE puuid = $1 FOR UPDATE`, puuid).
 			Scan(&f.GameName, &f.TagLine)

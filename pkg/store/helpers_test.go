@@ -6,13 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func openStore(tb testing.TB) *store.Store {
+// testStore is a Store on a fresh migrated database, with the test's own
+// pool on the same database for SQL of its own (pgtest.Pool).
+type testStore struct {
+	*store.Store
+	db  *pgxpool.Pool
+	url string
+}
+
+func openStore(tb testing.TB) *testStore {
 	tb.Helper()
 	url := pgtest.NewDatabase(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -22,19 +32,19 @@ func openStore(tb testing.TB) *store.Store {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.Close)
-	return s
+	return &testStore{Store: s, db: pgtest.Pool(tb, url), url: url}
 }
 
 // snapshot returns, per table, its row count and an md5 over every row
 // including xmin, so any rewrite of a row (even to identical values) shows.
-func snapshot(tb testing.TB, s *store.Store) map[string]string {
+func snapshot(tb testing.TB, s *testStore) map[string]string {
 	tb.Helper()
 	out := map[string]string{}
 	for _, tbl := range []string{"accounts", "matches", "match_participants", "match_timelines", "match_fetches",
 		"sync_matches", "jobs"} {
 		var n int
 		var sum *string
-		err := s.Pool().QueryRow(context.Background(),
+		err := s.db.QueryRow(context.Background(),
 			`SELECT count(*), md5(string_agg(t.xmin::text || t::text, '|' ORDER BY t::text)) FROM `+tbl+` t`).
 			Scan(&n, &sum)
 		if err != nil {
@@ -56,10 +66,10 @@ type ledgerRow struct {
 	HTTPStatus                    int
 }
 
-func ledger(tb testing.TB, s *store.Store, matchID, kind string) ledgerRow {
+func ledger(tb testing.TB, s *testStore, matchID, kind string) ledgerRow {
 	tb.Helper()
 	var r ledgerRow
-	err := s.Pool().QueryRow(context.Background(), `SELECT status, attempt, retry_count, not_found,
+	err := s.db.QueryRow(context.Background(), `SELECT status, attempt, retry_count, not_found,
 coalesce(last_error, ''), coalesce(http_status, 0) FROM match_fetches WHERE match_id = $1 AND kind = $2`,
 		matchID, kind).Scan(&r.Status, &r.Attempt, &r.RetryCount, &r.NotFound, &r.LastError, &r.HTTPStatus)
 	if err != nil {

@@ -30,11 +30,12 @@ func (f FetchState) Final() bool {
 
 // FetchState reads the ledger row of (matchID, kind). A fetch with no row
 // is FetchState{} and no error.
-func (s *Store) FetchState(ctx context.Context, matchID, kind string) (FetchState, error) {
+func (s *Store) FetchState(ctx context.Context, matchID, kind string) (_ FetchState, err error) {
+	defer classified(&err)
 	var f FetchState
 	var until *time.Time
 	var by *string
-	err := s.pool.QueryRow(ctx, `SELECT status, attempt, held_until, held_by FROM match_fetches
+	err = s.pool.QueryRow(ctx, `SELECT status, attempt, held_until, held_by FROM match_fetches
 WHERE match_id = $1 AND kind = $2`, matchID, kind).Scan(&f.Status, &f.Attempt, &until, &by)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return FetchState{}, nil
@@ -57,8 +58,9 @@ WHERE match_id = $1 AND kind = $2`, matchID, kind).Scan(&f.Status, &f.Attempt, &
 // does not exist yet is created unfetched; a final row is left alone. The
 // hold replaces the row's previous one: the newest schedule holds the
 // fetch.
-func (s *Store) Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO match_fetches AS f (match_id, kind, held_until, held_by) VALUES ($1, $2, $3, $4)
+func (s *Store) Hold(ctx context.Context, matchID, kind string, until time.Time, by string) (err error) {
+	defer classified(&err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO match_fetches AS f (match_id, kind, held_until, held_by) VALUES ($1, $2, $3, $4)
 ON CONFLICT (match_id, kind) DO UPDATE SET held_until = EXCLUDED.held_until, held_by = EXCLUDED.held_by
 WHERE f.status IN ('unfetched', 'temporary_failure')`, matchID, kind, until, by)
 	if err != nil {

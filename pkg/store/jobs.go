@@ -37,8 +37,9 @@ func insertArgs(j Job) []any {
 // RecordJob creates job j or, when its id exists, overwrites its status,
 // retries, error, detail and timestamps (zero timestamps keep the stored
 // ones).
-func (s *Store) RecordJob(ctx context.Context, j Job) error {
-	_, err := s.pool.Exec(ctx, jobInsert+`
+func (s *Store) RecordJob(ctx context.Context, j Job) (err error) {
+	defer classified(&err)
+	_, err = s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retries, error = EXCLUDED.error,
     detail = coalesce(EXCLUDED.detail, jobs.detail),
     started_at = coalesce(EXCLUDED.started_at, jobs.started_at),
@@ -54,7 +55,8 @@ ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, retries = EXCLUDED.retr
 // pending (a request queued and never started), merging j.Detail into its
 // detail. A job that started or finished already is left unchanged.
 // It reports whether j was recorded.
-func (s *Store) EndWaitingJob(ctx context.Context, j Job) (bool, error) {
+func (s *Store) EndWaitingJob(ctx context.Context, j Job) (_ bool, err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}')
@@ -68,7 +70,8 @@ WHERE jobs.status = 'pending'`, insertArgs(j)...)
 // AbandonJobs records as failed, with reason, every job of type jobType
 // still running that started before startedBefore: its process exited
 // mid-run (a crash leaves no other trace). Returns how many.
-func (s *Store) AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (int, error) {
+func (s *Store) AbandonJobs(ctx context.Context, jobType string, startedBefore time.Time, reason string) (_ int, err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'failed', error = $3, finished_at = now()
 WHERE type = $1 AND status = 'running' AND started_at < $2`, jobType, startedBefore, reason)
 	if err != nil {
@@ -80,7 +83,8 @@ WHERE type = $1 AND status = 'running' AND started_at < $2`, jobType, startedBef
 // FinishJob sets job id to status (completed, failed or rejected) with
 // errMsg ("" → NULL) and finished_at now. ErrNotFound when there is no such
 // job.
-func (s *Store) FinishJob(ctx context.Context, id string, status syncjob.Status, errMsg string) error {
+func (s *Store) FinishJob(ctx context.Context, id string, status syncjob.Status, errMsg string) (err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET status = $2, error = nullif($3, ''), finished_at = now()
 WHERE id = $1`, id, status, errMsg)
 	if err != nil {
@@ -100,7 +104,8 @@ type JobFilter struct {
 
 // Jobs returns the jobs matching f, most recently requested first; a
 // pending sync carries its Position in the queue.
-func (s *Store) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
+func (s *Store) Jobs(ctx context.Context, f JobFilter) (_ []Job, err error) {
+	defer classified(&err)
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -134,6 +139,7 @@ ORDER BY requested_at DESC, id LIMIT $4`, f.Type, f.PUUID, f.Status, f.Limit)
 // whatever their age. It returns how many rows it deleted for their age
 // and for the cap.
 func (s *Store) PruneJobs(ctx context.Context, finishedBefore time.Time, keepFailed int) (aged, capped int64, err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `DELETE FROM jobs
 WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finishedBefore)
 	if err != nil {
@@ -148,7 +154,8 @@ WHERE status IN ('completed', 'failed', 'rejected') AND finished_at < $1`, finis
 // and returns how many it deleted; keep ≤ 0 deletes nothing. It reads the
 // failed rows only (index jobs_failed_idx), which the cap keeps few: run
 // often (every sweep), it costs a scan of about keep rows per type.
-func (s *Store) CapFailedJobs(ctx context.Context, keep int) (int64, error) {
+func (s *Store) CapFailedJobs(ctx context.Context, keep int) (_ int64, err error) {
+	defer classified(&err)
 	if keep <= 0 {
 		return 0, nil
 	}

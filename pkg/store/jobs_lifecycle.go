@@ -15,8 +15,9 @@ import (
 // a.Platform the stored platform and region; empty ones keep them (the
 // sync stores the platform the resolver found). Design 001's "account
 // linked" trigger; the caller then queues a sync.
-func (s *Store) LinkAccount(ctx context.Context, a Account) error {
-	_, err := s.pool.Exec(ctx, `
+func (s *Store) LinkAccount(ctx context.Context, a Account) (err error) {
+	defer classified(&err)
+	_, err = s.pool.Exec(ctx, `
 INSERT INTO accounts (puuid, game_name, tag_line, platform, region, active)
 VALUES ($1, $2, $3, $4, $5, true)
 ON CONFLICT (puuid) DO UPDATE SET active = true,
@@ -33,7 +34,8 @@ ON CONFLICT (puuid) DO UPDATE SET active = true,
 
 // UnlinkAccount sets active = false so scheduled jobs skip the account; its
 // data stays. ErrNotFound when there is no such account.
-func (s *Store) UnlinkAccount(ctx context.Context, puuid string) error {
+func (s *Store) UnlinkAccount(ctx context.Context, puuid string) (err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `UPDATE accounts SET active = false, updated_at = now() WHERE puuid = $1`, puuid)
 	if err != nil {
 		return fmt.Errorf("store: unlink account %s: %w", puuid, err)
@@ -46,14 +48,16 @@ func (s *Store) UnlinkAccount(ctx context.Context, puuid string) error {
 
 // ActiveAccounts returns every active account with a platform, by PUUID
 // (the accounts scheduled jobs work on).
-func (s *Store) ActiveAccounts(ctx context.Context) ([]Account, error) {
+func (s *Store) ActiveAccounts(ctx context.Context) (_ []Account, err error) {
+	defer classified(&err)
 	return s.queryAccounts(ctx, "active accounts", `SELECT `+accountCols+` FROM accounts
 WHERE active AND platform <> '' ORDER BY puuid`)
 }
 
 // MatchStatuses returns the match ledger status (kind match) of each of ids
 // that has a ledger row; absent ids are absent from the map.
-func (s *Store) MatchStatuses(ctx context.Context, ids []string) (map[string]string, error) {
+func (s *Store) MatchStatuses(ctx context.Context, ids []string) (_ map[string]string, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `SELECT match_id, status FROM match_fetches WHERE kind = 'match' AND match_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: match statuses: %w", err)
@@ -72,7 +76,8 @@ func (s *Store) MatchStatuses(ctx context.Context, ids []string) (map[string]str
 // it, e.g. a sync reset by crash recovery). ClaimMatches then returns them
 // in Publish, so the new sync publishes them. Rows listed by a live sync are
 // left alone: that sync publishes them. Returns the adopted ids.
-func (s *Store) AdoptOrphans(ctx context.Context, requestID string, ids []string) ([]string, error) {
+func (s *Store) AdoptOrphans(ctx context.Context, requestID string, ids []string) (_ []string, err error) {
+	defer classified(&err)
 	return queryRows(ctx, s, "adopt orphans "+requestID, pgx.RowTo[string], `
 UPDATE match_fetches f SET listed_by_request = $1, updated_at = now()
 WHERE f.kind = 'match' AND f.match_id = ANY($2) AND f.status = 'unfetched'
@@ -94,7 +99,8 @@ type LeagueSnapshot struct {
 // and its last snapshot before to (days, UTC), counting a division as 100
 // LP and a tier as 400 (Master and above share one ladder). nil when fewer
 // than two snapshots fall in the period.
-func (s *Store) LPChange(ctx context.Context, puuid, queueType string, from, to time.Time) (*int, error) {
+func (s *Store) LPChange(ctx context.Context, puuid, queueType string, from, to time.Time) (_ *int, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `
 (SELECT snapshot_date, tier, rank, league_points FROM league_entries
  WHERE puuid = $1 AND queue_type = $2 AND snapshot_date >= $3::date AND snapshot_date < $4::date
@@ -140,11 +146,12 @@ func LadderPoints(tier, rank string, lp int) int {
 }
 
 // JobByID returns one jobs row; ErrNotFound when absent.
-func (s *Store) JobByID(ctx context.Context, id string) (Job, error) {
+func (s *Store) JobByID(ctx context.Context, id string) (_ Job, err error) {
+	defer classified(&err)
 	var j Job
 	var started, finished *time.Time
 	var detail []byte
-	err := s.pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 SELECT id, type, coalesce(puuid, ''), status, retries, coalesce(error, ''), detail, requested_at, started_at, finished_at
 FROM jobs WHERE id = $1`, id).Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retries, &j.Error, &detail,
 		&j.RequestedAt, &started, &finished)
@@ -163,7 +170,8 @@ FROM jobs WHERE id = $1`, id).Scan(&j.ID, &j.Type, &j.PUUID, &j.Status, &j.Retri
 // QueueSync) that j, no longer pending, ends; it reports whether j was
 // recorded. Used for rejected requests, whose id may belong to a sync that
 // already ran.
-func (s *Store) RecordJobOnce(ctx context.Context, j Job) (bool, error) {
+func (s *Store) RecordJobOnce(ctx context.Context, j Job) (_ bool, err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, jobInsert+`
 ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error,
     puuid = coalesce(jobs.puuid, EXCLUDED.puuid), detail = coalesce(jobs.detail, '{}') || coalesce(EXCLUDED.detail, '{}'),
@@ -179,6 +187,7 @@ WHERE jobs.status = 'pending' AND EXCLUDED.status <> 'pending'`, insertArgs(j)..
 // and those that reached a final state (done), from sync_matches. A request
 // that listed nothing, or is unknown, gives 0, 0.
 func (s *Store) RequestProgress(ctx context.Context, requestID string) (done, total int, err error) {
+	defer classified(&err)
 	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE done), count(*) FROM sync_matches WHERE request_id = $1`,
 		requestID).Scan(&done, &total)
 	if err != nil {

@@ -28,7 +28,8 @@ type LeagueEntry struct {
 
 // UpsertLeagueEntries stores the snapshots, replacing the same (puuid,
 // queue type, day) when its content changed.
-func (s *Store) UpsertLeagueEntries(ctx context.Context, entries []LeagueEntry) error {
+func (s *Store) UpsertLeagueEntries(ctx context.Context, entries []LeagueEntry) (err error) {
+	defer classified(&err)
 	b := &pgx.Batch{}
 	for _, e := range entries {
 		b.Queue(`
@@ -72,10 +73,11 @@ type WeeklyStats struct {
 // WeeklyStats sums the account's games that started in [from, to) from
 // match_participants joined with visible_matches (permanently unfetchable
 // matches excluded; game_creation used when game_start is NULL).
-func (s *Store) WeeklyStats(ctx context.Context, puuid string, from, to time.Time) (WeeklyStats, error) {
+func (s *Store) WeeklyStats(ctx context.Context, puuid string, from, to time.Time) (_ WeeklyStats, err error) {
+	defer classified(&err)
 	var w WeeklyStats
 	var top []byte
-	err := s.pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 WITH g AS (
     SELECT p.* FROM match_participants p JOIN visible_matches m USING (match_id)
     WHERE p.puuid = $1 AND coalesce(m.game_start, m.game_creation) >= $2
@@ -108,7 +110,8 @@ type WeeklyReport struct {
 }
 
 // SaveWeeklyReport stores r, replacing an earlier report of the same week.
-func (s *Store) SaveWeeklyReport(ctx context.Context, r WeeklyReport) error {
+func (s *Store) SaveWeeklyReport(ctx context.Context, r WeeklyReport) (err error) {
+	defer classified(&err)
 	top, err := json.Marshal(r.TopChampions)
 	if err != nil {
 		return fmt.Errorf("store: save weekly report: %w", err)

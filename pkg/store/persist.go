@@ -202,9 +202,10 @@ type BatchResult struct {
 // success, its timeline row is final too; accounts reaching done == total are
 // completed (last_synced_at set, jobs row completed). Participants must
 // belong to a match in this batch or already stored.
-func (s *Store) PersistBatch(ctx context.Context, b Batch) (BatchResult, error) {
+func (s *Store) PersistBatch(ctx context.Context, b Batch) (_ BatchResult, err error) {
+	defer classified(&err)
 	var res BatchResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		res, err = persistTx(ctx, tx, b, s.maxDocBytes())
 		return err

@@ -54,7 +54,7 @@ func TestPersistBatchReplayChangesNothing(t *testing.T) {
 	}
 	before := snapshot(t, s)
 	var nm, np int
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM match_participants)`).
+	if err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM match_participants)`).
 		Scan(&nm, &np); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestPersistBatchReplayChangesNothing(t *testing.T) {
 	// with lz4, queryable, and read back as sent.
 	var raw []byte
 	var comp, queue string
-	if err := s.Pool().QueryRow(ctx, `SELECT raw, pg_column_compression(raw), raw->'info'->>'queueId'
+	if err := s.db.QueryRow(ctx, `SELECT raw, pg_column_compression(raw), raw->'info'->>'queueId'
 FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).Scan(&raw, &comp, &queue); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).Scan(&raw, &comp, &queu
 		t.Fatal(err)
 	}
 	var q int
-	if err := s.Pool().QueryRow(ctx, `SELECT queue_id FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).
+	if err := s.db.QueryRow(ctx, `SELECT queue_id FROM matches WHERE match_id = $1`, fxs[0].Match.MatchID).
 		Scan(&q); err != nil || q != 9999 {
 		t.Errorf("queue_id after update = %d (%v), want 9999", q, err)
 	}
@@ -131,7 +131,7 @@ func TestPersistBatchDuplicatesInOneBatch(t *testing.T) {
 	var nm, np, nt int
 	var mode string
 	var kills int
-	err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM match_participants),
+	err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM match_participants),
 (SELECT count(*) FROM match_timelines), (SELECT game_mode FROM matches WHERE match_id = $1),
 (SELECT kills FROM match_participants WHERE match_id = $1 AND participant_id = $2)`,
 		dup.Match.MatchID, p.ParticipantID).Scan(&nm, &np, &nt, &mode, &kills)
@@ -249,7 +249,7 @@ func TestVisibleMatchesHidesPermanentlyUnfetchable(t *testing.T) {
 	}
 	var all, visible int
 	var failed string
-	err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM visible_matches),
+	err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM matches), (SELECT count(*) FROM visible_matches),
 (SELECT string_agg(match_id, ',') FROM match_fetch_failures)`).Scan(&all, &visible, &failed)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestVisibleMatchesHidesPermanentlyUnfetchable(t *testing.T) {
 		t.Errorf("matches %d, visible %d, failures %q; want 2, 1, %q", all, visible, failed, fxs[1].Match.MatchID)
 	}
 	var id string
-	if err := s.Pool().QueryRow(ctx, `SELECT match_id FROM visible_matches`).Scan(&id); err != nil || id != fxs[0].Match.MatchID {
+	if err := s.db.QueryRow(ctx, `SELECT match_id FROM visible_matches`).Scan(&id); err != nil || id != fxs[0].Match.MatchID {
 		t.Errorf("visible match = %q (%v), want %q", id, err, fxs[0].Match.MatchID)
 	}
 }

@@ -31,7 +31,7 @@ func TestOpenMaxConns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if got := s.Pool().Config().MaxConns; got != c.want {
+			if got := store.PoolOf(s).Config().MaxConns; got != c.want {
 				t.Errorf("MaxConns = %d, want %d", got, c.want)
 			}
 		})

@@ -22,7 +22,8 @@ type SyncRequest = syncjob.Request
 // when they accept a request, before publishing it. A job with r's id that
 // exists already is left unchanged (a repeated request id); the result
 // says whether r was recorded.
-func (s *Store) QueueSync(ctx context.Context, r SyncRequest) (bool, error) {
+func (s *Store) QueueSync(ctx context.Context, r SyncRequest) (_ bool, err error) {
+	defer classified(&err)
 	d := map[string]any{"mode": r.Mode, "trigger": r.Trigger, "priority": r.Priority}
 	if r.RiotID != "" {
 		d["riot_id"] = r.RiotID
@@ -104,7 +105,8 @@ func withQueue(st *AccountStatus, q []Queued) {
 // lol.ingest.queued, which may be read after the refusal) stays rejected.
 // It reports whether the job was ended or recorded; a job that is not
 // pending (started or finished) is left alone.
-func (s *Store) RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error) {
+func (s *Store) RejectQueued(ctx context.Context, requestID, reason string, code int) (_ bool, err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `INSERT INTO jobs (id, type, status, error, detail, requested_at, finished_at)
 VALUES ($1, 'sync', 'rejected', $2, jsonb_build_object('code', $3::int), now(), now())
 ON CONFLICT (id) DO UPDATE SET status = 'rejected', error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,

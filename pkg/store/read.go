@@ -14,12 +14,14 @@ import (
 // JSON body, byte-equal: the json column raw, or for a document kept
 // compressed, raw_gzip un-gzipped) and when it was fetched. Permanently unfetchable
 // matches are hidden (visible_matches). ErrNotFound when absent.
-func (s *Store) MatchRaw(ctx context.Context, matchID string) ([]byte, time.Time, error) {
+func (s *Store) MatchRaw(ctx context.Context, matchID string) (_ []byte, _ time.Time, err error) {
+	defer classified(&err)
 	return s.raw(ctx, `SELECT raw, raw_gzip, fetched_at FROM visible_matches WHERE match_id = $1`, matchID)
 }
 
 // TimelineRaw is MatchRaw for the TimelineDto.
-func (s *Store) TimelineRaw(ctx context.Context, matchID string) ([]byte, time.Time, error) {
+func (s *Store) TimelineRaw(ctx context.Context, matchID string) (_ []byte, _ time.Time, err error) {
+	defer classified(&err)
 	return s.raw(ctx, `SELECT t.raw, t.raw_gzip, t.fetched_at FROM match_timelines t
 JOIN visible_matches m USING (match_id) WHERE t.match_id = $1`, matchID)
 }
@@ -69,7 +71,8 @@ type MatchPage struct {
 // PlayerMatches returns up to limit (1..100) of puuid's stored visible
 // matches after page, newest first (keyset pagination on game_creation,
 // match_id).
-func (s *Store) PlayerMatches(ctx context.Context, puuid string, page MatchPage, limit int) ([]PlayerMatch, error) {
+func (s *Store) PlayerMatches(ctx context.Context, puuid string, page MatchPage, limit int) (_ []PlayerMatch, err error) {
+	defer classified(&err)
 	limit = min(max(limit, 1), 100)
 	rows, err := s.pool.Query(ctx, `
 SELECT m.match_id, coalesce(m.game_creation, 'epoch'), m.queue_id, m.duration_s, p.champion_name, p.team_position,
@@ -124,7 +127,8 @@ type RankSnapshot struct {
 // RankSnapshots returns up to limit (1..100) of puuid's league snapshots
 // after page, newest day first, then by queue type descending (keyset
 // pagination on snapshot_date, queue_type).
-func (s *Store) RankSnapshots(ctx context.Context, puuid string, page DayPage, limit int) ([]RankSnapshot, error) {
+func (s *Store) RankSnapshots(ctx context.Context, puuid string, page DayPage, limit int) (_ []RankSnapshot, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `
 SELECT queue_type, to_char(snapshot_date, 'YYYY-MM-DD'), platform, league_id, tier, rank, league_points, wins,
        losses, hot_streak, veteran, fresh_blood, inactive, fetched_at
@@ -163,7 +167,8 @@ type StoredReport struct {
 
 // WeeklyReports returns up to limit (1..100) of puuid's weekly reports
 // before page.Before (zero: from the newest), newest week first.
-func (s *Store) WeeklyReports(ctx context.Context, puuid string, page DayPage, limit int) ([]StoredReport, error) {
+func (s *Store) WeeklyReports(ctx context.Context, puuid string, page DayPage, limit int) (_ []StoredReport, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `
 SELECT to_char(week_start, 'YYYY-MM-DD'), games, wins, kills, deaths, assists, kda::float8, top_champions,
        lp_change, created_at

@@ -35,7 +35,8 @@ type Reopened struct {
 // and not_found 0, listed by f.RequestID, and returns them; the caller
 // publishes one FetchCommand per row. retry_count keeps the history. Rows
 // locked by a concurrent writer are skipped, not waited for.
-func (s *Store) ReopenUnfetchable(ctx context.Context, f ReplayFilter) ([]Reopened, error) {
+func (s *Store) ReopenUnfetchable(ctx context.Context, f ReplayFilter) (_ []Reopened, err error) {
+	defer classified(&err)
 	if f.Limit <= 0 {
 		f.Limit = DefaultReplayLimit
 	}

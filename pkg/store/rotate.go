@@ -24,7 +24,8 @@ var puuidColumns = []struct{ table, column string }{
 // encrypts PUUIDs per API key). It returns the rows rewritten per table.
 // Matches are not refetched and their raw payloads keep the old PUUIDs.
 // A new PUUID that is also an old one of another pair is an error.
-func (s *Store) RewritePUUIDs(ctx context.Context, pairs map[string]string) (map[string]int64, error) {
+func (s *Store) RewritePUUIDs(ctx context.Context, pairs map[string]string) (_ map[string]int64, err error) {
+	defer classified(&err)
 	olds := make([]string, 0, len(pairs))
 	news := make([]string, 0, len(pairs))
 	for o, n := range pairs {
@@ -34,7 +35,7 @@ func (s *Store) RewritePUUIDs(ctx context.Context, pairs map[string]string) (map
 		olds, news = append(olds, o), append(news, n)
 	}
 	out := map[string]int64{}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE puuid_map ON COMMIT DROP AS
 SELECT * FROM unnest($1::text[], $2::text[]) AS m(old, new) WHERE old <> new`, olds, news); err != nil {
 			return err
@@ -56,6 +57,7 @@ SELECT * FROM unnest($1::text[], $2::text[]) AS m(old, new) WHERE old <> new`, o
 }
 
 // Accounts returns every stored account (active or not), by PUUID.
-func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
+func (s *Store) Accounts(ctx context.Context) (_ []Account, err error) {
+	defer classified(&err)
 	return s.queryAccounts(ctx, "accounts", `SELECT `+accountCols+` FROM accounts ORDER BY puuid`)
 }

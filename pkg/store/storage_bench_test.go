@@ -64,11 +64,11 @@ func BenchmarkRawStorage(b *testing.B) {
 				col += " COMPRESSION " + c.compression
 			}
 			for _, t := range []string{"m", "t"} {
-				if _, err := s.Pool().Exec(ctx, fmt.Sprintf(`CREATE TABLE raw_%s (id text PRIMARY KEY, doc %s)`, t, col)); err != nil {
+				if _, err := s.db.Exec(ctx, fmt.Sprintf(`CREATE TABLE raw_%s (id text PRIMARY KEY, doc %s)`, t, col)); err != nil {
 					b.Fatal(err)
 				}
 				if c.typ == "bytea" { // gzip already: no second compression
-					if _, err := s.Pool().Exec(ctx, `ALTER TABLE raw_`+t+` ALTER COLUMN doc SET STORAGE EXTERNAL`); err != nil {
+					if _, err := s.db.Exec(ctx, `ALTER TABLE raw_`+t+` ALTER COLUMN doc SET STORAGE EXTERNAL`); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -79,7 +79,7 @@ func BenchmarkRawStorage(b *testing.B) {
 			}
 			n := 0
 			for b.Loop() {
-				err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 					for t, docs := range map[string][][]byte{"m": ms, "t": ts} {
 						if _, err := tx.CopyFrom(ctx, pgx.Identifier{"raw_" + t}, []string{"id", "doc"},
 							pgx.CopyFromSlice(len(docs), func(i int) ([]any, error) {
@@ -97,7 +97,7 @@ func BenchmarkRawStorage(b *testing.B) {
 			}
 			b.ReportMetric(float64(inBytes)*float64(n)/b.Elapsed().Seconds()/1e6, "MB/s")
 			var size int64
-			if err := s.Pool().QueryRow(ctx, `SELECT pg_total_relation_size('raw_m') + pg_total_relation_size('raw_t')`).Scan(&size); err != nil {
+			if err := s.db.QueryRow(ctx, `SELECT pg_total_relation_size('raw_m') + pg_total_relation_size('raw_t')`).Scan(&size); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(size)/float64(n*(len(ms)+len(ts))), "disk-B/doc")
@@ -107,7 +107,7 @@ func BenchmarkRawStorage(b *testing.B) {
 			b.StopTimer()
 			start := time.Now()
 			for range 5 {
-				rows, err := s.Pool().Query(ctx, `SELECT doc->'info'->>'queueId', avg((doc->'info'->>'gameDuration')::numeric)
+				rows, err := s.db.Query(ctx, `SELECT doc->'info'->>'queueId', avg((doc->'info'->>'gameDuration')::numeric)
 FROM raw_m GROUP BY 1`)
 				if err != nil {
 					b.Fatal(err)

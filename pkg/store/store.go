@@ -49,6 +49,16 @@ const (
 )
 
 // Store is the Postgres store. It is safe for concurrent use.
+//
+// Every error a Store method returns carries its fault.Kind (fault.KindOf
+// reads it; no classifier is needed): Invalid for rows Postgres refuses
+// for their data (SQLSTATE classes 22 and 23, 54000) and for a compressed
+// document PersistBatch cannot inflate (corrupt, or over
+// SetMaxDocumentBytes), Transient for everything else (the server down,
+// busy, read-only or timed out, a refused connection, a closed pool,
+// ErrNoAnswer, ErrNotFound, …). The kind wraps the error unchanged: its
+// message keeps the SQLSTATE, and errors.Is and errors.As reach the
+// *pgconn.PgError, the pgx errors and the store's own sentinel errors.
 type Store struct {
 	pool   *pgxpool.Pool
 	maxDoc int64 // SetMaxDocumentBytes
@@ -141,7 +151,7 @@ func Dial(url string, opts ...Option) (*Store, error) {
 
 // Default timeouts, applied by Open unless the URL sets them: a stuck
 // server, a held lock or an abandoned transaction ends in an error that
-// Classify calls Transient, instead of a handler blocked forever.
+// a Store method returns as Transient, instead of a handler blocked forever.
 const (
 	DefaultConnectTimeout   = 10 * time.Second
 	DefaultStatementTimeout = "30s" // statement_timeout
@@ -173,7 +183,8 @@ func applyTimeouts(cc *pgx.ConnConfig) {
 func (s *Store) Close() { s.pool.Close() }
 
 // Ping checks that Postgres answers.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer classified(&err)
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("store: ping: %w", err)
 	}
@@ -193,10 +204,6 @@ func queryRows[T any](ctx context.Context, s *Store, what string, scan pgx.RowTo
 	}
 	return out, nil
 }
-
-// Pool returns the underlying pool, for ad-hoc queries (admin commands,
-// tests). Writes to match data should go through the Store's methods.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Migrate applies the embedded migrations (module migrations) to the
 // database at url with tern, recording the version in public.schema_version.

@@ -31,7 +31,8 @@ type DueFetch struct {
 // (Hold) both end before olderThan, oldest first: a fetch waiting in a
 // message schedule is not due before its schedule fires. It never returns a final row
 // (success, permanently_unfetchable, outside_retention_window).
-func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) ([]DueFetch, error) {
+func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) (_ []DueFetch, err error) {
+	defer classified(&err)
 	return s.DueRetriesAfter(ctx, olderThan, nil, limit)
 }
 
@@ -39,7 +40,8 @@ func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) 
 // start), in the order (Since, MatchID, Kind): a caller that does not change
 // the rows it is given (the retry-sweeper only re-publishes them) pages
 // through every due row, not the first page again and again.
-func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *DueFetch, limit int) ([]DueFetch, error) {
+func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *DueFetch, limit int) (_ []DueFetch, err error) {
+	defer classified(&err)
 	since, mid, kind := time.Time{}, "", ""
 	if after != nil {
 		since, mid, kind = after.Since, after.MatchID, after.Kind
@@ -101,12 +103,13 @@ const pendingMatch = `((m.status = 'temporary_failure' AND m.retry_count >= $1 A
 // Its sync_matches rows are marked done, and syncs that reach their total
 // complete ("completed with N matches pending": SyncProgress.Pending). The
 // match is stored later, whenever a retry succeeds.
-func (s *Store) SettlePending(ctx context.Context, minFailures int) (BatchResult, error) {
+func (s *Store) SettlePending(ctx context.Context, minFailures int) (_ BatchResult, err error) {
+	defer classified(&err)
 	if minFailures < 1 {
 		minFailures = 1
 	}
 	var res BatchResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 UPDATE sync_matches s SET done = true
 FROM accounts a, match_fetches m
@@ -148,7 +151,8 @@ WHERE s.request_id = $2 AND `+pendingMatch, minFailures, p.RequestID).Scan(&res.
 // unfetchable with reason, under the rules of LedgerUpdate, and updates sync
 // progress like PersistBatch (the result lists syncs that moved, so the
 // caller can publish their progress).
-func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (BatchResult, error) {
+func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (_ BatchResult, err error) {
+	defer classified(&err)
 	return s.PersistBatch(ctx, Batch{Ledger: []LedgerUpdate{{
 		MatchID: matchID, Kind: kind, Status: StatusPermanentlyUnfetchable, Attempt: attempt, Error: reason,
 		AttemptedAt: time.Now(),
@@ -157,7 +161,8 @@ func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string,
 
 // StuckSyncs returns the accounts syncing without progress since
 // noProgressSince (last_progress_at, else sync_started_at).
-func (s *Store) StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]Account, error) {
+func (s *Store) StuckSyncs(ctx context.Context, noProgressSince time.Time) (_ []Account, err error) {
+	defer classified(&err)
 	return s.queryAccounts(ctx, "stuck syncs", `SELECT `+accountCols+` FROM accounts
 WHERE sync_status = 'syncing' AND coalesce(last_progress_at, sync_started_at, updated_at) < $1
 ORDER BY last_progress_at`, noProgressSince)
@@ -166,7 +171,8 @@ ORDER BY last_progress_at`, noProgressSince)
 // ResetSync moves the account from syncing back to pending, only while it is
 // still syncing requestID; otherwise it returns ErrNotFound and changes
 // nothing.
-func (s *Store) ResetSync(ctx context.Context, puuid, requestID string) error {
+func (s *Store) ResetSync(ctx context.Context, puuid, requestID string) (err error) {
+	defer classified(&err)
 	tag, err := s.pool.Exec(ctx, `UPDATE accounts SET sync_status = 'pending', updated_at = now()
 WHERE puuid = $1 AND sync_request_id = $2 AND sync_status = 'syncing'`, puuid, requestID)
 	if err != nil {
@@ -189,7 +195,8 @@ type Failure struct {
 }
 
 // Failures returns up to limit failed fetches, most recent attempt first.
-func (s *Store) Failures(ctx context.Context, limit int) ([]Failure, error) {
+func (s *Store) Failures(ctx context.Context, limit int) (_ []Failure, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `
 SELECT match_id, kind, status, attempt, retry_count, not_found, coalesce(http_status, 0),
        coalesce(last_error, ''), last_attempt_at, game_creation, coalesce(listed_by_request, '')
@@ -212,7 +219,8 @@ FROM match_fetch_failures ORDER BY last_attempt_at DESC NULLS LAST, match_id LIM
 }
 
 // LedgerCounts counts ledger rows by "kind/status" (e.g. "match/success").
-func (s *Store) LedgerCounts(ctx context.Context) (map[string]int, error) {
+func (s *Store) LedgerCounts(ctx context.Context) (_ map[string]int, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `SELECT kind || '/' || status, count(*)::int FROM match_fetches GROUP BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("store: ledger counts: %w", err)

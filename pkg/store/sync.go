@@ -55,8 +55,9 @@ func deref(t *time.Time) time.Time {
 // UpsertAccount creates the account or updates its identity (game name, tag
 // line, platform, region, active). Sync fields are left to BeginSync,
 // ClaimMatches, PersistBatch, FailSync and ResetSync.
-func (s *Store) UpsertAccount(ctx context.Context, a Account) error {
-	_, err := s.pool.Exec(ctx, `
+func (s *Store) UpsertAccount(ctx context.Context, a Account) (err error) {
+	defer classified(&err)
+	_, err = s.pool.Exec(ctx, `
 INSERT INTO accounts (puuid, game_name, tag_line, platform, region, active)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (puuid) DO UPDATE SET game_name = EXCLUDED.game_name, tag_line = EXCLUDED.tag_line,
@@ -110,6 +111,7 @@ type SyncStart struct {
 // A request whose job is already rejected (it expired waiting, see the
 // retry-sweeper) does not begin: the error wraps ErrRequestEnded.
 func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, err error) {
+	defer classified(&err)
 	requested := st.RequestedAt
 	if requested.IsZero() {
 		requested = time.Now()
@@ -206,12 +208,13 @@ type ClaimResult struct {
 // these sync_matches rows or is seen by this count. Returns ErrNotFound when
 // the account is not syncing for requestID (BeginSync first) and not already
 // completed by it.
-func (s *Store) ClaimMatches(ctx context.Context, requestID, puuid string, ids []string) (ClaimResult, error) {
+func (s *Store) ClaimMatches(ctx context.Context, requestID, puuid string, ids []string) (_ ClaimResult, err error) {
+	defer classified(&err)
 	sorted := append([]string(nil), ids...)
 	sort.Strings(sorted)
 	sorted = compact(sorted)
 	var res ClaimResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = ClaimResult{}
 		if _, err := tx.Exec(ctx, `
 INSERT INTO sync_matches (request_id, match_id, puuid)
@@ -299,9 +302,10 @@ WHERE id = $1 AND status IN ('pending', 'running')`, requestID); err != nil {
 // requestID, so ClaimMatches hands them to this sync to publish again and
 // the persister overwrites the stored rows. The jobs row's detail.forced
 // records how many stored matches were reopened. Returns that number.
-func (s *Store) ForceRefetch(ctx context.Context, requestID string, ids []string) (int, error) {
+func (s *Store) ForceRefetch(ctx context.Context, requestID string, ids []string) (_ int, err error) {
+	defer classified(&err)
 	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 UPDATE match_fetches SET status = 'unfetched', listed_by_request = $1, last_error = NULL, http_status = NULL,
     attempt = 0, updated_at = now()
@@ -330,8 +334,9 @@ WHERE id = $1`, requestID, n)
 // FailSync marks sync requestID of puuid failed with reason (account
 // sync_status failed and sync_error, jobs row failed). It does nothing when
 // the account has moved on to another request or finished.
-func (s *Store) FailSync(ctx context.Context, requestID, puuid, reason string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+func (s *Store) FailSync(ctx context.Context, requestID, puuid, reason string) (err error) {
+	defer classified(&err)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET sync_status = 'failed', sync_error = $3, updated_at = now()
 WHERE puuid = $1 AND sync_request_id = $2 AND sync_status IN ('syncing', 'pending')`,
 			puuid, requestID, reason); err != nil {
@@ -349,7 +354,8 @@ WHERE id = $1 AND status IN ('pending', 'running')`, requestID, reason)
 
 // KnownMatchIDs reports which of ids already have a match ledger row (any
 // status): listed before, by any request. Absent ids are absent from the map.
-func (s *Store) KnownMatchIDs(ctx context.Context, ids []string) (map[string]bool, error) {
+func (s *Store) KnownMatchIDs(ctx context.Context, ids []string) (_ map[string]bool, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `SELECT match_id FROM match_fetches WHERE kind = 'match' AND match_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("store: known match ids: %w", err)
@@ -384,14 +390,16 @@ type AccountStatus struct {
 
 // AccountStatus returns the status of the account puuid; ErrNotFound when
 // there is no such account.
-func (s *Store) AccountStatus(ctx context.Context, puuid string) (AccountStatus, error) {
+func (s *Store) AccountStatus(ctx context.Context, puuid string) (_ AccountStatus, err error) {
+	defer classified(&err)
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts WHERE puuid = $1`, puuid))
 	return s.accountStatus(ctx, a, err, puuid, "")
 }
 
 // AccountByRiotID is AccountStatus looked up by Riot ID (game name and tag
 // line, case-insensitive).
-func (s *Store) AccountByRiotID(ctx context.Context, gameName, tagLine string) (AccountStatus, error) {
+func (s *Store) AccountByRiotID(ctx context.Context, gameName, tagLine string) (_ AccountStatus, err error) {
+	defer classified(&err)
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts
 WHERE lower(game_name) = lower($1) AND lower(tag_line) = lower($2)
 ORDER BY updated_at DESC LIMIT 1`, gameName, tagLine))
@@ -466,7 +474,8 @@ type RunningSync struct {
 // retry-sweeper keeps their PUUID locks alive while they are healthy. A
 // sync waiting only for its lister (nothing claimed yet) is the lister's to
 // keep alive.
-func (s *Store) RunningSyncs(ctx context.Context) ([]RunningSync, error) {
+func (s *Store) RunningSyncs(ctx context.Context) (_ []RunningSync, err error) {
+	defer classified(&err)
 	rows, err := s.pool.Query(ctx, `SELECT a.puuid, a.sync_request_id, a.region,
   coalesce(a.last_progress_at, a.sync_started_at, a.updated_at)
 FROM accounts a

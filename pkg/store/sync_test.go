@@ -11,7 +11,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 )
 
-func begin(t *testing.T, s *store.Store, req, puuid string) {
+func begin(t *testing.T, s *testStore, req, puuid string) {
 	t.Helper()
 	if _, err := s.BeginSync(context.Background(), store.SyncStart{RequestID: req, PUUID: puuid, GameName: "Faker",
 		TagLine: "KR1", Platform: "KR", Region: "asia", Mode: "full", Trigger: "api", RequestedAt: t0}); err != nil {

@@ -52,7 +52,6 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -293,7 +292,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	}
 	if err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
-		return natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("begin sync: %w", err))), false
+		return natsx.Fail(fmt.Errorf("begin sync: %w", err)), false
 	}
 	if replaced != "" {
 		// The account's previous sync lost its lock (an outage longer
@@ -386,7 +385,7 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 		known, err := s.d.Store.MatchStatuses(ctx, ids)
 		if err != nil {
 			log.WarnContext(ctx, "ledger lookup failed, will retry", "err", err)
-			return l, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("ledger lookup: %w", err))), false
+			return l, natsx.Fail(fmt.Errorf("ledger lookup: %w", err)), false
 		}
 		for _, id := range ids {
 			if _, _, err := riot.ParseMatchID(id); err != nil {
@@ -419,20 +418,20 @@ func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w li
 		n, err := s.d.Store.ForceRefetch(ctx, cmd.RequestID, fresh)
 		if err != nil {
 			log.WarnContext(ctx, "force refetch failed, will retry", "err", err)
-			return store.ClaimResult{}, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("force refetch: %w", err))), false
+			return store.ClaimResult{}, natsx.Fail(fmt.Errorf("force refetch: %w", err)), false
 		}
 		log.InfoContext(ctx, "force: refetching and overwriting stored matches", "forced", n, "listed", len(fresh))
 	}
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
-		return store.ClaimResult{}, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("adopt orphans: %w", err))), false
+		return store.ClaimResult{}, natsx.Fail(fmt.Errorf("adopt orphans: %w", err)), false
 	} else if len(adopted) > 0 {
 		log.InfoContext(ctx, "adopted matches an abandoned sync never published", "count", len(adopted))
 	}
 	res, err := s.d.Store.ClaimMatches(ctx, cmd.RequestID, cmd.PUUID, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "claim matches failed, will retry", "err", err)
-		return res, natsx.Fail(fault.Wrap(store.KindOf(err), fmt.Errorf("claim matches: %w", err))), false
+		return res, natsx.Fail(fmt.Errorf("claim matches: %w", err)), false
 	}
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
@@ -519,7 +518,7 @@ func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err erro
 	}
 	reason := fmt.Sprintf("match list: %v", err)
 	if ferr := s.d.Store.FailSync(ctx, cmd.RequestID, cmd.PUUID, reason); ferr != nil {
-		return natsx.Fail(fault.Wrap(store.KindOf(ferr), fmt.Errorf("record failed sync: %w", ferr)))
+		return natsx.Fail(fmt.Errorf("record failed sync: %w", ferr))
 	}
 	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
 	s.life().Fail(ctx, cmd.RequestID, cmd.PUUID, reason)

@@ -235,10 +235,10 @@ func TestForcedLatestSyncRefetchesTheNewestStored(t *testing.T) {
 	}
 	e.Wait("the first sync's cursor", func() bool { _, err := cursors.Get(t.Context(), p.PUUID); return err == nil })
 	// The first sync's matches are stored and the sync is over.
-	if _, err := e.Store.Pool().Exec(t.Context(), `UPDATE match_fetches SET status = 'success' WHERE match_id = ANY($1)`, keys(first)); err != nil {
+	if _, err := e.DB.Exec(t.Context(), `UPDATE match_fetches SET status = 'success' WHERE match_id = ANY($1)`, keys(first)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Store.Pool().Exec(t.Context(), `UPDATE accounts SET sync_status = 'completed' WHERE puuid = $1`, p.PUUID); err != nil {
+	if _, err := e.DB.Exec(t.Context(), `UPDATE accounts SET sync_status = 'completed' WHERE puuid = $1`, p.PUUID); err != nil {
 		t.Fatal(err)
 	}
 	locks, err := e.Process.KV(t.Context(), streams.BucketSyncLocks)

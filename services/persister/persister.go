@@ -162,13 +162,13 @@ func (s *Service) Run(ctx context.Context) error {
 
 // HandleBatch persists msgs in one transaction and settles each message.
 //
-// Errors are classified by store.KindOf. A Transient one (the database is
-// down, read-only, out of disk, or a statement or lock timed out) says
-// nothing about the data: every message is retried by the settle policy,
-// which also pauses the consumer until Postgres answers again. Only an
-// Invalid one (SQLSTATE classes 22 and 23: the rows themselves) starts the
-// one-by-one isolation, and only a message that is Invalid on its own is
-// recorded as permanently unfetchable.
+// The store returns its errors classified (fault.KindOf). A Transient one
+// (the database is down, read-only, out of disk, or a statement or lock
+// timed out) says nothing about the data: every message is retried by the
+// settle policy, which also pauses the consumer until Postgres answers
+// again. Only an Invalid one (SQLSTATE classes 22 and 23: the rows
+// themselves) starts the one-by-one isolation, and only a message that is
+// Invalid on its own is recorded as permanently unfetchable.
 func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
 	items := s.decodeAll(ctx, msgs)
 	var all store.Batch
@@ -191,16 +191,16 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 		s.life.Advance(ctx, res.Progress)
 		return results
 	}
-	if store.KindOf(err) != fault.Invalid || len(msgs) == 1 && items[0].bad != nil {
+	if fault.KindOf(err) != fault.Invalid || len(msgs) == 1 && items[0].bad != nil {
 		s.d.Logger.WarnContext(ctx, "persist batch failed, will retry", "messages", len(msgs),
-			"kind", store.KindOf(err).String(), "err", err)
+			"kind", fault.KindOf(err).String(), "err", err)
 		for i := range results {
 			switch {
 			case items[i].retry != nil:
 			case items[i].bad != nil:
 				results[i] = s.poison(ctx, items[i].ref, items[i].bad)
 			default:
-				results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
+				results[i] = natsx.Fail(err)
 			}
 		}
 		return results
@@ -220,10 +220,10 @@ func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx
 		switch {
 		case err == nil:
 			progress = append(progress, r.Progress...)
-		case store.KindOf(err) == fault.Invalid:
+		case fault.KindOf(err) == fault.Invalid:
 			results[i] = s.poison(ctx, items[i].ref, err)
 		default:
-			results[i] = natsx.Fail(fault.Wrap(store.KindOf(err), err))
+			results[i] = natsx.Fail(err)
 		}
 	}
 	s.life.Advance(ctx, progress)
@@ -256,7 +256,7 @@ func (s *Service) poison(ctx context.Context, ref fetchRef, cause error) natsx.R
 		lb.StripNUL()
 		if _, err := s.d.Store.PersistBatch(ctx, lb); err != nil {
 			s.d.Logger.ErrorContext(ctx, "could not record an unstorable payload; will retry", "match_id", ref.matchID, "err", err)
-			return natsx.Fail(fault.Wrap(store.KindOf(err), err))
+			return natsx.Fail(err)
 		}
 	}
 	s.d.Logger.ErrorContext(ctx, "unstorable message rejected", "subject", ref.subject, "match_id", ref.matchID, "err", cause)

@@ -100,13 +100,13 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		b := store.Batch{Ledger: []store.LedgerUpdate{lu}}
 		b.StripNUL()
 		res, err := s.d.Store.PersistBatch(ctx, b)
-		switch kind := store.KindOf(err); {
+		switch kind := fault.KindOf(err); {
 		case err == nil:
 			s.life().Advance(ctx, res.Progress)
 			log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
 		case kind != fault.Invalid && !last:
 			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
-			return natsx.Fail(fault.Wrap(kind, fmt.Errorf("record advisory: %w", err)))
+			return natsx.Fail(fmt.Errorf("record advisory: %w", err))
 		case !exhausted:
 			// A terminated message left in its stream is not in a work
 			// queue's way: the log is its trace.
@@ -126,7 +126,7 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		// whoever follows it) must not wait for ever.
 		reason := fmt.Errorf("gave up: the request %s after %d deliveries on %s/%s; send it again", how, a.Deliveries, a.Stream, a.Consumer)
 		if _, err := s.endRequest(ctx, a.Stream, raw, reason, map[string]any{"exhausted_in": a.Stream}, "exhausted"); err != nil && !last {
-			return natsx.Fail(fault.Wrap(store.KindOf(err), err))
+			return natsx.Fail(err)
 		}
 	}
 	if exhausted {

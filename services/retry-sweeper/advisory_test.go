@@ -148,7 +148,7 @@ func TestAdvisoryRecordsNULErrorText(t *testing.T) {
 // work queue.
 func TestAdvisoryRemovesWhatCannotBeRecorded(t *testing.T) {
 	a := newAdvisoryEnv(t)
-	if _, err := a.e.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches ADD CONSTRAINT refuse_8801 CHECK (match_id <> 'NA1_8801')`); err != nil {
+	if _, err := a.e.DB.Exec(t.Context(), `ALTER TABLE match_fetches ADD CONSTRAINT refuse_8801 CHECK (match_id <> 'NA1_8801')`); err != nil {
 		t.Fatal(err)
 	}
 	cmd, _ := json.Marshal(bus.FetchCommand{MatchID: "NA1_8801", Kind: bus.KindMatch, Region: "americas", Attempt: 2})
@@ -174,7 +174,7 @@ func TestAdvisoryNeverLeavesTheMessageOnLastDelivery(t *testing.T) {
 	a := newAdvisoryEnv(t)
 	cmd, _ := json.Marshal(bus.FetchCommand{MatchID: "NA1_8802", Kind: bus.KindMatch, Region: "americas", Attempt: 1})
 	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Process.Subjects.Fetch("americas"), cmd, nil)
-	if _, err := a.e.Store.Pool().Exec(t.Context(), `ALTER TABLE match_fetches RENAME TO match_fetches_away`); err != nil {
+	if _, err := a.e.DB.Exec(t.Context(), `ALTER TABLE match_fetches RENAME TO match_fetches_away`); err != nil {
 		t.Fatal(err)
 	}
 	info, err := a.cons.Info(t.Context())

@@ -10,9 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 )
 
@@ -55,7 +53,7 @@ func (s *Service) HandleQueued(ctx context.Context, m jetstream.Msg) natsx.Resul
 	}
 	created, err := s.d.Store.QueueSync(ctx, syncjob.Queued(req, req.PUUID))
 	if err != nil {
-		return natsx.Fail(fault.Wrap(store.KindOf(err), err))
+		return natsx.Fail(err)
 	}
 	if created {
 		s.d.Logger.InfoContext(ctx, "request queued", "request_id", req.RequestID, "puuid", req.PUUID, "riot_id", req.RiotID,

@@ -7,9 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/store"
 )
 
 // HandleRejection reads one lol.ingest.rejected Rejection (consumer
@@ -29,7 +27,7 @@ func (s *Service) HandleRejection(ctx context.Context, m jetstream.Msg) natsx.Re
 	}
 	ended, err := s.d.Store.RejectQueued(ctx, r.RequestID, r.Reason, r.Code)
 	if err != nil {
-		return natsx.Fail(fault.Wrap(store.KindOf(err), err))
+		return natsx.Fail(err)
 	}
 	if ended {
 		s.d.Logger.InfoContext(ctx, "queued request rejected", "request_id", r.RequestID, "code", r.Code, "reason", r.Reason)

@@ -202,7 +202,7 @@ func TestSchedulerJobNeverLeftRunning(t *testing.T) {
 	}
 	status := func(id string) (st, msg string) {
 		t.Helper()
-		if err := s.Store.Pool().QueryRow(t.Context(), `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&st, &msg); err != nil {
+		if err := s.DB.QueryRow(t.Context(), `SELECT status, coalesce(error, '') FROM jobs WHERE id = $1`, id).Scan(&st, &msg); err != nil {
 			t.Fatal(err)
 		}
 		return st, msg

@@ -232,7 +232,7 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	running, err := s.d.Store.RunningSyncs(qctx)
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil || store.KindOf(err) != fault.Transient {
+		if ctx.Err() != nil || fault.KindOf(err) != fault.Transient {
 			return 0, err
 		}
 		n, kerr := synclock.KeepAll(ctx, s.d.Locks, s.cfg.LockTTL)

@@ -29,7 +29,7 @@ func TestForgetPlayer(t *testing.T) {
 	h, p := syncedHarness(t, 3)
 	kept := p.Matches[0].ID
 	var other string
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
+	if err := h.db.QueryRow(h.ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
 		kept, p.PUUID).Scan(&other); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -38,7 +39,7 @@ func TestAPIAuthentication(t *testing.T) {
 	}
 	// Only the SHA-256 is stored.
 	var stored string
-	if err := h.st.Infra.Store.Pool().QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
+	if err := h.db.QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(stored, read[21:]) || strings.Contains(stored, syncTok[21:]) {
@@ -154,7 +155,7 @@ func TestAPIAuthentication(t *testing.T) {
 		t.Fatal(err)
 	}
 	call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, "").problem(t, "a revoked token", http.StatusUnauthorized)
-	if err := ts.Revoke(ctx, syncRow.ID); err != store.ErrNotFound {
+	if err := ts.Revoke(ctx, syncRow.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("revoking twice: %v, want ErrNotFound", err)
 	}
 }

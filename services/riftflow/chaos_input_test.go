@@ -196,7 +196,7 @@ func TestHostileRiotPayloads(t *testing.T) {
 	default:
 	}
 
-	ledger := readLedger(t, h.ctx, h.st.Infra.Store.Pool(), "match_id", "kind = 'match'")
+	ledger := readLedger(t, h.ctx, h.db, "match_id", "kind = 'match'")
 	stored, rejected, pending := 0, 0, 0
 	for _, id := range ids {
 		r := ledger[id]

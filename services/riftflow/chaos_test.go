@@ -367,7 +367,7 @@ func TestChaosClockJump(t *testing.T) {
 		sim: sim.Options{Now: clk.Now, Limits: sim.RateLimits{App: "1000:10,60000:600"},
 			Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per, Platform: "na1"}},
 		env: map[string]string{"SWEEP_INTERVAL": "2s", "SWEEP_STALE_AFTER": "5s", "SYNC_LOCK_TTL": "60s", "LOG_LEVEL": "info"}})
-	e := &chaosEnv{t: t, ctx: h.ctx, pool: h.st.Infra.Store.Pool(), js: h.st.Infra.JS, nc: h.st.Infra.NC,
+	e := &chaosEnv{t: t, ctx: h.ctx, pool: h.db, js: h.st.Infra.JS, nc: h.st.Infra.NC,
 		subj: h.st.Infra.Subjects, o: chaosOptions{players: players, perPlayer: per}}
 	total := players * per
 	start := time.Now()

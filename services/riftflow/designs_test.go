@@ -31,7 +31,7 @@ import (
 func TestDesign000Promises(t *testing.T) {
 	h, p := synthHarness(t, 1, 120, 1)
 	// 120 matches an outage left permanently unfetchable.
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
+	if _, err := h.db.Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
 SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[
 	// By match ID and by player: only what is selected is replayed.
 	mark := func(ids ...string) {
 		t.Helper()
-		if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
+		if _, err := h.db.Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
 WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func (h *harness) jobBy(t *testing.T, who string, timeout time.Duration) store.J
 	var job store.Job
 	waitFor(t, "the job requested by "+who+" to finish", timeout, func() bool {
 		var n int
-		err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT count(*) FROM jobs WHERE requested_by = $1`, who).Scan(&n)
+		err := h.db.QueryRow(h.ctx, `SELECT count(*) FROM jobs WHERE requested_by = $1`, who).Scan(&n)
 		if err != nil || n != 1 {
 			return false
 		}
@@ -255,7 +255,7 @@ func TestDesign002Promises(t *testing.T) {
 	}
 	wantFoundPlatform(t, job, p.Platform)
 	stored := map[string]bool{}
-	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, p.PUUID)
+	rows, _ := h.db.Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, p.PUUID)
 	for rows.Next() {
 		var id string
 		rows.Scan(&id)
@@ -295,7 +295,7 @@ func TestDesign002Promises(t *testing.T) {
 	// 3. force: a stored match is damaged, then a forced sync refetches the
 	// 3 stored matches (one of them answering 503 once) and overwrites it.
 	newest := p.Matches[0].ID
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `UPDATE match_participants SET kills = -1 WHERE match_id = $1`, newest); err != nil {
+	if _, err := h.db.Exec(h.ctx, `UPDATE match_participants SET kills = -1 WHERE match_id = $1`, newest); err != nil {
 		t.Fatal(err)
 	}
 	h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{p.Matches[1].ID: {Kind: sim.FaultUnavailableN, N: 1}}})

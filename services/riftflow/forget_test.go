@@ -98,7 +98,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	ctx, inf := h.ctx, h.st.Infra
 	kept := p.Matches[0].ID
 	var other string
-	if err := inf.Store.Pool().QueryRow(ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
+	if err := h.db.QueryRow(ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
 		kept, p.PUUID).Scan(&other); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 		// match one shaped as Riot's, naming both players.
 		tl := fmt.Sprintf(`{"metadata":{"matchId":%q,"participants":[%q,%q]},"info":{"frameInterval":60000,"participants":[{"participantId":1,"puuid":%q},{"participantId":2,"puuid":%q}]}}`,
 			kept, p.PUUID, other, p.PUUID, other)
-		if _, err := inf.Store.Pool().Exec(ctx, `INSERT INTO match_timelines (match_id, raw) VALUES ($1, $2::text::json)`, kept, tl); err != nil {
+		if _, err := h.db.Exec(ctx, `INSERT INTO match_timelines (match_id, raw) VALUES ($1, $2::text::json)`, kept, tl); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/riftflow/riftflow/internal/pgtest"
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) { pgtest.Main(m, printChaosTable) }
 type harness struct {
 	t      testing.TB
 	st     *Stack
+	db     *pgxpool.Pool // the test's own pool on the stack's database (pgtest.Pool)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan error
@@ -77,7 +79,9 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Postgres.URL = config.Secret(pgtest.NewDatabase(t))
+	dbURL := pgtest.NewDatabase(t)
+	env.Postgres.URL = config.Secret(dbURL)
+	db := pgtest.Pool(t, dbURL)
 	logs := &stagetest.Logs{}
 	log := testLogger(t, logs)
 	if o.sim.FixturesDir == "" {
@@ -103,7 +107,7 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 		cancel()
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs, plan: plan}
+	h := &harness{t: t, st: st, db: db, ctx: ctx, cancel: cancel, done: make(chan error, 1), logs: logs, plan: plan}
 	t.Cleanup(h.stop)
 	// Tests inspect and manipulate streams (purges, consumer info, forged
 	// messages) through st.Infra, so it connects as the admin user; the
@@ -181,7 +185,7 @@ func (h *harness) demo() sim.Player {
 func (h *harness) count(sql string, args ...any) int {
 	h.t.Helper()
 	var n int
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
+	if err := h.db.QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
 		h.t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -199,7 +203,7 @@ func (h *harness) fingerprint() string {
 		`SELECT md5(string_agg(t::text, '|' ORDER BY match_id, kind)) FROM match_fetches t`,
 	} {
 		var s *string
-		if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, q).Scan(&s); err != nil {
+		if err := h.db.QueryRow(h.ctx, q).Scan(&s); err != nil {
 			h.t.Fatal(err)
 		}
 		if s == nil {
@@ -214,7 +218,7 @@ func (h *harness) fingerprint() string {
 // ledger returns match_fetches status by "match_id/kind".
 func (h *harness) ledger() map[string]string {
 	h.t.Helper()
-	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT match_id || '/' || kind, status FROM match_fetches`)
+	rows, _ := h.db.Query(h.ctx, `SELECT match_id || '/' || kind, status FROM match_fetches`)
 	out := map[string]string{}
 	var k, v string
 	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {

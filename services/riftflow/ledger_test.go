@@ -36,7 +36,7 @@ type fetchRow struct {
 func (h *harness) row(matchID, kind string) (fetchRow, bool) {
 	h.t.Helper()
 	var r fetchRow
-	err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT status, attempt, retry_count, not_found, coalesce(last_error, '')
+	err := h.db.QueryRow(h.ctx, `SELECT status, attempt, retry_count, not_found, coalesce(last_error, '')
 FROM match_fetches WHERE match_id = $1 AND kind = $2`, matchID, kind).Scan(&r.Status, &r.Attempt, &r.RetryCount, &r.NotFound, &r.LastError)
 	return r, err == nil
 }
@@ -234,7 +234,7 @@ func TestLedger404sAndPoison(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM visible_matches`); n != 1 {
 		t.Fatalf("visible_matches = %d, want 1", n)
 	}
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
+	if _, err := h.db.Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
 WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +720,7 @@ func TestLedgerRecoversLostCommits(t *testing.T) {
 
 	// The lost commits, an hour ago by the ledger's clock (stale for the
 	// sweeper).
-	pool := h.st.Infra.Store.Pool()
+	pool := h.db
 	// Every column goes back, the fetcher's holds (written after those
 	// commits) too.
 	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'temporary_failure', attempt = 2, retry_count = 2,

@@ -120,7 +120,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 	}
 	// Persister: background fetch results whose ledger rows a transaction
 	// of the test holds (an uncommitted insert of the same keys).
-	tx, err := h.st.Infra.Store.Pool().Begin(ctx)
+	tx, err := h.db.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

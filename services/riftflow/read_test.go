@@ -38,7 +38,7 @@ func TestReadAPI(t *testing.T) {
 		var x, y any
 		return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 	}
-	rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT match_id, EXISTS (SELECT 1 FROM match_timelines t WHERE t.match_id = m.match_id) FROM matches m`)
+	rows, _ := h.db.Query(h.ctx, `SELECT match_id, EXISTS (SELECT 1 FROM match_timelines t WHERE t.match_id = m.match_id) FROM matches m`)
 	type stored struct {
 		id       string
 		timeline bool
@@ -79,7 +79,7 @@ func TestReadAPI(t *testing.T) {
 		}
 	}
 	// Read once, served from the cache even when the row is gone.
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, all[0].id); err != nil {
+	if _, err := h.db.Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, all[0].id); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := get("/v1/matches/" + all[0].id); resp.StatusCode != 200 {

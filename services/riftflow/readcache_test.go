@@ -149,7 +149,7 @@ func TestPlayerRanksAndReports(t *testing.T) {
 // its timeline) straight into Postgres.
 func storeMatch(t *testing.T, h *harness, id string, match, timeline []byte) {
 	t.Helper()
-	pool := h.st.Infra.Store.Pool()
+	pool := h.db
 	if _, err := pool.Exec(h.ctx, `INSERT INTO matches (match_id, raw) VALUES ($1, $2::text::json)`, id, string(match)); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestReadCacheSharedByReplicas(t *testing.T) {
 	if resp, body := getFrom(t, s1.URL+"/v1/matches/NA1_71"); resp.StatusCode != 200 || !bytes.Equal(body, doc) {
 		t.Fatalf("replica 1: %d %s", resp.StatusCode, body)
 	}
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `DELETE FROM matches WHERE match_id = 'NA1_71'`); err != nil {
+	if _, err := h.db.Exec(h.ctx, `DELETE FROM matches WHERE match_id = 'NA1_71'`); err != nil {
 		t.Fatal(err)
 	}
 	resp, body := getFrom(t, s2.URL+"/v1/matches/NA1_71")

@@ -29,7 +29,7 @@ func TestRanksAndWeeklyReportOnRecordedData(t *testing.T) {
 	}
 	h.waitIdle(20 * time.Second)
 	var newest time.Time
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
+	if err := h.db.QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
 JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&newest); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	// Expected, from the raw payloads.
 	var games, wins, kills, deaths, assists int
 	champs := map[string]int{}
-	rows, err := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
+	rows, err := h.db.Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		Top                                 []store.ChampionStat
 	}
 	var top []byte
-	if err := h.st.Infra.Store.Pool().QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
+	if err := h.db.QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
 FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).Scan(&r.Games, &r.Wins, &r.Kills, &r.Deaths,
 		&r.Assists, &r.LP, &top); err != nil {
 		t.Fatal(err)

@@ -304,7 +304,7 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 func TestSyncFullBackfillBounds(t *testing.T) {
 	h, p2 := synthHarness(t, 2, 1100, 2)
 	stored := func(puuid string) map[string]bool {
-		rows, _ := h.st.Infra.Store.Pool().Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
+		rows, _ := h.db.Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
 		out := map[string]bool{}
 		for rows.Next() {
 			var id string
@@ -346,7 +346,7 @@ func TestSyncFullBackfillBounds(t *testing.T) {
 	for _, m := range p1.Matches[6:] {
 		settled = append(settled, m.ID)
 	}
-	if _, err := h.st.Infra.Store.Pool().Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status)
+	if _, err := h.db.Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status)
 SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, settled); err != nil {
 		t.Fatal(err)
 	}
