@@ -14,10 +14,7 @@ import (
 // names is declared, and every declared one is in the diagram.
 func TestArchitectureDiagram(t *testing.T) {
 	diagram := mermaidBlock(t, "../docs/architecture.md")
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	var streams, subjects, buckets, objects []string
 	for _, s := range set.Streams {
 		streams = append(streams, s.Name)

@@ -14,10 +14,7 @@ var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf from the 
 // deploy/nats/auth.conf is AuthConf of the default declarations, so the
 // Kubernetes NATS server and `riftflow up` enforce the same table.
 func TestAuthConf(t *testing.T) {
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	got, err := AuthConf(set)
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +55,7 @@ func TestAuthConf(t *testing.T) {
 // the admin touches the JetStream API beyond its own streams; every user
 // has its own inbox.
 func TestPermissionsTable(t *testing.T) {
-	set, err := Load(Options{Prefix: "tst", Regions: []string{"americas", "europe"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{Prefix: "tst", Regions: []string{"americas", "europe"}})
 	perms, err := Permissions(set)
 	if err != nil {
 		t.Fatal(err)
@@ -119,10 +113,7 @@ func TestPermissionsTable(t *testing.T) {
 // TestReplayRights: a dead letter is replayed only where one of the
 // non-admin users that may write its dead-letter subject may publish.
 func TestReplayRights(t *testing.T) {
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	allow, err := ReplayRights(set)
 	if err != nil {
 		t.Fatal(err)

@@ -25,14 +25,21 @@ func startJS(t *testing.T) jetstream.JetStream {
 	return js
 }
 
+// loadSet is the declarations read with o (Load), or a test failure.
+func loadSet(t testing.TB, o Options) *Set {
+	t.Helper()
+	set, err := Load(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
 // applied is a JetStream server with the default declarations applied.
 func applied(t *testing.T) (jetstream.JetStream, *Set) {
 	t.Helper()
 	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	if err := Apply(t.Context(), js, set, quiet); err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +89,7 @@ func TestApplyTwiceIsNoOp(t *testing.T) {
 
 func TestApplyConcurrently(t *testing.T) {
 	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -102,10 +106,7 @@ func TestDeclaredSubjectsAreStored(t *testing.T) {
 	for _, prefix := range []string{"", "rf.dev"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
 			js := startJS(t)
-			set, err := Load(Options{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
+			set := loadSet(t, Options{Prefix: prefix})
 			if err := Apply(t.Context(), js, set, quiet); err != nil {
 				t.Fatal(err)
 			}
@@ -140,10 +141,7 @@ func TestDeclaredSubjectsAreStored(t *testing.T) {
 
 func TestConsumersHaveDeclaredFilters(t *testing.T) {
 	js := startJS(t)
-	set, err := Load(Options{Regions: []string{"americas", "asia"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{Regions: []string{"americas", "asia"}})
 	if err := Apply(t.Context(), js, set, quiet); err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +273,7 @@ func TestApplyOnThreeNodeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := natstest.Handle(t, nc)
-	set, err := Load(Options{Replicas: 3, Regions: []string{"asia"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{Replicas: 3, Regions: []string{"asia"}})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := Apply(ctx, js, set, quiet); err != nil {
@@ -325,10 +320,7 @@ func joinURLs(u []string) string {
 // lister and persister reading their whole stream) upgrade in place.
 func TestPriorityQueuesPerStage(t *testing.T) {
 	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	// The old declarations: one consumer per stage over every subject.
 	old := map[string]jetstream.ConsumerConfig{
 		ConsumerResolver:      {Durable: ConsumerResolver, AckPolicy: jetstream.AckExplicitPolicy},
@@ -408,10 +400,7 @@ func pendingOf(t *testing.T, js jetstream.JetStream, stream, consumer string) ui
 // copied. An INGEST declared before the republish gains it on Apply.
 func TestIngestRequestsAreRepublished(t *testing.T) {
 	js := startJS(t)
-	set, err := Load(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := loadSet(t, Options{})
 	old := *set.Stream(StreamIngest)
 	old.RePublish = nil
 	if _, err := js.CreateStream(t.Context(), old); err != nil {

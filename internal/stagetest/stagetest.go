@@ -97,13 +97,7 @@ func New(t *testing.T, o Options) *Env {
 	}
 	srv := natstest.Server(t)
 	_, admin := natstest.Connect(t, srv)
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Apply(t.Context(), admin, set, log); err != nil {
-		t.Fatal(err)
-	}
+	Declare(t, admin, streams.Options{}, log)
 	p, err := app.NewProcess(t.Context(), env, app.Options{Service: "stagetest", Log: log, NATSServer: srv})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +105,20 @@ func New(t *testing.T, o Options) *Env {
 	t.Cleanup(p.Close)
 	e.Process = p
 	return e
+}
+
+// Declare applies on js every stream, consumer and bucket streams/
+// declares (streams.Load with o, then streams.Apply, which logs each
+// object to log, slog.Default when nil), or fails the test.
+func Declare(t testing.TB, js jetstream.JetStream, o streams.Options, log *slog.Logger) {
+	t.Helper()
+	set, err := streams.Load(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Apply(t.Context(), js, set, log); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startSim starts the simulator on a loopback port, closed at cleanup.

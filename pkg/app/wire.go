@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
 
@@ -18,6 +19,29 @@ type Wiring struct {
 	ctx context.Context
 	p   *Process
 	err error
+}
+
+// OpenStage is a stage's Open, written once: it reads the stage's Config
+// C from the environment (config.Parse: each field's env variable and
+// default in its tags), binds the stage's Deps D on p with bind (given
+// the Config, which it may complete from p), then builds the stage with
+// newStage. It returns the first error of config.Parse, of bind, of the
+// Wiring (Err) or of newStage, and the zero S with it.
+func OpenStage[C, D, S any](ctx context.Context, p *Process, bind func(w *Wiring, cfg *C) (D, error), newStage func(C, D) (S, error)) (S, error) {
+	var zero S
+	var cfg C
+	if err := config.Parse(&cfg); err != nil {
+		return zero, err
+	}
+	w := p.Wire(ctx)
+	d, err := bind(w, &cfg)
+	if err != nil {
+		return zero, err
+	}
+	if err := w.Err(); err != nil {
+		return zero, err
+	}
+	return newStage(cfg, d)
 }
 
 // Wire starts the wiring of one stage on p.

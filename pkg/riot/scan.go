@@ -96,21 +96,11 @@ func (s *DocScan) Write(p []byte) (int, error) {
 			}
 		}
 		c := p[i]
-		if s.inNumber {
-			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
-				if len(s.numBuf) < maxCapture {
-					s.numBuf = append(s.numBuf, c)
-				}
-				i++
-				continue
-			}
-			s.inNumber = false
-			s.endNumber()
+		if s.inNumber && s.takeNumberByte(c) {
+			i++
+			continue
 		}
-		if s.inFrames && s.depth == 3 && !s.framesSeen && c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != ']' {
-			s.framesSeen = true
-			s.frames = 1
-		}
+		s.noteFirstFrame(c)
 		switch c {
 		case '"':
 			if j := quoteAt(p, i+1); j < len(p) && p[j-1] != '\\' {
@@ -153,6 +143,32 @@ func (s *DocScan) Write(p []byte) (int, error) {
 		i++
 	}
 	return len(p), nil
+}
+
+// takeNumberByte reads c in the wanted number being read (s.inNumber):
+// a byte that can be part of a JSON number is kept (up to maxCapture
+// bytes) and it returns true; any other byte ends the number (endNumber)
+// and it returns false, leaving c to be read as what follows the number.
+func (s *DocScan) takeNumberByte(c byte) bool {
+	if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+		if len(s.numBuf) < maxCapture {
+			s.numBuf = append(s.numBuf, c)
+		}
+		return true
+	}
+	s.inNumber = false
+	s.endNumber()
+	return false
+}
+
+// noteFirstFrame counts the first element of info.frames at its first
+// byte (read outside a string) that is neither white space nor the
+// array's close.
+func (s *DocScan) noteFirstFrame(c byte) {
+	if s.inFrames && s.depth == 3 && !s.framesSeen && c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != ']' {
+		s.framesSeen = true
+		s.frames = 1
+	}
 }
 
 // open records a '{' or '[': one level deeper, within the bounds, and at a

@@ -40,10 +40,11 @@ func feed(doc []byte, w func([]byte) (int, error), chunks func() int) (errText s
 	return "", -1
 }
 
-func scanNew(doc []byte, chunks func() int) scanResult {
-	var s DocScan
+// scanWith resets s, feeds doc to write (the Write of s, or of a scan
+// built on it) in the pieces chunks returns, and reports what s read.
+func scanWith(s *DocScan, write func([]byte) (int, error), doc []byte, chunks func() int) scanResult {
 	s.Reset()
-	errText, errAt := feed(doc, s.Write, chunks)
+	errText, errAt := feed(doc, write, chunks)
 	if errText == "" {
 		s.Close()
 	}
@@ -51,15 +52,16 @@ func scanNew(doc []byte, chunks func() int) scanResult {
 		string(s.gameCreation), string(s.frameInterval), errText, errAt}
 }
 
+// scanNew is what DocScan reads of doc.
+func scanNew(doc []byte, chunks func() int) scanResult {
+	var s DocScan
+	return scanWith(&s, s.Write, doc, chunks)
+}
+
+// scanRef is what the reference, refDocScan, reads of doc.
 func scanRef(doc []byte, chunks func() int) scanResult {
-	var s refDocScan
-	s.Reset()
-	errText, errAt := feed(doc, s.Write, chunks)
-	if errText == "" {
-		s.Close()
-	}
-	return scanResult{string(s.matchID), scanInt(s.gameCreation), scanInt(s.frameInterval), s.frames,
-		string(s.gameCreation), string(s.frameInterval), errText, errAt}
+	var r refDocScan
+	return scanWith(&r.DocScan, r.Write, doc, chunks)
 }
 
 // fixed returns chunk sizes of n (the whole document when n ≤ 0).

@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -40,28 +39,24 @@ func Connect(ctx context.Context, p *app.Process) (*Service, error) {
 // "match-fetcher-<region>" and its interactive twin on FETCH for each
 // region in FETCHER_REGIONS.
 func Open(ctx context.Context, p *app.Process, rc Matches, ledger Ledger) (*Service, error) {
-	var cfg Config
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	cfg.CallTimeout = p.Env.Riot.RateLimitMaxWait + p.Env.Riot.Timeout()
-	w := p.Wire(ctx)
-	d := Deps{JS: p.JS, Consumers: map[string]jetstream.Consumer{}, Interactive: map[string]jetstream.Consumer{},
-		Riot: rc, Ledger: ledger, Dead: p.DeadLetter(), Payloads: w.ObjectStore(streams.ObjectPayloads), Base: p.Base("match-fetcher")}
-	for _, r := range cfg.Regions {
-		if !riot.Region(r).Valid() {
-			return nil, fmt.Errorf("FETCHER_REGIONS: unknown regional route %q", r)
+	return app.OpenStage(ctx, p, func(w *app.Wiring, cfg *Config) (Deps, error) {
+		cfg.CallTimeout = p.Env.Riot.RateLimitMaxWait + p.Env.Riot.Timeout()
+		d := Deps{JS: p.JS, Consumers: map[string]jetstream.Consumer{}, Interactive: map[string]jetstream.Consumer{},
+			Riot: rc, Ledger: ledger, Dead: p.DeadLetter(), Payloads: w.ObjectStore(streams.ObjectPayloads), Base: p.Base("match-fetcher")}
+		for _, r := range cfg.Regions {
+			if !riot.Region(r).Valid() {
+				return d, fmt.Errorf("FETCHER_REGIONS: unknown regional route %q", r)
+			}
+			d.Consumers[r] = w.Consumer(streams.StreamFetch, streams.FetcherConsumer(r))
+			d.Interactive[r] = w.Consumer(streams.StreamFetch, streams.InteractiveFetcherConsumer(r))
 		}
-		d.Consumers[r] = w.Consumer(streams.StreamFetch, streams.FetcherConsumer(r))
-		d.Interactive[r] = w.Consumer(streams.StreamFetch, streams.InteractiveFetcherConsumer(r))
-	}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	results, err := p.JS.Stream(ctx, streams.StreamFetched)
-	if err != nil {
-		return nil, fmt.Errorf("fetcher: stream %s (backpressure): %w", streams.StreamFetched, err)
-	}
-	d.Results = results
-	return New(cfg, d)
+		return d, nil
+	}, func(cfg Config, d Deps) (*Service, error) {
+		results, err := p.JS.Stream(ctx, streams.StreamFetched)
+		if err != nil {
+			return nil, fmt.Errorf("fetcher: stream %s (backpressure): %w", streams.StreamFetched, err)
+		}
+		d.Results = results
+		return New(cfg, d)
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
@@ -29,17 +28,10 @@ func Connect(ctx context.Context, p *app.Process) (*Service, error) {
 // from the environment, bound to the "matchid-lister" (background) and
 // "matchid-lister-interactive" consumers on SYNC.
 func Open(ctx context.Context, p *app.Process, st Store, rc MatchLister) (*Service, error) {
-	var cfg Config
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	w := p.Wire(ctx)
-	d := Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
-		Interactive: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDListerInteractive),
-		Locks:       w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
-		Riot: rc, Store: st, Dead: p.DeadLetter(), Base: p.Base("matchid-lister")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	return New(cfg, d)
+	return app.OpenStage(ctx, p, func(w *app.Wiring, _ *Config) (Deps, error) {
+		return Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDLister),
+			Interactive: w.Consumer(streams.StreamSync, streams.ConsumerMatchIDListerInteractive),
+			Locks:       w.Lock(streams.BucketSyncLocks), Cursors: w.KV(streams.BucketCursors),
+			Riot: rc, Store: st, Dead: p.DeadLetter(), Base: p.Base("matchid-lister")}, nil
+	}, New)
 }

@@ -39,13 +39,7 @@ type env struct {
 func newEnv(t *testing.T, urlParams string) *env {
 	t.Helper()
 	_, _, js := natstest.JetStream(t)
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Apply(t.Context(), js, set, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	stagetest.Declare(t, js, streams.Options{}, slog.New(slog.DiscardHandler))
 	dbURL := pgtest.NewDatabase(t)
 	sep := "?"
 	if strings.Contains(dbURL, "?") {

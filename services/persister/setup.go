@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -23,17 +22,10 @@ func Connect(ctx context.Context, p *app.Process) (*Service, error) {
 // environment, bound to the "persister" and "persister-interactive"
 // consumers on FETCHED.
 func Open(ctx context.Context, p *app.Process, st Store) (*Service, error) {
-	var cfg Config
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	w := p.Wire(ctx)
-	d := Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamFetched, streams.ConsumerPersister), Store: st,
-		Interactive: w.Consumer(streams.StreamFetched, streams.ConsumerPersisterInteractive),
-		Locks:       w.Lock(streams.BucketSyncLocks), Payloads: w.ObjectStore(streams.ObjectPayloads),
-		Dead: p.DeadLetter(), Base: p.Base("persister")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	return New(cfg, d)
+	return app.OpenStage(ctx, p, func(w *app.Wiring, _ *Config) (Deps, error) {
+		return Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamFetched, streams.ConsumerPersister), Store: st,
+			Interactive: w.Consumer(streams.StreamFetched, streams.ConsumerPersisterInteractive),
+			Locks:       w.Lock(streams.BucketSyncLocks), Payloads: w.ObjectStore(streams.ObjectPayloads),
+			Dead: p.DeadLetter(), Base: p.Base("persister")}, nil
+	}, New)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -23,16 +22,9 @@ func Connect(ctx context.Context, p *app.Process) (*Service, error) {
 // read from the environment, bound to the "resolver" (interactive) and
 // "resolver-background" consumers on INGEST.
 func Open(ctx context.Context, p *app.Process, accounts Accounts) (*Service, error) {
-	var cfg Config
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	w := p.Wire(ctx)
-	d := Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamIngest, streams.ConsumerResolver),
-		Background: w.Consumer(streams.StreamIngest, streams.ConsumerResolverBackground),
-		RiotIDs:    w.KV(streams.BucketRiotIDs), Riot: accounts, Dead: p.DeadLetter(), Base: p.Base("resolver")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	return New(cfg, d)
+	return app.OpenStage(ctx, p, func(w *app.Wiring, _ *Config) (Deps, error) {
+		return Deps{JS: p.JS, Consumer: w.Consumer(streams.StreamIngest, streams.ConsumerResolver),
+			Background: w.Consumer(streams.StreamIngest, streams.ConsumerResolverBackground),
+			RiotIDs:    w.KV(streams.BucketRiotIDs), Riot: accounts, Dead: p.DeadLetter(), Base: p.Base("resolver")}, nil
+	}, New)
 }

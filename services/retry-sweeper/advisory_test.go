@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -30,23 +29,11 @@ type advisoryEnv struct {
 func newAdvisoryEnv(t *testing.T) *advisoryEnv {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	inf := e.Process
-	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cron, err := inf.KV(t.Context(), streams.BucketCronLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cons, err := inf.JS.Consumer(t.Context(), streams.StreamAdvisories, streams.ConsumerRetrySweeper)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := retrysweeper.New(retrysweeper.Config{}, retrysweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
-		Advisories: cons, Dead: inf.DeadLetter(), Base: app.Base{Subjects: inf.Subjects}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sweeperWith(e, retrysweeper.Config{}, retrysweeper.Deps{Advisories: cons, Dead: inf.DeadLetter()})
 	return &advisoryEnv{e: e, s: s, cons: cons}
 }
 

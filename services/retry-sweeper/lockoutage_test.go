@@ -10,7 +10,6 @@ import (
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
-	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -66,15 +65,7 @@ func TestLockHeldThroughPostgresOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	cron, err := inf.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := retrysweeper.New(retrysweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour},
-		retrysweeper.Deps{JS: inf.JS, Store: st, Locks: locks, CronLocks: cron, Base: app.Base{Subjects: inf.Subjects}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sweeperWith(e, retrysweeper.Config{SyncLock: config.SyncLock{LockTTL: ttl}, Interval: time.Hour}, retrysweeper.Deps{Store: st})
 	// The first sweep runs at start; let it finish before the outage.
 	if _, err := s.Tick(ctx); err != nil {
 		t.Fatal(err)

@@ -36,15 +36,7 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := retrysweeper.Deps{JS: inf.JS, Store: inf.Store, Base: app.Base{Subjects: inf.Subjects}}
-		d.Queued = cons
-		d.Locks, _ = inf.Lock(ctx, streams.BucketSyncLocks)
-		d.CronLocks, _ = inf.KV(ctx, streams.BucketCronLocks)
-		s, err := retrysweeper.New(retrysweeper.Config{Interval: time.Hour}, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return sweeperWith(e, retrysweeper.Config{Interval: time.Hour}, retrysweeper.Deps{Queued: cons})
 	}
 	held := natsx.WithHold(context.Background(), func() bool { return true })
 	run := func(s *retrysweeper.Service) {

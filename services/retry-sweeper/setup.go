@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/riftflow/riftflow/pkg/app"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
@@ -36,20 +35,13 @@ func Connect(ctx context.Context, p *app.Process) (*Process, error) {
 // the "retry-sweeper" consumer on ADVISORIES and "retry-sweeper-rejections"
 // and "retry-sweeper-queued" on EVENTS, and the scheduler (OpenScheduler) with leagues.
 func Open(ctx context.Context, p *app.Process, st *store.Store, leagues Leagues) (*Process, error) {
-	var cfg Config
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	w := p.Wire(ctx)
-	d := Deps{JS: p.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper),
-		Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections),
-		Queued:     w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperQueued), Store: st,
-		Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
-		Dead: p.DeadLetter(), Base: p.Base("retry-sweeper")}
-	if err := w.Err(); err != nil {
-		return nil, err
-	}
-	svc, err := New(cfg, d)
+	svc, err := app.OpenStage(ctx, p, func(w *app.Wiring, _ *Config) (Deps, error) {
+		return Deps{JS: p.JS, Advisories: w.Consumer(streams.StreamAdvisories, streams.ConsumerRetrySweeper),
+			Rejections: w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperRejections),
+			Queued:     w.Consumer(streams.StreamEvents, streams.ConsumerRetrySweeperQueued), Store: st,
+			Locks: w.Lock(streams.BucketSyncLocks), CronLocks: w.KV(streams.BucketCronLocks),
+			Dead: p.DeadLetter(), Base: p.Base("retry-sweeper")}, nil
+	}, New)
 	if err != nil {
 		return nil, err
 	}
@@ -64,17 +56,12 @@ func Open(ctx context.Context, p *app.Process, st *store.Store, leagues Leagues)
 // from the environment, the cron-locks bucket and leagues for the rank
 // job (nil: that job fails with "no Riot client", and a warning says so).
 func OpenScheduler(ctx context.Context, p *app.Process, st SchedulerStore, leagues Leagues) (*Scheduler, error) {
-	var cfg ScheduleConfig
-	if err := config.Parse(&cfg); err != nil {
-		return nil, err
-	}
-	cronLocks, err := p.KV(ctx, streams.BucketCronLocks)
-	if err != nil {
-		return nil, err
-	}
-	d := SchedulerDeps{JS: p.JS, Store: st, CronLocks: cronLocks, Riot: leagues, Base: p.Base("scheduler")}
-	if leagues == nil {
-		d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
-	}
-	return NewScheduler(cfg, d)
+	return app.OpenStage(ctx, p, func(w *app.Wiring, _ *ScheduleConfig) (SchedulerDeps, error) {
+		return SchedulerDeps{JS: p.JS, Store: st, CronLocks: w.KV(streams.BucketCronLocks), Riot: leagues, Base: p.Base("scheduler")}, nil
+	}, func(cfg ScheduleConfig, d SchedulerDeps) (*Scheduler, error) {
+		if leagues == nil {
+			d.Logger.Warn("RIOT_API_KEY is not set: the rank job (CRON_RANK_DAILY) will fail with \"no Riot client\"")
+		}
+		return NewScheduler(cfg, d)
+	})
 }

@@ -209,7 +209,16 @@ func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
 
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time) *retrysweeper.Service {
+	return sweeperWith(e, cfg, retrysweeper.Deps{Base: app.Base{Now: now}})
+}
+
+// sweeperWith is a sweeper (retrysweeper.New) with cfg and d on e: its
+// JetStream, subjects and sync-locks and cron-locks buckets are e's, its
+// Store is e's unless d sets one; d's consumers, Dead and clock are kept.
+// An error fails the test.
+func sweeperWith(e *stagetest.Env, cfg retrysweeper.Config, d retrysweeper.Deps) *retrysweeper.Service {
 	t, inf := e.T, e.Process
+	t.Helper()
 	locks, err := inf.Lock(t.Context(), streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +227,11 @@ func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := retrysweeper.New(cfg, retrysweeper.Deps{JS: inf.JS, Store: e.Store, Locks: locks, CronLocks: cron,
-		Base: app.Base{Subjects: inf.Subjects, Now: now}})
+	d.JS, d.Locks, d.CronLocks, d.Subjects = inf.JS, locks, cron, inf.Subjects
+	if d.Store == nil {
+		d.Store = e.Store
+	}
+	s, err := retrysweeper.New(cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

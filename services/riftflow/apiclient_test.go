@@ -24,14 +24,22 @@ import (
 // token still goes through authorize).
 func withToken(t testing.TB, inf *Infra, h http.Handler, scope Scope) http.Handler {
 	t.Helper()
-	token, _, err := NewTokens(inf.Store).Create(context.Background(), "test "+t.Name(), []Scope{scope})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, _ := newToken(t, inf, "test "+t.Name(), scope)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer "+token)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// newToken creates an API token named name with scopes in inf's store
+// (Tokens.Create) and returns its secret and its row, or fails the test.
+func newToken(t testing.TB, inf *Infra, name string, scopes ...Scope) (string, APIToken) {
+	t.Helper()
+	token, row, err := NewTokens(inf.Store).Create(context.Background(), name, scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token, row
 }
 
 // apiServer serves the HTTP API on inf until the test ends, every request

@@ -26,14 +26,8 @@ func TestAPIAuthentication(t *testing.T) {
 	h := startHarness(t, harnessOptions{noRun: true})
 	ctx := h.ctx
 	ts := NewTokens(h.st.Infra.Store)
-	read, _, err := ts.Create(ctx, "reader", []Scope{ScopeRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncTok, syncRow, err := ts.Create(ctx, "syncer", []Scope{ScopeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
+	read, _ := newToken(t, h.st.Infra, "reader", ScopeRead)
+	syncTok, syncRow := newToken(t, h.st.Infra, "syncer", ScopeSync)
 	if !regexp.MustCompile(`^rft_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`).MatchString(read) {
 		t.Fatalf("token %q is not rft_<16 hex>_<256 bits base64url>", read)
 	}
@@ -261,10 +255,7 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 	h := startHarness(t, harnessOptions{noRun: true})
 	api := NewAPI(h.st.Infra)
 	api.Limits.Keepalive = 100 * time.Millisecond
-	token, _, err := NewTokens(h.st.Infra.Store).Create(h.ctx, "sse", []Scope{ScopeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token, _ := newToken(t, h.st.Infra, "sse", ScopeSync)
 	base := serveLoopback(t, newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
 		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second}))
 	c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`)
@@ -303,15 +294,8 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 func TestRequestIDScopedToToken(t *testing.T) {
 	h := startHarness(t, harnessOptions{noRun: true})
 	ctx := h.ctx
-	ts := NewTokens(h.st.Infra.Store)
-	a, _, err := ts.Create(ctx, "a", []Scope{ScopeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := ts.Create(ctx, "b", []Scope{ScopeSync})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := newToken(t, h.st.Infra, "a", ScopeSync)
+	b, _ := newToken(t, h.st.Infra, "b", ScopeSync)
 	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
 	defer srv.Close()
 	const puuid = "scoped-request-puuid"

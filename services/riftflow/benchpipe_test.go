@@ -259,14 +259,6 @@ func postgresCPU(db string) float64 {
 	return total
 }
 
-func heapInuse(addr string) int64 {
-	v, ok := metricValue(addr, "go_memstats_heap_inuse_bytes")
-	if !ok {
-		return -1
-	}
-	return int64(v)
-}
-
 func countPairs(ctx context.Context, pool *pgxpool.Pool) int {
 	var n int
 	_ = pool.QueryRow(ctx, `SELECT count(*) FROM match_timelines`).Scan(&n)
@@ -650,7 +642,7 @@ func runPipelineProcesses(b *testing.B, ctx context.Context, bin, out, base, key
 		for _, p := range procs {
 			if s, ok := readProc(p.cmd.Process.Pid); ok {
 				if p.ops != "" {
-					s.heapInuse = heapInuse(p.ops)
+					s.heapInuse = metricValue(p.ops, "go_memstats_heap_inuse_bytes")
 					p.peakHeap = max(p.peakHeap, s.heapInuse)
 				}
 				p.last = s

@@ -176,10 +176,7 @@ func restartTwice(t *testing.T, o chaosOptions, restart func(*chaosEnv, time.Dur
 func TestChaosClusterNodeLoss(t *testing.T) {
 	t.Parallel()
 	players, per := chaosSize()
-	down := 10 * time.Second
-	if chaosFull() {
-		down = time.Minute
-	}
+	down := shortFull(10*time.Second, time.Minute)
 	// Without quorum the fetcher cannot publish a result it fetched; it
 	// holds the payload and publishes it again for up to 30 s
 	// (fetcher.publishHeld) rather than fetch it again; a fetch in flight
@@ -271,10 +268,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 func TestChaosPostgresCrashOutage(t *testing.T) {
 	t.Parallel()
 	players, per := chaosSize()
-	down := 20 * time.Second
-	if chaosFull() {
-		down = 10 * time.Minute
-	}
+	down := shortFull(20*time.Second, 10*time.Minute)
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true})
 	total := players * per
 	start := time.Now()
@@ -294,10 +288,7 @@ func TestChaosPostgresCrashOutage(t *testing.T) {
 func TestChaosDatabaseReadOnly(t *testing.T) {
 	t.Parallel()
 	players, per := chaosSize()
-	ro := 15 * time.Second
-	if chaosFull() {
-		ro = time.Minute
-	}
+	ro := shortFull(15*time.Second, time.Minute)
 	e := startChaos(t, chaosOptions{players: players, perPlayer: per})
 	total := players * per
 	start := time.Now()

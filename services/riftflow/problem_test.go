@@ -41,15 +41,8 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
 	inf := h.st.Infra
 	api := NewAPI(inf)
-	tokens := NewTokens(inf.Store)
-	admin, _, err := tokens.Create(h.ctx, "admin", []Scope{ScopeAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, _, err := tokens.Create(h.ctx, "reader", []Scope{ScopeRead})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, _ := newToken(t, inf, "admin", ScopeAdmin)
+	reader, _ := newToken(t, inf, "reader", ScopeRead)
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
 
@@ -120,7 +113,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 	// The database down: 503 from every route but the pause switch; the
 	// tokens are checked against the live store, so the guard answers.
 	apiDown := NewAPI(h.dbDown())
-	apiDown.tokens = tokens
+	apiDown.tokens = NewTokens(inf.Store)
 	srvDown := httptest.NewServer(apiDown.Handler())
 	defer srvDown.Close()
 	for _, rt := range api.routeTable() {

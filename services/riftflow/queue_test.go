@@ -93,15 +93,7 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 		"status --puuid " + p2.PUUID: {"pending, 0/0 matches, request " + ids[1], "#2 in the interactive queue"},
 		"status --jobs":              {"pending #3", cli.RequestID},
 	} {
-		var out, errOut bytes.Buffer
-		if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
-			t.Fatalf("riftflow %s: exit %d: %s", args, code, errOut.String())
-		}
-		for _, w := range want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("riftflow %s lacks %q:\n%s", args, w, out.String())
-			}
-		}
+		cliShows(t, args, want...)
 	}
 
 	pause(false)
@@ -195,15 +187,7 @@ func TestStatusSchedules(t *testing.T) {
 	if rank.Expr != "15 3 * * *" || rank.Env != "CRON_RANK_DAILY" || rank.LastRun != nil || rank.Next.Hour() != 3 || rank.Next.Minute() != 15 {
 		t.Errorf("rank_daily: %+v, want CRON_RANK_DAILY 15 3 * * *, never run, next at 03:15", rank)
 	}
-	out.Reset()
-	if code := Main([]string{"status", "--schedules"}, &out, &errOut); code != 0 {
-		t.Fatalf("status --schedules: exit %d: %s", code, errOut.String())
-	}
-	for _, want := range []string{"NEXT RUN", "latest_all", "completed", "never", "CRON_PRUNE_JOBS"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("status --schedules lacks %q:\n%s", want, out.String())
-		}
-	}
+	cliShows(t, "status --schedules", "NEXT RUN", "latest_all", "completed", "never", "CRON_PRUNE_JOBS")
 }
 
 // TestNATSRequestIsVisible (issue 26's point 4): requests published
@@ -299,15 +283,7 @@ func TestNATSRequestIsVisible(t *testing.T) {
 		"status --puuid " + p1.PUUID: {"pending, 0/0 matches, request " + anon, "#1 in the interactive queue"},
 		"status --jobs":              {"pending #1", anon, "pending #2", "nats-riot"},
 	} {
-		var out, errOut bytes.Buffer
-		if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
-			t.Fatalf("riftflow %s: exit %d: %s", args, code, errOut.String())
-		}
-		for _, w := range want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("riftflow %s lacks %q:\n%s", args, w, out.String())
-			}
-		}
+		cliShows(t, args, want...)
 	}
 	var out, errOut bytes.Buffer
 	if code := Main([]string{"status", "--riot-id", riotID}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "nats-riot") ||
@@ -350,4 +326,19 @@ func pauseSwitch(t *testing.T, h *harness) (pause func(on bool), srv *httptest.S
 	api := *h.st.Infra
 	api.Process = &proc
 	return pause, apiServer(t, &api, ScopeAdmin)
+}
+
+// cliShows runs the CLI (Main) with the words of args and fails the test
+// unless it exits 0 with each of want in its output.
+func cliShows(t *testing.T, args string, want ...string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := Main(strings.Fields(args), &out, &errOut); code != 0 {
+		t.Fatalf("riftflow %s: exit %d: %s", args, code, errOut.String())
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("riftflow %s lacks %q:\n%s", args, w, out.String())
+		}
+	}
 }

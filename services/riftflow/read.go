@@ -157,12 +157,19 @@ type matchesPage struct {
 // newMatchesPage is a page of ms, with the next page's cursor when the
 // page is full.
 func newMatchesPage(ms []store.PlayerMatch, limit int) matchesPage {
-	p := matchesPage{Matches: ms}
-	if len(ms) == limit && limit > 0 {
-		last := ms[len(ms)-1]
-		p.Next = encodeCursor(store.MatchPage{Before: last.GameCreation, BeforeID: last.MatchID})
+	return matchesPage{Matches: ms, Next: nextCursor(ms, limit, func(last store.PlayerMatch) string {
+		return encodeCursor(store.MatchPage{Before: last.GameCreation, BeforeID: last.MatchID})
+	})}
+}
+
+// nextCursor is the cursor of the page after items, a page of at most
+// limit of a player's list: cursor of its last item when the page is full
+// (limit > 0), "" when it is the last page.
+func nextCursor[T any](items []T, limit int, cursor func(last T) string) string {
+	if len(items) == limit && limit > 0 {
+		return cursor(items[len(items)-1])
 	}
-	return p
+	return ""
 }
 
 // getPlayer is GET /v1/players/{puuid}: the account, its sync state and
@@ -204,12 +211,9 @@ type ranksPage struct {
 func (a *API) getPlayerRanks(w http.ResponseWriter, r *http.Request) {
 	servePlayerPage(w, r, a, "ranks", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.RankSnapshots(ctx, puuid, page, limit)
-		p := ranksPage{Ranks: rs}
-		if len(rs) == limit {
-			last := rs[len(rs)-1]
-			p.Next = encodeDayCursor(last.SnapshotDate, last.QueueType)
-		}
-		return p, err
+		return ranksPage{Ranks: rs, Next: nextCursor(rs, limit, func(last store.RankSnapshot) string {
+			return encodeDayCursor(last.SnapshotDate, last.QueueType)
+		})}, err
 	})
 }
 
@@ -225,11 +229,9 @@ type reportsPage struct {
 func (a *API) getPlayerReports(w http.ResponseWriter, r *http.Request) {
 	servePlayerPage(w, r, a, "reports", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.WeeklyReports(ctx, puuid, page, limit)
-		p := reportsPage{Reports: rs}
-		if len(rs) == limit {
-			p.Next = encodeDayCursor(rs[len(rs)-1].WeekStart, "")
-		}
-		return p, err
+		return reportsPage{Reports: rs, Next: nextCursor(rs, limit, func(last store.StoredReport) string {
+			return encodeDayCursor(last.WeekStart, "")
+		})}, err
 	})
 }
 

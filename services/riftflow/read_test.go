@@ -21,18 +21,7 @@ func TestReadAPI(t *testing.T) {
 	srv := apiServer(t, h.st.Infra, ScopeAdmin)
 	get := func(path string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		return resp, b.Bytes()
+		return getFrom(t, srv.URL+path, hdr...)
 	}
 	jsonEqual := func(a, b []byte) bool {
 		var x, y any

@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/internal/natsembed"
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -33,13 +34,7 @@ func TestServeHasTheAPIServerLimits(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	_, js := natstest.Connect(t, srv)
-	set, err := streams.Load(streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Apply(t.Context(), js, set, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	stagetest.Declare(t, js, streams.Options{}, slog.New(slog.DiscardHandler))
 	db := pgtest.NewDatabase(t)
 	if err := store.Migrate(t.Context(), db, nil); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func (s *soak) sampleOnce() []soakSample {
 		}
 		p.mu.Unlock()
 		if pid > 0 && p.running() {
-			add(name, pid, metricGoroutines(p.ops))
+			add(name, pid, int(metricValue(p.ops, "go_goroutines")))
 		}
 	}
 	for n := range 3 {
@@ -104,23 +104,14 @@ func (s *soak) sampleOnce() []soakSample {
 	return out
 }
 
-// metricGoroutines reads go_goroutines from the ops server at addr (-1 on
-// any error: the process is partitioned, starting, or gone).
-func metricGoroutines(addr string) int {
-	v, ok := metricValue(addr, "go_goroutines")
-	if !ok {
-		return -1
-	}
-	return int(v)
-}
-
 // metricValue reads the unlabelled metric name from the /metrics of the
-// ops server at addr (1 s timeout); ok is false on any error.
-func metricValue(addr, name string) (float64, bool) {
+// ops server at addr (1 s timeout), truncated to a whole number; it is -1
+// on any error (the process is partitioned, starting, or gone).
+func metricValue(addr, name string) int64 {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, false
+		return -1
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -128,10 +119,13 @@ func metricValue(addr, name string) (float64, bool) {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
+			if err != nil {
+				return -1
+			}
+			return int64(f)
 		}
 	}
-	return 0, false
+	return -1
 }
 
 // postmasterPid reads the postmaster's pid from the cluster's
