@@ -957,4 +957,16 @@ func TestLocalOverlay(t *testing.T) {
 			t.Errorf("local: ScaledObject %s: want a scale-down stabilization window <= 60 s (the HPA default is 300 s)", name)
 		}
 	}
+	// The persister scales on its own background lag from 50 a replica, so
+	// that the 4,000-match backlog of make kube-e2e shows it; prod keeps 500.
+	for _, env := range []struct {
+		r    *rendered
+		want string
+	}{{r, "50"}, {render(t, "overlays/prod"), "500"}} {
+		so, ok := env.r.scaledObjects["persister"]
+		if !ok || len(so.Spec.Triggers) == 0 || so.Spec.Triggers[0].Metadata["consumer"] != "persister" ||
+			so.Spec.Triggers[0].Metadata["lagThreshold"] != env.want {
+			t.Errorf("persister ScaledObject: first trigger %+v, want consumer persister with lagThreshold %s", so.Spec.Triggers, env.want)
+		}
+	}
 }

@@ -196,6 +196,23 @@ SIM=http://127.0.0.1:18099
 psql_() { kc -n "$NS" exec postgres-0 -- /usr/lib/postgresql/15/bin/psql -U riftflow -d riftflow -tAc "$1"; }
 curl -fsS "$SIM/sim/truth" >"$E2E/truth.json" || fail "GET /sim/truth"
 violations() { curl -fsS "$SIM/sim/stats" | jq .violations; }
+# why429: where the simulator's client-caused 429s came from, into
+# $LOGS/kube-e2e-why429.txt (its log lines and every ended window instance over its
+# limit on americas), printed indented.
+why429() {
+	{
+		echo "simulator log (client-caused 429s):"
+		kc -n "$NS" logs deploy/riot-sim --tail=-1 2>/dev/null | grep 'client-caused 429' | tail -20
+		for secs in 1 10 600; do
+			lim=$(curl -fsS "$SIM/sim/stats" | jq -r --argjson s "$secs" '[.buckets[] | select(.route == "americas" and .method == null and .windowSeconds == $s) | .limit][0] // empty')
+			[ -n "$lim" ] || continue
+			echo "americas ${secs}s window instances over $lim:"
+			curl -fsS "$SIM/sim/windows?route=americas&secs=$secs" | jq -c --argjson l "$lim" '.[] | select(.count > $l)'
+		done
+		echo "pods deleted: ${deleted:-none}"
+	} >"$LOGS/kube-e2e-why429.txt" 2>&1
+	sed 's/^/    /' "$LOGS/kube-e2e-why429.txt"
+}
 
 # synth I: the PUUID of the simulator's synthetic player I (sim.SyntheticPUUID, platform na1).
 synth() {
@@ -321,7 +338,7 @@ FETCHER_MIN=$(kc -n "$NS" get scaledobject match-fetcher-americas -o jsonpath='{
 PERSISTER_MIN=$(kc -n "$NS" get scaledobject persister -o jsonpath='{.spec.minReplicaCount}')
 at_min() { [ "$(replicas)" = "$FETCHER_MIN $PERSISTER_MIN " ]; }
 
-step "KEDA: a backlog of 8 x 500 matches on americas scales match-fetcher-americas to >= 3 and back; a NATS pod and a fetcher pod deleted mid-backlog lose nothing"
+step "KEDA: a backlog of 8 x 500 matches on americas scales match-fetcher-americas to >= 3 and the persister above its minimum, and both back; a NATS pod and a fetcher pod deleted mid-backlog lose nothing"
 for _ in $(seq 60); do at_min && break; sleep 5; done
 at_min || fail "before the backlog: replicas (fetcher, persister) $(replicas), not the minimum $FETCHER_MIN $PERSISTER_MIN"
 backlog=()
@@ -373,12 +390,14 @@ echo "    SuccessfulRescale: $(kc -n "$NS" get events --field-selector reason=Su
 [ "$got" = "$total" ] || fail "$got of $total backlog matches stored: lost some"
 [ "$ndup" = 0 ] || fail "$ndup duplicated participant rows"
 [ "$max_f" -ge 3 ] || fail "match-fetcher-americas reached only $max_f replicas under the backlog"
+[ "$max_p" -gt "$PERSISTER_MIN" ] || fail "persister stayed at $max_p replicas under the backlog (minimum $PERSISTER_MIN): its own lag never scaled it"
 at_min || fail "replicas (fetcher, persister) $(replicas) $back s after the backlog started, not back to $FETCHER_MIN $PERSISTER_MIN"
 pass "match-fetcher-americas $FETCHER_MIN -> $max_f -> $FETCHER_MIN replicas, persister $PERSISTER_MIN -> $max_p -> $PERSISTER_MIN; $got/$total stored, none twice, after deleting $deleted; back at the minimum +${back}s"
 if [ "$((v1 - v0))" = 0 ]; then
 	pass "0 client-caused 429s during the backlog"
 else
 	fail_later "$((v1 - v0)) client-caused 429s (application or method) during the backlog: $(curl -fsS "$SIM/sim/stats" | jq -c '{rateLimited, app10s: [.buckets[] | select(.route == "americas" and .method == null and .windowSeconds == 10) | "\(.maxCount)/\(.limit)"]}')"
+	why429
 fi
 
 step "the rank job and the weekly report run in the cluster and store rows (CRON_RANK_DAILY, CRON_WEEKLY_REPORT every minute)"
@@ -438,7 +457,11 @@ if [ "$v" = 0 ]; then
 	pass "0 client-caused 429s in $(curl -fsS "$SIM/sim/stats" | jq .total) Riot API calls"
 else
 	fail_later "$v client-caused 429s (application or method) in $(curl -fsS "$SIM/sim/stats" | jq .total) Riot API calls since the simulator started"
+	why429
 fi
+
+step "the host's /dev/null is still a character device"
+if [ -c /dev/null ]; then pass "/dev/null: $(stat -c '%F, owner %u' /dev/null)"; else fail_later "/dev/null is $(stat -c '%F, owner %u' /dev/null) (repair: rm /dev/null; mknod -m 666 /dev/null c 1 3)"; fi
 
 if [ "${#failures[@]}" -gt 0 ]; then
 	printf '\nkube-e2e: %d step(s) FAILED (%s):\n' "${#failures[@]}" "$(date -u +%H:%M:%S)"
