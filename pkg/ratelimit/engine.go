@@ -38,7 +38,11 @@ type bucket struct {
 	windows       []*window
 	limits        string // canonical learned limits, "" if not learned
 	inflight      int
-	pre           int // requests granted while the limits were unknown
+	// unanswered are requests counted in inflight that went on the wire
+	// and got no answer: they stay in flight until their time
+	// (Options.UnansweredTTL), then settle (engine.settleUnanswered).
+	unanswered []unanswered
+	pre        int // requests granted while the limits were unknown
 	pausedUntil   time.Time
 	pauseType     string
 	backoff       time.Duration
@@ -153,9 +157,35 @@ const (
 	needLease // shared: a lease must be fetched from KV
 )
 
+// unanswered is a request written and never answered (permit.Done with
+// no status): in flight until until.
+type unanswered struct {
+	until time.Time
+	marks []mark
+}
+
+// settleUnanswered ends b's unanswered requests whose time has passed:
+// they leave inflight and are settled as answered then. Callers hold mu.
+func (e *engine) settleUnanswered(b *bucket, now time.Time) {
+	kept := b.unanswered[:0]
+	for _, u := range b.unanswered {
+		if now.Before(u.until) {
+			kept = append(kept, u)
+			continue
+		}
+		b.inflight--
+		e.answered(b, u.marks, now)
+	}
+	clear(b.unanswered[len(kept):])
+	b.unanswered = kept
+}
+
 // check reports whether b can take one more request at now. It rolls
 // expired windows.
 func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
+	if len(b.unanswered) > 0 {
+		e.settleUnanswered(b, now)
+	}
 	if now.Before(b.pausedUntil) {
 		return blocked, b.pausedUntil
 	}

@@ -47,6 +47,14 @@ type Options struct {
 	SendAllowance time.Duration
 	// RetryAfterMargin is added to a 429's Retry-After (default 500 ms).
 	RetryAfterMargin time.Duration
+	// UnansweredTTL is how long a request that went on the wire and was
+	// never answered (a timeout, a connection reset after the write) still
+	// counts as in flight (default 10 s, riot.DefaultTimeout). Riot counts
+	// a request when it arrives, and one given up on may still be in the
+	// network or in Riot's buffers: until then it is carried into every
+	// window that rolls, as an unanswered request is (eventRolled), instead
+	// of landing uncounted in a later one.
+	UnansweredTTL time.Duration
 	// BackoffStart and BackoffMax shape the exponential pause after a 429
 	// with a service, server, unknown or missing X-Rate-Limit-Type, and
 	// after a 429 without Retry-After (defaults 1 s and 60 s). The backoff
@@ -82,6 +90,9 @@ func (o *Options) defaults() {
 	}
 	if o.SendAllowance <= 0 {
 		o.SendAllowance = 100 * time.Millisecond
+	}
+	if o.UnansweredTTL <= 0 {
+		o.UnansweredTTL = 10 * time.Second
 	}
 	if o.BackoffStart <= 0 {
 		o.BackoffStart = time.Second

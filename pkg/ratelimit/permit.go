@@ -181,7 +181,10 @@ func (e *engine) cancel(p *permit) {
 }
 
 // Done implements riot.Permit: it releases the in-flight slot, learns
-// limits and counts from h, and applies a 429's pause.
+// limits and counts from h, and applies a 429's pause. A request that
+// went on the wire (Send) and got no answer (status 0: a timeout, a reset
+// after the write) keeps its slot for Options.UnansweredTTL: it may still
+// reach Riot and count in a later window.
 func (p *permit) Done(status int, h http.Header) {
 	p.once.Do(func() { p.e.done(p, status, h) })
 }
@@ -190,6 +193,16 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
+	if status == 0 && !p.sentAt.IsZero() {
+		// Written, never answered: it may still reach Riot, late, and
+		// count in a later window. It stays in flight for UnansweredTTL.
+		until := now.Add(e.o.UnansweredTTL)
+		p.r.app.unanswered = append(p.r.app.unanswered, unanswered{until: until, marks: p.appMarks})
+		p.mb.unanswered = append(p.mb.unanswered, unanswered{until: until, marks: p.mMarks})
+		e.dispatch(p.r, now)
+		e.st.observe(event{kind: eventIdle, r: p.r})
+		return
+	}
 	p.r.app.inflight--
 	p.mb.inflight--
 	e.answered(p.r.app, p.appMarks, now)

@@ -319,3 +319,38 @@ func TestSlowFirstAnswerCarried(t *testing.T) {
 		t.Fatalf("granted %d once Riot's window ended, want 3", len(got))
 	}
 }
+
+// TestUnansweredStaysInFlight: a request written and never answered (the
+// client timed out) may still reach Riot, late, in its next window. It is
+// carried into our next window as a request in flight is, for
+// UnansweredTTL, and then settles.
+func TestUnansweredStaysInFlight(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond, UnansweredTTL: 15 * time.Second})
+	const app, meth = "3:10", "100:10"
+	grants(t, lim, 1)[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(20 * time.Second)
+	ps := grants(t, lim, 3)
+	for _, p := range ps {
+		if !p.Send() {
+			t.Fatal("Send refused a fresh grant")
+		}
+	}
+	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	ps[1].Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	clk.at(25 * time.Second)
+	ps[2].Done(0, nil) // timed out after the write: in flight until 40 s
+	clk.at(31 * time.Second)
+	if got := grants(t, lim, 5); len(got) != 2 {
+		t.Fatalf("granted %d in the window after an unanswered request, want 2 (it may still arrive)", len(got))
+	} else {
+		for i, p := range got {
+			n := strconv.Itoa(i+1) + ":10"
+			p.Done(200, riotHeaders(app, n, meth, n))
+		}
+	}
+	clk.at(41*time.Second + 500*time.Millisecond)
+	if got := grants(t, lim, 5); len(got) != 3 {
+		t.Fatalf("granted %d once the unanswered request's time passed, want 3", len(got))
+	}
+}

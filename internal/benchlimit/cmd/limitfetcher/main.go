@@ -155,7 +155,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 	}
 	log.Info("limitfetcher started", "workers", workers, "skew_ms", skew, "ids", len(ids), "light", light)
 	var next atomic.Int64
-	var ok, failed atomic.Int64
+	var ok, failed, refused atomic.Int64
 	var wg sync.WaitGroup
 	bg := riot.WithBackground(ctx)
 	for range workers {
@@ -184,6 +184,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 				// max(RetryAt, now + 1 s); other failures are retried.
 				var re *riot.Error
 				if errors.As(err, &re) && re.Kind == riot.KindRateLimited {
+					refused.Add(1)
 					_ = tick.Sleep(ctx, max(time.Until(re.RetryAt), time.Second))
 				} else {
 					_ = tick.Sleep(ctx, time.Second)
@@ -192,6 +193,7 @@ func fetch(ctx context.Context, log *slog.Logger) error {
 		})
 	}
 	wg.Wait()
-	fmt.Fprintf(os.Stderr, "limitfetcher done: %d pairs of calls answered, %d failed\n", ok.Load(), failed.Load())
+	fmt.Fprintf(os.Stderr, "limitfetcher done: %d pairs of calls answered, %d failed (%d refused by the limiter, %d other: timeouts, 5xx, resets)\n",
+		ok.Load(), failed.Load(), refused.Load(), failed.Load()-refused.Load())
 	return nil
 }
