@@ -81,8 +81,8 @@ type ConsumeOptions struct {
 	// no message waits in a client buffer with its AckWait running.
 	Concurrency int
 	// InProgressEvery is how often a running handler's message gets
-	// InProgress (resets AckWait). Default AckWait/3 from the consumer's
-	// cached info (10 s if unknown). Negative disables it.
+	// InProgress (resets AckWait). Default, and at most, AckWait/3 from
+	// the consumer's cached info (10 s if unknown). Negative disables it.
 	InProgressEvery time.Duration
 	// DrainTimeout bounds how long in-flight handlers may run after ctx is
 	// cancelled; then their ctx is cancelled too. Default
@@ -179,8 +179,11 @@ func newRunner(cons jetstream.Consumer, name string, inProgress, drain time.Dura
 		if r.maxDeliver == 0 {
 			r.maxDeliver = info.Config.MaxDeliver
 		}
-		if r.inProgress == 0 {
-			r.inProgress = info.Config.AckWait / 3
+		if third := info.Config.AckWait / 3; third > 0 && (r.inProgress == 0 || r.inProgress > third) {
+			// At most a third of AckWait: two keep-alives may be late (a
+			// starved process, a slow server) before the message is
+			// redelivered to another worker while this one still works.
+			r.inProgress = third
 		}
 	}
 	if r.inProgress == 0 {

@@ -138,6 +138,14 @@ func TestConsumeSettlesEachMessageOnce(t *testing.T) {
 }
 
 func TestConsumeKeepsLongHandlersAlive(t *testing.T) {
+	// every 200 ms as asked; every 5 s asked for, longer than AckWait:
+	// kept at AckWait/3.
+	for _, every := range []time.Duration{200 * time.Millisecond, 5 * time.Second} {
+		t.Run(every.String(), func(t *testing.T) { keepsLongHandlerAlive(t, every) })
+	}
+}
+
+func keepsLongHandlerAlive(t *testing.T, every time.Duration) {
 	_, _, js := startJS(t)
 	// AckWait 1s: without InProgress the message would be redelivered
 	// while the handler still runs.
@@ -153,14 +161,18 @@ func TestConsumeKeepsLongHandlersAlive(t *testing.T) {
 	h := func(ctx context.Context, m jetstream.Msg) Result {
 		mu.Lock()
 		deliveries++
+		first := deliveries == 1
 		mu.Unlock()
+		if !first {
+			return Ack()
+		}
 		time.Sleep(3 * time.Second) // three AckWaits
 		close(finished)
 		return Ack()
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, InProgressEvery: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond, Logger: quiet})
+		done <- Consume(ctx, cons, h, ConsumeOptions{Concurrency: 2, InProgressEvery: every, FetchWait: 500 * time.Millisecond, Logger: quiet})
 	}()
 	await(t, finished, "handler")
 	cancel()
