@@ -122,24 +122,8 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 			return
 		}
 		hdr := w.Header()
-		if !s.opts.Limits.Disabled {
-			rl := s.limits.take(route, method, now, s.faults.ReverseHeaders)
-			hdr.Set("X-App-Rate-Limit", rl.appLimit)
-			hdr.Set("X-App-Rate-Limit-Count", rl.appCount)
-			hdr.Set("X-Method-Rate-Limit", rl.methodLimit)
-			hdr.Set("X-Method-Rate-Limit-Count", rl.methodCount)
-			if rl.limitType != "" {
-				s.stats.RateLimited[rl.limitType]++
-				s.stats.Violations++
-				s.noteViolation(now, true)
-				s.mu.Unlock()
-				s.log.Warn("client-caused 429", "route", route, "method", method, "type", rl.limitType,
-					"app_count", rl.appCount, "method_count", rl.methodCount, "retry_after_s", rl.retryAfter)
-				hdr.Set("Retry-After", strconv.Itoa(rl.retryAfter))
-				hdr.Set("X-Rate-Limit-Type", rl.limitType)
-				s.send(w, r, route, method, riotError(429, statusText[429]))
-				return
-			}
+		if !s.countRate(w, r, route, method, now) {
+			return
 		}
 		d := s.draw(method)
 		var mf MatchFault
@@ -194,6 +178,35 @@ func (s *Sim) api(method string, sc scope, h handlerFunc) http.Handler {
 		}
 		s.send(w, r, route, method, resp)
 	})
+}
+
+// countRate counts the request in the rate-limit windows of route and
+// method at now and sets the limit and count headers. Over a limit, it
+// answers the client-caused 429 (logged), releases s.mu and returns false.
+// Callers hold s.mu.
+func (s *Sim) countRate(w http.ResponseWriter, r *http.Request, route, method string, now time.Time) bool {
+	if s.opts.Limits.Disabled {
+		return true
+	}
+	hdr := w.Header()
+	rl := s.limits.take(route, method, now, s.faults.ReverseHeaders)
+	hdr.Set("X-App-Rate-Limit", rl.appLimit)
+	hdr.Set("X-App-Rate-Limit-Count", rl.appCount)
+	hdr.Set("X-Method-Rate-Limit", rl.methodLimit)
+	hdr.Set("X-Method-Rate-Limit-Count", rl.methodCount)
+	if rl.limitType == "" {
+		return true
+	}
+	s.stats.RateLimited[rl.limitType]++
+	s.stats.Violations++
+	s.noteViolation(now, true)
+	s.mu.Unlock()
+	s.log.Warn("client-caused 429", "route", route, "method", method, "type", rl.limitType,
+		"app_count", rl.appCount, "method_count", rl.methodCount, "retry_after_s", rl.retryAfter)
+	hdr.Set("Retry-After", strconv.Itoa(rl.retryAfter))
+	hdr.Set("X-Rate-Limit-Type", rl.limitType)
+	s.send(w, r, route, method, riotError(429, statusText[429]))
+	return false
 }
 
 func (s *Sim) countFault(kind string, also func()) {
