@@ -41,12 +41,12 @@ type bucket struct {
 	// unanswered are requests counted in inflight that went on the wire
 	// and got no answer: they stay in flight until their time
 	// (Options.UnansweredTTL), then settle (engine.settleUnanswered).
-	unanswered []unanswered
-	pre        int // requests granted while the limits were unknown
-	pausedUntil   time.Time
-	pauseType     string
-	backoff       time.Duration
-	kv            kvBucket // kvStore's state of the budget; zero for Local
+	unanswered  []unanswered
+	pre         int // requests granted while the limits were unknown
+	pausedUntil time.Time
+	pauseType   string
+	backoff     time.Duration
+	kv          kvBucket // kvStore's state of the budget; zero for Local
 	// hi and lo queue waiters (method buckets only): interactive, background.
 	hi, lo list.List
 }
