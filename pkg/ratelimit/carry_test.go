@@ -88,12 +88,7 @@ func TestSharedRollKeepsOtherProcessesLateTokens(t *testing.T) {
 // Riot's new window holds only p, and 3 more are granted at once.
 func TestSharedRollFreesSettledTokens(t *testing.T) {
 	clk := newManualClock()
-	newJS := startNATS(t)
-	o := SharedOptions{KeyID: "settled", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: time.Second, InitialMargin: time.Millisecond}}
-	o.ProcID = "a"
-	a := newShared(t, newJS(), o)
-	o.ProcID = "b"
-	b := newShared(t, newJS(), o)
+	a, b := sharedPair(t, "settled", clk, time.Second)
 	teach(t, a, b, riotHeaders(lateApp, "1:10", lateMeth, "1:10"))
 	clk.at(20 * time.Second)
 	as := grants(t, a, 2)

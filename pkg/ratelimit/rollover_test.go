@@ -126,13 +126,8 @@ func TestCountOneForStragglerMovesNextWindow(t *testing.T) {
 // window must be rolled (not moved with its full count) so the other
 // process gets the budget Riot's new window has left.
 func TestSharedCountOneAfterRolloverKeepsBudget(t *testing.T) {
-	newJS := startNATS(t)
 	clk := newManualClock()
-	o := SharedOptions{KeyID: "roll", StatsEvery: -1, ClockSync: -1, Options: Options{Now: clk.Now, MaxWait: 2 * time.Second, InitialMargin: time.Millisecond}}
-	o.ProcID = "a"
-	a := newShared(t, newJS(), o)
-	o.ProcID = "b"
-	b := newShared(t, newJS(), o)
+	a, b := sharedPair(t, "roll", clk, 2*time.Second)
 	const app, meth = "3:10", "100:10"
 	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
 	lastAfterReset(t, clk, b, a, a.e)
