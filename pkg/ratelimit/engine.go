@@ -180,6 +180,18 @@ func (e *engine) settleUnanswered(b *bucket, now time.Time) {
 	b.unanswered = kept
 }
 
+// nextUnanswered is when the first of b's unanswered requests settles
+// (zero if none).
+func (b *bucket) nextUnanswered() time.Time {
+	var t time.Time
+	for _, u := range b.unanswered {
+		if t.IsZero() || u.until.Before(t) {
+			t = u.until
+		}
+	}
+	return t
+}
+
 // check reports whether b can take one more request at now. It rolls
 // expired windows.
 func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
@@ -191,7 +203,9 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 	}
 	if b.limits == "" {
 		if b.inflight >= e.o.InitialInFlight {
-			return blocked, time.Time{}
+			// An answer wakes the waiters; an unanswered request's slot
+			// frees at its time.
+			return blocked, b.nextUnanswered()
 		}
 		return e.st.unknown(b, now)
 	}

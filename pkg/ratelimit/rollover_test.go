@@ -349,3 +349,37 @@ func TestUnansweredStaysInFlight(t *testing.T) {
 		t.Fatalf("granted %d once the unanswered request's time passed, want 3", len(got))
 	}
 }
+
+// TestUnansweredProbeFreesItsSlot: a first request sent before the limits
+// are known and never answered holds the budget's one in-flight slot for
+// UnansweredTTL, then frees it without any other event.
+func TestUnansweredProbeFreesItsSlot(t *testing.T) {
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Minute, UnansweredTTL: 300 * time.Millisecond})
+	p := grants(t, lim, 1)[0]
+	if !p.Send() {
+		t.Fatal("Send refused the probe")
+	}
+	p.Done(0, nil)
+	got := make(chan riot.Permit, 1)
+	go func() {
+		q, err := lim.Acquire(context.Background(), getMatch)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- q
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("granted while the unanswered probe may still reach Riot")
+	default:
+	}
+	clk.at(300 * time.Millisecond)
+	select {
+	case q := <-got:
+		q.Cancel()
+	case <-time.After(5 * time.Second):
+		t.Fatal("not granted once the unanswered probe's time passed")
+	}
+}
