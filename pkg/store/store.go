@@ -28,10 +28,10 @@ import (
 // does not exist, or no longer matches the request (ResetSync).
 var ErrNotFound = errors.New("store: not found")
 
-// ErrRequestEnded is BeginSync's error for a request whose job was
-// rejected before its sync began (e.g. it expired waiting in its stream):
-// it must not run.
-var ErrRequestEnded = errors.New("store: the request was rejected before its sync began")
+// ErrRequestEnded is BeginSync's error for a request whose job has
+// already ended (rejected while it waited, failed when replaced or
+// abandoned, or completed): it must not run again.
+var ErrRequestEnded = errors.New("store: the request's job has already ended")
 
 // Ledger statuses (match_fetches.status); the same strings as bus.Outcome.
 const (

@@ -108,8 +108,11 @@ type SyncStart struct {
 // replaced), so the caller can end its progress stream. No job is left
 // running for an account that has moved on.
 //
-// A request whose job is already rejected (it expired waiting, see the
-// retry-sweeper) does not begin: the error wraps ErrRequestEnded.
+// A request whose job has already ended does not begin (again): rejected
+// (it expired waiting, see the retry-sweeper), failed (replaced by a newer
+// sync, or abandoned and resumed by a recovery sync) or completed. Its
+// command may still be delivered (a redelivery after the sweeper gave up
+// on it); the error wraps ErrRequestEnded.
 func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, err error) {
 	defer classified(&err)
 	requested := st.RequestedAt
@@ -123,7 +126,7 @@ func (s *Store) BeginSync(ctx context.Context, st SyncStart) (replaced string, e
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		replaced = ""
 		var ended bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND status = 'rejected')`,
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND status IN ('rejected', 'failed', 'completed'))`,
 			st.RequestID).Scan(&ended); err != nil {
 			return fmt.Errorf("job: %w", err)
 		}

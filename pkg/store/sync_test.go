@@ -313,6 +313,26 @@ func TestBeginSyncRefusesARejectedRequest(t *testing.T) {
 	if j, _ := s.JobByID(ctx, "expired-req"); j.Status != "rejected" {
 		t.Errorf("job became %s", j.Status)
 	}
+	// A request abandoned by the sweeper (its job failed, a recovery sync
+	// resumed it and completed) whose command is delivered again does not
+	// take the account back: that left it pending with no command to run
+	// it (the Riot-fault chaos case, 2026-11-27).
+	begin(t, s, "abandoned-req", "puuid-abandoned")
+	if err := s.RecordJob(ctx, store.Job{ID: "abandoned-req", Type: "sync", Status: "failed", Error: "abandoned"}); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, s, "recover-abandoned-req", "puuid-abandoned")
+	if _, err := s.ClaimMatches(ctx, "recover-abandoned-req", "puuid-abandoned", nil); err != nil { // nothing to fetch: completed
+		t.Fatal(err)
+	}
+	for _, id := range []string{"abandoned-req", "recover-abandoned-req"} {
+		if _, err := s.BeginSync(ctx, store.SyncStart{RequestID: id, PUUID: "puuid-abandoned", Platform: "KR", Region: "asia"}); !errors.Is(err, store.ErrRequestEnded) {
+			t.Errorf("BeginSync of ended request %s again: %v, want ErrRequestEnded", id, err)
+		}
+	}
+	if a, err := s.AccountStatus(ctx, "puuid-abandoned"); err != nil || a.SyncStatus != "completed" || a.SyncRequestID != "recover-abandoned-req" {
+		t.Errorf("account after the ended requests came again: %+v %v, want completed by recover-abandoned-req", a, err)
+	}
 	// EndWaitingJob ends a pending job, never a started one.
 	if err := s.RecordJob(ctx, store.Job{ID: "queued", Type: "sync", Status: "pending"}); err != nil {
 		t.Fatal(err)

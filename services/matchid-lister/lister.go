@@ -284,9 +284,10 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	}
 	replaced, err := s.d.Store.BeginSync(ctx, st)
 	if errors.Is(err, store.ErrRequestEnded) {
-		// Rejected while it waited (it expired in its stream): its
-		// followers heard so already; it never runs.
-		log.WarnContext(ctx, "sync command of a request already rejected; dropped")
+		// Its job ended already (rejected while it waited, replaced or
+		// abandoned and resumed by a recovery sync, or completed): its
+		// followers heard so; it never runs again.
+		log.WarnContext(ctx, "sync command of a request whose job has ended; dropped")
 		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
 		return natsx.Ack(), false
 	}
