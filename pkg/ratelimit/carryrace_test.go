@@ -1,7 +1,7 @@
 package ratelimit
 
 import (
-	"os"
+	"encoding/json"
 	"testing"
 	"time"
 )
@@ -9,20 +9,10 @@ import (
 // TestSharedCarryOfAnotherProcess: process a has 2 requests in flight when
 // the KV window (4:10) rolls; they may reach Riot in its next window.
 // Process b, whose own view rolls first, leases the new KV window before
-// a does. The new window must count a's requests in flight, or b is
-// granted the whole budget of a Riot window that a's stragglers also
-// land in.
-//
-// KNOWN GAP (issue 25): today a process's requests in flight at a roll
-// are added to the KV window only by its own next lease (leaseJob.carry),
-// so b is granted all 4. This is the leading explanation of the 1–11
-// application 429s per cell of `BENCH_LIMIT_PARALLEL=15 make
-// bench-limit` (docs/rate-limiting.md, "Every cell at once, 2026-11-27").
-// Set RIFTFLOW_KNOWN_GAPS=1 to run it.
+// a does. The new window counts a's requests in flight (the predecessor's
+// unsettled tokens, winVal.carryOut), so b is granted only the other 2,
+// and a's own next lease does not add them again (winVal.Prev).
 func TestSharedCarryOfAnotherProcess(t *testing.T) {
-	if os.Getenv("RIFTFLOW_KNOWN_GAPS") == "" {
-		t.Skip("KNOWN GAP (issue 25): another process's requests in flight at a KV window's roll are not counted in the next window until it leases; RIFTFLOW_KNOWN_GAPS=1 runs it")
-	}
 	clk := newManualClock()
 	a, b := sharedPair(t, "carry", clk, time.Second)
 	const app, meth = "4:10", "100:10"
@@ -37,11 +27,37 @@ func TestSharedCarryOfAnotherProcess(t *testing.T) {
 		n := []string{"3:10", "4:10"}[i]
 		p.Done(200, riotHeaders(app, n, meth, n))
 	}
+	waitSettled(t, b)
 	clk.at(31 * time.Second)
 	got := grants(t, b, 4)
-	if len(got) > 2 {
-		t.Fatalf("b granted %d in the window after the roll while a has 2 requests in flight, want at most 2", len(got))
+	if len(got) != 2 {
+		t.Fatalf("b granted %d in the window after the roll while a has 2 requests in flight, want 2", len(got))
 	}
+	// a's in-flight requests are counted once: a's lease finds the window
+	// spent (2 carried + b's 2), it does not add them again.
+	for _, p := range inFlight {
+		p.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	}
+	if n := len(grants(t, a, 1)); n != 0 {
+		t.Fatalf("a granted %d in a window already spent, want 0", n)
+	}
+	if w := readWindow(t, a, "carry.asia.win.app.10"); w.Granted != 4 || w.Carried != 2 {
+		t.Fatalf("KV window after a's lease: granted %d, carried %d; want 4 and 2 (a's requests counted once)", w.Granted, w.Carried)
+	}
+}
+
+// readWindow reads the KV window at key through s's bucket.
+func readWindow(t *testing.T, s *Shared, key string) winVal {
+	t.Helper()
+	ent, err := s.st.kv.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w winVal
+	if err := json.Unmarshal(ent.Value(), &w); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 // sharedPair starts two Shared instances, a and b, on one KV bucket of key
@@ -55,4 +71,28 @@ func sharedPair(t *testing.T, keyID string, clk *manualClock, maxWait time.Durat
 	o.ProcID = "b"
 	b = newShared(t, newJS(), o)
 	return a, b
+}
+
+// waitSettled waits until every Shared in ss has written its pending
+// settlements to KV (kvStore.settle runs in its own goroutine): a test on
+// a manual clock that rolls a window right after answers would otherwise
+// find them unsettled and carried (winVal.carryOut).
+func waitSettled(t *testing.T, ss ...*Shared) {
+	t.Helper()
+	waitFor(t, "settlements written to KV", func() bool {
+		for _, s := range ss {
+			s.e.mu.Lock()
+			busy := false
+			for _, r := range s.e.routes {
+				for _, b := range append([]*bucket{r.app}, r.order...) {
+					busy = busy || b.kv.settling
+				}
+			}
+			s.e.mu.Unlock()
+			if busy {
+				return false
+			}
+		}
+		return true
+	})
 }

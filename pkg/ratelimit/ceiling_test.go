@@ -47,6 +47,7 @@ func TestSharedCeilingIsKeyWide(t *testing.T) {
 	for _, p := range ps {
 		p.Done(200, riotHeaders("100:10", "2:10", "100:10", "2:10"))
 	}
+	waitSettled(t, sa, sb)
 	clk.at(31 * time.Second)
 	if n := len(take(b, asia, 5)) + len(take(a, asia, 5)); n != 3 {
 		t.Fatalf("granted %d in the next ceiling window, want 3", n)

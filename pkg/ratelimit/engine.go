@@ -222,6 +222,7 @@ func (e *engine) check(b *bucket, now time.Time) (int, time.Time) {
 		if !w.start.IsZero() && !now.Before(e.closes(w, now)) {
 			// Closed: a grant now would carry a deadline already passed
 			// (permit.Send). Nothing more until the window rolls.
+			e.st.observe(event{kind: eventClosed, b: b, w: w, at: now})
 			if end := e.end(b, w); res != blocked || end.After(until) {
 				res, until = blocked, end
 			}

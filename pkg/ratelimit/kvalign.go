@@ -106,6 +106,7 @@ func (st *kvStore) alignKV(b *bucket, w *window, m mark, floor, now time.Time) {
 				// counted, including those leased but not sent yet.
 				settled, later := cur.unsettled(granted)
 				cur.Start, cur.Granted, cur.End, cur.Done = fl, max(0, cur.Granted-settled), 0, later
+				cur.Carried = min(cur.Carried, cur.Granted)
 			case cur.Start > counted:
 				cur.Start, cur.End = fl, 0
 			default:

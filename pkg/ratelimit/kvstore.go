@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -126,6 +127,34 @@ type winVal struct {
 	// every token not settled before the request that began Riot's window
 	// was granted: only those can be in Riot's window.
 	Done []settleVal `json:"d,omitempty"`
+	// Prev is the epoch of the window this one replaced when that one
+	// was recent enough for its requests to still be in flight
+	// (winVal.carryOut); 0 if none. A process whose tokens were leased
+	// from epoch Prev finds them counted here already (leaseOne).
+	Prev int64 `json:"pe,omitempty"`
+	// Carried is how many of Granted are not this window's own leases:
+	// requests of earlier windows carried in (the predecessor's unsettled
+	// tokens, a process's requests in flight at its roll, requests sent
+	// before the limits were known) and raises to Riot's count. They are
+	// never settled here, and are not carried on again.
+	Carried int `json:"c,omitempty"`
+}
+
+// carryOut is how many of v's tokens a window starting at now after v
+// must count (KV's side of the carry): every token granted in v and not
+// settled (winVal.Done), whichever process leased it, as its request may
+// still be in flight and reach Riot in the next window; tokens v carried
+// in itself are not carried on. ok is false, and nothing is carried,
+// once a whole window length has passed since v's end (as a process's
+// own carry, leaseJobs): its requests are answered or unanswered past
+// any window they could share with the new one's. end is v's end as the
+// caller judges it (winVal.end).
+func (v winVal) carryOut(now, end time.Time, length time.Duration) (n int, ok bool) {
+	if !now.Before(end.Add(length)) {
+		return 0, false
+	}
+	settled, _ := v.unsettled(math.MaxInt64)
+	return max(0, v.Granted-v.Carried-settled), true
 }
 
 func (v winVal) epoch() int64 {
@@ -277,6 +306,14 @@ func (st *kvStore) observe(ev event) {
 		ev.w.kv.leased -= ev.n
 	case eventRolled:
 		st.rolled(ev.b, ev.w, ev.at)
+	case eventClosed:
+		// Tokens held unsent can no longer be sent: settled now, before
+		// the window's end, so that the process starting the next KV
+		// window does not carry them as if in flight (winVal.carryOut).
+		if n := ev.w.held(); n > 0 {
+			ev.w.kv.leased = 0
+			st.addSettled(ev.b, ev.w, n, ev.at)
+		}
 	case eventAnswered:
 		st.answered(ev.b, ev.w, ev.m, ev.at)
 	case eventOpened:
@@ -309,9 +346,13 @@ func (st *kvStore) rolled(b *bucket, w *window, now time.Time) {
 }
 
 // answered settles the request in the KV window chain it was leased from
-// (kvStore.settle), if that is still the chain this process leases from.
+// (kvStore.settle), if that is still the chain this process leases from
+// and the request was not in flight when w rolled here: such a request
+// may have reached Riot after its window reset, so it stays unsettled,
+// and the process that starts the next KV window carries it
+// (winVal.carryOut) as this process's own next lease would (leaseJob.carry).
 func (st *kvStore) answered(b *bucket, w *window, m mark, now time.Time) {
-	if m.epoch != 0 && m.epoch == w.kv.epoch {
+	if m.epoch != 0 && m.epoch == w.kv.epoch && !m.at.Before(w.kv.rolledAt) {
 		st.addSettled(b, w, 1, now)
 	}
 }

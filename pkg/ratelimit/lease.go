@@ -110,7 +110,9 @@ func (st *kvStore) lease(r *route, b *bucket) {
 // left and is not spent. Callers hold mu.
 func (st *kvStore) leaseJobs(r *route, b *bucket) []*leaseJob {
 	e := st.e
-	want := min(max(r.demand(b), 1), st.o.MaxLease)
+	// No demand (limits just learned): the lease only seeds the windows;
+	// a token taken then would be held unsent and carried at the roll.
+	want := min(r.demand(b), st.o.MaxLease)
 	var jobs []*leaseJob
 	for _, w := range b.windows {
 		if !w.start.IsZero() && (w.kv.leased > 0 || w.count >= w.limit) {
@@ -182,12 +184,24 @@ func (st *kvStore) leaseSize(want, rem int) int {
 }
 
 // fresh is the KV window that j starts at now when none is running: it
-// counts j's seeds and carry and the tokens taken, also returned. ms is
-// the margin stored with it (ms).
-func (st *kvStore) fresh(j *leaseJob, now time.Time, ms int64) (next winVal, tokens int) {
-	seeded := max(j.seedIn+j.carry, j.seedCount)
+// counts j's seeds and carry, the tokens of prev (the window it replaces,
+// nil if none) that may still be in flight (winVal.carryOut), and the
+// tokens taken, also returned. j's own carry is not added again when prev
+// is the epoch it was leased from: prev's unsettled tokens hold it. ms is
+// the margin stored with the new window (ms).
+func (st *kvStore) fresh(j *leaseJob, prev *winVal, now time.Time, ms int64) (next winVal, tokens int) {
+	own, carried, from := j.carry, 0, int64(0)
+	if prev != nil {
+		if n, ok := prev.carryOut(now, prev.end(j.length, j.margin, j.offErr), j.length); ok {
+			carried, from = n, prev.epoch()
+			if from == j.epoch {
+				own = 0
+			}
+		}
+	}
+	seeded := max(j.seedIn+own+carried, j.seedCount)
 	tokens = st.leaseSize(j.want, j.limit-seeded)
-	return winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli()}, tokens
+	return winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli(), Prev: from, Carried: seeded}, tokens
 }
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,
@@ -204,7 +218,7 @@ func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 		now := st.e.now()
 		ent, err := st.kv.Get(ctx, j.key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			next, k := st.fresh(j, now, ms)
+			next, k := st.fresh(j, nil, now, ms)
 			v, _ := json.Marshal(next)
 			_, err := st.kv.Create(ctx, j.key, v)
 			if err == nil {
@@ -219,19 +233,24 @@ func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 			return winVal{}, 0, err
 		}
 		var cur winVal
+		prev := &cur
 		if err := json.Unmarshal(ent.Value(), &cur); err != nil {
-			cur = winVal{} // garbage: start a new window
+			cur, prev = winVal{}, nil // garbage: start a new window
 		}
 		var next winVal
 		var k int
 		if cur.Start == 0 || !now.Before(cur.end(j.length, j.margin, j.offErr)) {
-			next, k = st.fresh(j, now, ms)
+			if cur.Start == 0 {
+				prev = nil
+			}
+			next, k = st.fresh(j, prev, now, ms)
 		} else {
 			add := j.seedIn
 			// This process's requests in flight are counted in the window's
 			// epoch they were leased from; a window of that epoch that a
-			// count-1 reply rolled (alignKV) kept them, unless settled.
-			if cur.epoch() != j.epoch {
+			// count-1 reply rolled (alignKV) kept them, unless settled, and
+			// so did a window that replaced that epoch (winVal.Prev).
+			if cur.epoch() != j.epoch && (cur.Prev == 0 || cur.Prev != j.epoch) {
 				add += j.carry
 				if !j.localStart.IsZero() && cur.Start > j.localStart.UnixMilli() {
 					add += j.inflight
@@ -249,6 +268,7 @@ func (st *kvStore) leaseOne(j *leaseJob) (winVal, int, error) {
 			// Written even with no token left: the seeds must reach KV.
 			next = cur
 			next.Ep, next.Limit, next.Granted, next.Margin = cur.epoch(), j.limit, raised+k, max(cur.Margin, ms)
+			next.Carried = cur.Carried + raised - cur.Granted
 		}
 		v, _ := json.Marshal(next)
 		_, err = st.kv.Update(ctx, j.key, v, ent.Revision())

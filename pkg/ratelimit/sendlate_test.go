@@ -93,12 +93,13 @@ const lateIDs = riot.MethodMatchIDsByPUUID
 // TestSharedLateGrantNeverSent: two processes share a 4 per 10 s key. In
 // Riot's window [20 s, 30 s) b sends 3; at 29.5 s a is granted the 4th and
 // then stalls (CPU starvation) until 30.5 s, while b, whose window has
-// ended, opens the next one and sends its 4. a's request, sent now, would
-// be the 5th in Riot's window begun at 30.5 s: a 429. Its grant's send
-// deadline (10 s − the send allowance after its window's start) has passed
-// when it reaches the transport, so it is returned unsent and retaken; the
-// retake finds the new window spent and reports a rate-limit wait. Riot
-// counts 4 of 4 and answers no 429.
+// ended, opens the next one. The new KV window carries a's grant, not yet
+// settled (winVal.carryOut), so b sends 3 and its 4th waits. a's grant's
+// send deadline (10 s − the send allowance after its window's start) has
+// passed when it reaches the transport, so it is returned unsent and
+// retaken; the retake finds the new window spent and reports a rate-limit
+// wait. Riot sees 6 requests and answers no 429; a request sent late
+// would have been the 7th.
 func TestSharedLateGrantNeverSent(t *testing.T) {
 	clk := newManualClock()
 	a, b, newClient, f := lateSendSetup(t, clk, "late-send")
@@ -113,12 +114,17 @@ func TestSharedLateGrantNeverSent(t *testing.T) {
 	}
 	clk.at(20 * time.Second)
 	send(cb, 3)
+	waitSettled(t, b)
 
 	var stalled atomic.Bool
 	ca := newClient(&stallOnce{Limiter: a, stall: func() {
 		stalled.Store(true)
 		clk.at(30*time.Second + 500*time.Millisecond)
-		send(cb, 4)
+		send(cb, 3)
+		_, err := cb.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-b4", riot.MatchIDsQuery{})
+		if re := (*riot.Error)(nil); !errors.As(err, &re) || re.Kind != riot.KindRateLimited || re.Status != 0 {
+			t.Errorf("b's 4th call in the window that carries a's grant: %v, want the limiter's rate-limit wait", err)
+		}
 	}})
 	clk.at(29*time.Second + 500*time.Millisecond)
 	_, err := ca.MatchIDsByPUUID(t.Context(), riot.Region("asia"), "puuid-a", riot.MatchIDsQuery{})
@@ -129,8 +135,8 @@ func TestSharedLateGrantNeverSent(t *testing.T) {
 	if !errors.As(err, &re) || re.Kind != riot.KindRateLimited || re.Status != 0 {
 		t.Fatalf("a's late call: %v, want the limiter's rate-limit wait (nothing sent)", err)
 	}
-	if arrivals, tooMany := f.counts(); tooMany != 0 || arrivals != 7 {
-		t.Fatalf("Riot saw %d requests and answered %d 429s; want 7 and 0 (a's late grant never sent)", arrivals, tooMany)
+	if arrivals, tooMany := f.counts(); tooMany != 0 || arrivals != 6 {
+		t.Fatalf("Riot saw %d requests and answered %d 429s; want 6 and 0 (a's late grant never sent)", arrivals, tooMany)
 	}
 	var expired int64
 	for _, c := range a.Counters() {

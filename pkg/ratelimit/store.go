@@ -62,6 +62,9 @@ const (
 	eventPaused
 	// eventIdle: an answer, cancel or give-up on route r.
 	eventIdle
+	// eventClosed: w, one of b's windows, is closed at at (engine.closes):
+	// no token of it can be granted any more before it rolls.
+	eventClosed
 )
 
 // event is one thing the engine tells its store (store.observe). It is
