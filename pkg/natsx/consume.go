@@ -55,14 +55,15 @@ func ackDouble(m jetstream.Msg, stopping <-chan struct{}) error {
 	}
 }
 
-// Handler processes one message and says how to settle it. It must not call
-// Ack, Nak, Term or InProgress itself. ctx carries the consumer span and
-// is cancelled when the runner's drain budget runs out.
-type Handler func(ctx context.Context, m jetstream.Msg) Result
+// Handler processes one delivered message and says how to settle it: the
+// runner hands it the message as a Delivery and settles the message from
+// the Result alone. ctx carries the consumer span and is cancelled when
+// the runner's drain budget runs out.
+type Handler func(ctx context.Context, d Delivery) Result
 
 // BatchHandler processes a batch and returns one Result per message, in
 // the same order. A result slice of the wrong length naks the whole batch.
-type BatchHandler func(ctx context.Context, msgs []jetstream.Msg) []Result
+type BatchHandler func(ctx context.Context, ds []Delivery) []Result
 
 // DefaultDrainTimeout is the default drain budget on shutdown: 15 s. A
 // runner notices cancellation within FetchWait (5 s) and gives up one
@@ -270,29 +271,28 @@ func (r *runner) msgAttrs(m jetstream.Msg) ([]attribute.KeyValue, uint64) {
 	return a, delivered
 }
 
-// finish settles m with res by the settle policy, records metrics and span
-// status. It is the only place where a message is acked, naked or
-// terminated.
-func (r *runner) finish(span trace.Span, m jetstream.Msg, res Result) {
-	delivered, seq := uint64(1), uint64(0)
-	if md, err := m.Metadata(); err == nil {
-		delivered, seq = max(md.NumDelivered, 1), md.Sequence.Stream
-	}
-	st := decide(res, delivered, r.maxDeliver, r.settle.Backoff, time.Now())
+// delivery is m's Delivery on the runner's consumer.
+func (r *runner) delivery(m jetstream.Msg) Delivery { return NewDelivery(m, r.maxDeliver) }
+
+// finish settles m, delivered as d, with res by the settle policy, records
+// metrics and span status. It is the only place where a message is acked,
+// naked or terminated.
+func (r *runner) finish(span trace.Span, m jetstream.Msg, d Delivery, res Result) {
+	st := decide(res, d.Num, r.maxDeliver, r.settle.Backoff, time.Now())
 	if res.err != nil {
 		span.RecordError(res.err)
 		span.SetAttributes(attribute.String("error.type", res.Kind().String()))
 	}
 	if st.dead {
-		err := r.settle.Dead.Publish(context.Background(), DeadInfo{Subject: m.Subject(), Header: m.Headers(), Data: m.Data(),
-			Stream: r.stream, Consumer: r.consumer, Sequence: seq, Deliveries: delivered, Kind: res.Kind(), Reason: st.reason})
+		err := r.settle.Dead.Publish(context.Background(), DeadInfo{Subject: d.Subject, Header: d.Header, Data: d.Data,
+			Stream: r.stream, Consumer: r.consumer, Sequence: d.Sequence, Deliveries: d.Num, Kind: res.Kind(), Reason: st.reason})
 		if err != nil && r.settle.Dead != nil {
 			// Keep the message: the next delivery dead-letters it again, or
 			// the MAX_DELIVERIES advisory hands it to the retry-sweeper.
-			r.log.Error("dead-letter failed; message kept for redelivery", "subject", m.Subject(), "err", err)
+			r.log.Error("dead-letter failed; message kept for redelivery", "subject", d.Subject, "err", err)
 			st = settlement{action: kindNak, delay: r.settle.Backoff.Delay(1), reason: st.reason}
 		} else {
-			r.log.Warn("message given up", "subject", m.Subject(), "kind", res.Kind().String(), "deliveries", delivered,
+			r.log.Warn("message given up", "subject", d.Subject, "kind", res.Kind().String(), "deliveries", d.Num,
 				"reason", st.reason, "dead_lettered", err == nil)
 		}
 	}
@@ -311,7 +311,7 @@ func (r *runner) finish(span trace.Span, m jetstream.Msg, res Result) {
 	}
 	span.SetAttributes(attribute.String("nats.result", st.action.String()))
 	if err != nil {
-		r.log.Error("settle failed", "subject", m.Subject(), "result", st.action.String(), "err", err)
+		r.log.Error("settle failed", "subject", d.Subject, "result", st.action.String(), "err", err)
 		span.RecordError(err)
 	}
 	r.processed.Add(context.Background(), 1, metric.WithAttributeSet(r.attrs),
@@ -347,15 +347,15 @@ func (r *runner) awaitHealthy(ctx context.Context) {
 	}
 }
 
-// call runs h, turning a panic into a Transient failure of m alone.
-func (r *runner) call(ctx context.Context, m jetstream.Msg, h Handler) (res Result) {
+// call runs h, turning a panic into a Transient failure of d alone.
+func (r *runner) call(ctx context.Context, d Delivery, h Handler) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("handler panic", "subject", m.Subject(), "panic", p, "stack", string(debug.Stack()))
+			r.log.Error("handler panic", "subject", d.Subject, "panic", p, "stack", string(debug.Stack()))
 			res = Retry(fmt.Errorf("handler panic: %v", p))
 		}
 	}()
-	return h(ctx, m)
+	return h(ctx, d)
 }
 
 // handleOne runs h on m inside a consumer span and settles m exactly once.
@@ -370,10 +370,11 @@ func (r *runner) handleOne(ctx context.Context, m jetstream.Msg, h Handler) {
 	go r.keepAlive([]jetstream.Msg{m}, stop)
 	r.awaitHold(ctx) // a pull that was open when the switch went on
 	start := time.Now()
-	res := r.call(ctx, m, h)
+	d := r.delivery(m)
+	res := r.call(ctx, d, h)
 	close(stop)
 	r.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(r.attrs))
-	r.finish(span, m, res)
+	r.finish(span, m, d, res)
 }
 
 // drainContext returns a context for handlers that outlives ctx by the
@@ -572,15 +573,15 @@ func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, 
 	return nil
 }
 
-// callBatch runs h on msgs, turning a panic into an error.
-func (r *runner) callBatch(ctx context.Context, msgs []jetstream.Msg, h BatchHandler) (res []Result, err error) {
+// callBatch runs h on ds, turning a panic into an error.
+func (r *runner) callBatch(ctx context.Context, ds []Delivery, h BatchHandler) (res []Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("batch handler panic", "msgs", len(msgs), "panic", p, "stack", string(debug.Stack()))
+			r.log.Error("batch handler panic", "msgs", len(ds), "panic", p, "stack", string(debug.Stack()))
 			res, err = nil, fmt.Errorf("handler panic: %v", p)
 		}
 	}()
-	return h(ctx, msgs), nil
+	return h(ctx, ds), nil
 }
 
 // handleBatch runs h on msgs and settles every message.
@@ -623,7 +624,11 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 	go r.keepAlive(msgs, stop)
 	r.awaitHold(ctx)
 	start := time.Now()
-	results, perr := r.callBatch(ctx, msgs, h)
+	ds := make([]Delivery, len(msgs))
+	for i, m := range msgs {
+		ds[i] = r.delivery(m)
+	}
+	results, perr := r.callBatch(ctx, ds, h)
 	if perr != nil && len(msgs) > 1 {
 		// Isolate the message that panics: run the handler on each message
 		// alone, so only that one is retried (the handlers are idempotent).
@@ -631,7 +636,7 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 		r.log.Error("batch handler panic; handling the batch one message at a time", "msgs", len(msgs), "err", perr)
 		results = make([]Result, len(msgs))
 		for i := range msgs {
-			one, err := r.callBatch(ctx, msgs[i:i+1], h)
+			one, err := r.callBatch(ctx, ds[i:i+1], h)
 			if err != nil {
 				one = []Result{Retry(err)}
 			}
@@ -655,7 +660,7 @@ func (r *runner) handleBatch(ctx context.Context, msgs []jetstream.Msg, h BatchH
 		}
 	}
 	for i, m := range msgs {
-		r.finish(msgSpans[i], m, results[i])
+		r.finish(msgSpans[i], m, ds[i], results[i])
 	}
 	// Children end before their parent.
 	span.End()

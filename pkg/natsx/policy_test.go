@@ -71,7 +71,9 @@ func deadStream(t *testing.T, js jetstream.JetStream) (jetstream.Stream, *DeadLe
 }
 
 // A message that keeps failing is dead-lettered with its payload and reason
-// on its last delivery, never left to a MAX_DELIVERIES advisory.
+// on its last delivery, never left to a MAX_DELIVERIES advisory; its
+// handler is told each delivery's count and, on the consumer's MaxDeliver-th,
+// that it is the last.
 func TestSettleDeadLettersOnLastDelivery(t *testing.T) {
 	_, _, js := startJS(t)
 	st, cons := wqConsumer(t, js, jetstream.ConsumerConfig{AckWait: 30 * time.Second, MaxDeliver: 3})
@@ -85,12 +87,14 @@ func TestSettleDeadLettersOnLastDelivery(t *testing.T) {
 	if _, err := Publish(ctx, js, "w.invalid", "x"); err != nil {
 		t.Fatal(err)
 	}
-	var deliveries atomic.Int32
-	h := func(ctx context.Context, m jetstream.Msg) Result {
-		if m.Subject() == "w.invalid" {
+	var deliveries, wrongLast atomic.Int32
+	h := func(ctx context.Context, d Delivery) Result {
+		if d.Subject == "w.invalid" {
 			return Rejectf("undecodable")
 		}
-		deliveries.Add(1)
+		if n := deliveries.Add(1); d.Num != uint64(n) || d.Last != (n == 3) {
+			wrongLast.Add(1)
+		}
 		return Retry(errors.New("postgres: connection refused"))
 	}
 	done := make(chan error, 1)
@@ -105,6 +109,9 @@ func TestSettleDeadLettersOnLastDelivery(t *testing.T) {
 	}
 	if n := deliveries.Load(); n != 3 {
 		t.Errorf("failing message handled %d times, want MaxDeliver = 3", n)
+	}
+	if n := wrongLast.Load(); n != 0 {
+		t.Errorf("%d deliveries told a wrong delivery count or last, want Num 1, 2, 3 and Last on the 3rd", n)
 	}
 	bySubject := map[string]*jetstream.RawStreamMsg{}
 	for seq := uint64(1); seq <= 2; seq++ {
@@ -153,9 +160,9 @@ func TestSettleProbePausesConsumer(t *testing.T) {
 		}
 		return errors.New("database down")
 	}
-	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
-		handled.Add(int32(len(msgs)))
-		res := make([]Result, len(msgs))
+	h := func(ctx context.Context, ds []Delivery) []Result {
+		handled.Add(int32(len(ds)))
+		res := make([]Result, len(ds))
 		for i := range res {
 			if down.Load() {
 				res[i] = Retry(errors.New("database down"))
@@ -195,16 +202,16 @@ func TestSettleBatchPanicIsolated(t *testing.T) {
 		}
 	}
 	var stored sync32
-	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
-		for _, m := range msgs {
-			if m.Subject() == "w.2" {
+	h := func(ctx context.Context, ds []Delivery) []Result {
+		for _, d := range ds {
+			if d.Subject == "w.2" {
 				panic("nil map in w.2")
 			}
 		}
-		for _, m := range msgs {
-			stored.add(m.Subject())
+		for _, d := range ds {
+			stored.add(d.Subject)
 		}
-		return make([]Result, len(msgs))
+		return make([]Result, len(ds))
 	}
 	done := make(chan error, 1)
 	go func() {

@@ -72,15 +72,14 @@ func TestConsumeSettlesEachMessageOnce(t *testing.T) {
 		traceID   trace.TraceID
 	}
 	got := make(chan seen, 16)
-	h := func(ctx context.Context, m jetstream.Msg) Result {
-		md, _ := m.Metadata()
-		got <- seen{m.Subject(), md.NumDelivered, trace.SpanContextFromContext(ctx).TraceID()}
+	h := func(ctx context.Context, d Delivery) Result {
+		got <- seen{d.Subject, d.Num, trace.SpanContextFromContext(ctx).TraceID()}
 		switch {
-		case m.Subject() == "w.nak" && md.NumDelivered == 1:
+		case d.Subject == "w.nak" && d.Num == 1:
 			return Retry(errors.New("try again"))
-		case m.Subject() == "w.term":
+		case d.Subject == "w.term":
 			return Fail(fault.Wrap(fault.Gone, errors.New("riot 404")))
-		case m.Subject() == "w.panic" && md.NumDelivered == 1:
+		case d.Subject == "w.panic" && d.Num == 1:
 			panic("boom")
 		}
 		return Ack()
@@ -158,7 +157,7 @@ func keepsLongHandlerAlive(t *testing.T, every time.Duration) {
 	var mu sync.Mutex
 	deliveries := 0
 	finished := make(chan struct{})
-	h := func(ctx context.Context, m jetstream.Msg) Result {
+	h := func(ctx context.Context, _ Delivery) Result {
 		mu.Lock()
 		deliveries++
 		first := deliveries == 1
@@ -195,7 +194,7 @@ func TestConsumeDrainsInFlightOnCancel(t *testing.T) {
 	}
 	started, release := make(chan struct{}), make(chan struct{})
 	var handlerCtxErr error
-	h := func(hctx context.Context, m jetstream.Msg) Result {
+	h := func(hctx context.Context, _ Delivery) Result {
 		close(started)
 		<-release
 		handlerCtxErr = hctx.Err()
@@ -236,15 +235,15 @@ func TestConsumeBatch(t *testing.T) {
 	}
 	batches := make(chan int, 8)
 	var batchSpan trace.SpanContext
-	h := func(ctx context.Context, msgs []jetstream.Msg) []Result {
+	h := func(ctx context.Context, ds []Delivery) []Result {
 		batchSpan = trace.SpanContextFromContext(ctx)
-		res := make([]Result, len(msgs))
-		for i, m := range msgs {
-			if m.Subject() == "w.3" {
+		res := make([]Result, len(ds))
+		for i, d := range ds {
+			if d.Subject == "w.3" {
 				res[i] = Rejectf("bad payload")
 			}
 		}
-		batches <- len(msgs)
+		batches <- len(ds)
 		return res
 	}
 	done := make(chan error, 1)

@@ -75,21 +75,21 @@ func Record(ctx context.Context, jobs JobLog, r Refusal, log *slog.Logger) {
 	}
 }
 
-// Reject refuses the delivered request m for good: it publishes a
+// Reject refuses the delivered request d for good: it publishes a
 // bus.Rejection with code and reason (Announce), logs it, and returns the
-// settlement: a 404 (no such account) is Gone and only terminated; any
-// other code is Invalid and dead-lettered, so that `riftflow retry --dead`
-// can replay it.
-func Reject(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, log *slog.Logger, m jetstream.Msg,
-	requestID string, code int, reason error, now time.Time) natsx.Result {
-	r := Refusal{RequestID: requestID, Code: code, Reason: reason, At: now, Subject: m.Subject(), Raw: m.Data()}
+// error that settles d: a 404 (no such account) is Gone and only
+// terminated; any other code is Invalid and dead-lettered, so that
+// `riftflow retry --dead` can replay it.
+func Reject(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, log *slog.Logger, d natsx.Delivery,
+	requestID string, code int, reason error, now time.Time) error {
+	r := Refusal{RequestID: requestID, Code: code, Reason: reason, At: now, Subject: d.Subject, Raw: d.Data}
 	msg := r.Rejection().Reason
 	log.WarnContext(ctx, "request rejected", "request_id", requestID, "code", code, "reason", msg)
 	if err := Announce(ctx, js, subjects, r); err != nil {
 		log.ErrorContext(ctx, "publish rejection failed", "err", err)
 	}
 	if code == 404 {
-		return natsx.Fail(fault.Wrap(fault.Gone, errors.New(msg)))
+		return fault.Wrap(fault.Gone, errors.New(msg))
 	}
-	return natsx.Reject(errors.New(msg))
+	return fault.Wrap(fault.Invalid, errors.New(msg))
 }

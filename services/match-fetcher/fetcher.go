@@ -51,6 +51,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/fetchpolicy"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
@@ -232,15 +233,23 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Handle processes one FetchCommand.
-func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+// Handle processes one FetchCommand: Ack, or the error handle returned,
+// settled by its kind.
+func (s *Service) Handle(ctx context.Context, d natsx.Delivery) natsx.Result {
+	return natsx.Fail(s.handle(ctx, d))
+}
+
+// handle runs the FetchCommand d carries. Its error settles d by its kind:
+// an undecodable command's is Invalid; a failure to publish or schedule is
+// Transient, or RateLimited until the schedule's time.
+func (s *Service) handle(ctx context.Context, d natsx.Delivery) error {
 	var cmd bus.FetchCommand
-	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.MatchID == "" {
+	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.MatchID == "" {
 		if err == nil {
 			err = errors.New("no match_id")
 		}
 		s.d.Logger.ErrorContext(ctx, "undecodable fetch command terminated", "err", err)
-		return natsx.Rejectf("invalid fetch command: %v", err)
+		return fault.Wrapf(fault.Invalid, "invalid fetch command: %v", err)
 	}
 	if cmd.Attempt < 1 {
 		cmd.Attempt = 1
@@ -257,7 +266,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		if err == nil {
 			err = fmt.Errorf("unknown kind %q", cmd.Kind)
 		}
-		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), riot.Body{})
+		return s.finish(ctx, d, cmd, bus.PermanentlyUnfetchable, 0, err.Error(), riot.Body{})
 	}
 	cmd.Region = string(region)
 	span.SetAttributes(attribute.String("riot.region", cmd.Region))
@@ -265,7 +274,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 
 	// Retention, before any request.
 	if expired, reason := s.policy.Expired(cmd.Kind, cmd.GameCreationMs, now); expired {
-		return s.finish(ctx, m, cmd, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
+		return s.finish(ctx, d, cmd, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
 
 	// The ledger, before any request: a fetch already final, or held by
@@ -274,7 +283,7 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "not_needed")))
 		s.d.Logger.InfoContext(ctx, "fetch command not needed, no Riot call", "match_id", cmd.MatchID, "kind", cmd.Kind,
 			"attempt", cmd.Attempt, "why", why)
-		return natsx.Ack()
+		return nil
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -294,44 +303,44 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		body.GameCreationMs = 0
 	}
 	if err != nil {
-		return s.failure(ctx, m, cmd, err)
+		return s.failure(ctx, d, cmd, err)
 	}
 	if body.GameCreationMs > 0 {
 		cmd.GameCreationMs = body.GameCreationMs
 	}
-	if err := s.publishHeld(ctx, m, func() error { return s.publishResult(ctx, m, cmd, bus.Success, 200, "", body) }); err != nil {
-		return natsx.Retry(err)
+	if err := s.publishHeld(ctx, d, func() error { return s.publishResult(ctx, d, cmd, bus.Success, 200, "", body) }); err != nil {
+		return fault.Wrap(fault.Transient, err)
 	}
 	if cmd.Kind == bus.KindMatch {
-		return s.nextTimeline(ctx, m, cmd)
+		return s.nextTimeline(ctx, d, cmd)
 	}
-	return natsx.Ack()
+	return nil
 }
 
 // nextTimeline queues the timeline fetch of a fetched match, or records it
 // outside retention without a request.
-func (s *Service) nextTimeline(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand) natsx.Result {
+func (s *Service) nextTimeline(ctx context.Context, d natsx.Delivery, cmd bus.FetchCommand) error {
 	tl := cmd
 	tl.Kind, tl.Attempt, tl.NotFound, tl.NotFoundAt, tl.Hold, tl.PrevHold = bus.KindTimeline, 1, 0, 0, "", ""
 	if expired, reason := s.policy.Expired(bus.KindTimeline, tl.GameCreationMs, s.d.Now()); expired {
-		return s.finish(ctx, m, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
+		return s.finish(ctx, d, tl, bus.OutsideRetentionWindow, 0, reason, riot.Body{})
 	}
-	if err := s.publishHeld(ctx, m, func() error {
+	if err := s.publishHeld(ctx, d, func() error {
 		_, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.FetchFor(tl.Region, tl.Priority), tl, jetstream.WithMsgID(bus.FetchMsgID(tl)))
 		return err
 	}); err != nil {
 		s.d.Logger.WarnContext(ctx, "queue timeline failed, will retry the match", "match_id", cmd.MatchID, "err", err)
-		return natsx.Retry(fmt.Errorf("queue timeline: %w", err))
+		return fault.Wrap(fault.Transient, fmt.Errorf("queue timeline: %w", err))
 	}
-	return natsx.Ack()
+	return nil
 }
 
 // failure turns a Riot error into a retry, a reschedule or a final outcome.
-func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, err error) natsx.Result {
+func (s *Service) failure(ctx context.Context, d natsx.Delivery, cmd bus.FetchCommand, err error) error {
 	var re *riot.Error
 	if !errors.As(err, &re) {
 		if ctx.Err() != nil {
-			return natsx.Retry(err) // shutting down: redelivered later, same attempt
+			return fault.Wrap(fault.Transient, err) // shutting down: redelivered later, same attempt
 		}
 		re = &riot.Error{Kind: riot.KindTransport, Err: err}
 	}
@@ -342,19 +351,19 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 		if at.Before(now.Add(time.Second)) {
 			at = now.Add(time.Second)
 		}
-		return s.reschedule(ctx, cmd, at, "rate limited", waitID(m, cmd))
+		return s.reschedule(ctx, cmd, at, "rate limited", waitID(d, cmd))
 	case riot.KindKeyRejected:
 		s.d.Logger.ErrorContext(ctx, "Riot API key rejected; fetch parked", "match_id", cmd.MatchID, "status", re.Status)
-		return s.reschedule(ctx, cmd, now.Add(s.cfg.KeyRejectedDelay), "key rejected", waitID(m, cmd))
+		return s.reschedule(ctx, cmd, now.Add(s.cfg.KeyRejectedDelay), "key rejected", waitID(d, cmd))
 	case riot.KindNotFound:
-		return s.failedAttempt(ctx, m, cmd, re)
+		return s.failedAttempt(ctx, d, cmd, re)
 	case riot.KindServer, riot.KindTransport:
 		if ctx.Err() != nil {
-			return natsx.Retry(err)
+			return fault.Wrap(fault.Transient, err)
 		}
-		return s.failedAttempt(ctx, m, cmd, re)
+		return s.failedAttempt(ctx, d, cmd, re)
 	default: // 400, decode (poison payload), unknown: permanent
-		return s.finish(ctx, m, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), riot.Body{})
+		return s.finish(ctx, d, cmd, bus.PermanentlyUnfetchable, re.Status, re.Error(), riot.Body{})
 	}
 }
 
@@ -367,22 +376,22 @@ func (s *Service) failure(ctx context.Context, m jetstream.Msg, cmd bus.FetchCom
 // scheduling, before the ack) cannot start a second, parallel retry chain
 // within the FETCH stream's duplicate window, while a new command for the
 // same attempt (the retry-sweeper's) starts its own.
-func (s *Service) failedAttempt(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, re *riot.Error) natsx.Result {
-	d := s.policy.Decide(cmd, re, s.d.Now())
-	switch d.Action {
+func (s *Service) failedAttempt(ctx context.Context, d natsx.Delivery, cmd bus.FetchCommand, re *riot.Error) error {
+	dec := s.policy.Decide(cmd, re, s.d.Now())
+	switch dec.Action {
 	case fetchpolicy.Final, fetchpolicy.Pending:
-		return s.finish(ctx, m, d.Cmd, d.Outcome, re.Status, d.Reason, riot.Body{})
+		return s.finish(ctx, d, dec.Cmd, dec.Outcome, re.Status, dec.Reason, riot.Body{})
 	}
-	if err := s.publishResult(ctx, m, d.Cmd, bus.TemporaryFailure, re.Status, d.Reason, riot.Body{}); err != nil {
-		return natsx.Retry(err)
+	if err := s.publishResult(ctx, d, dec.Cmd, bus.TemporaryFailure, re.Status, dec.Reason, riot.Body{}); err != nil {
+		return fault.Wrap(fault.Transient, err)
 	}
-	next := d.Cmd
+	next := dec.Cmd
 	next.Attempt++
 	id := ""
-	if tag := deliveryTag(m); tag != "" {
+	if tag := deliveryTag(d); tag != "" {
 		id = fmt.Sprintf("retry/%s/%s/a%d/%s", next.MatchID, next.Kind, next.Attempt, tag) + next.DedupSuffix()
 	}
-	return s.reschedule(ctx, next, d.RetryAt, "retry", id)
+	return s.reschedule(ctx, next, dec.RetryAt, "retry", id)
 }
 
 // NextAttemptAt is fetchpolicy.Policy.NextAttemptAt of c.
@@ -393,12 +402,12 @@ func (c Config) NextAttemptAt(attempt int, re *riot.Error, now time.Time) time.T
 // waitID is the schedule message id of a rate-limit or key wait: the same
 // attempt waits again, so the id names the delivery being rescheduled
 // (deliveryTag), and its redeliveries schedule once.
-func waitID(m jetstream.Msg, cmd bus.FetchCommand) string {
-	return bus.FetchWaitMsgID(cmd, deliveryTag(m))
+func waitID(d natsx.Delivery, cmd bus.FetchCommand) string {
+	return bus.FetchWaitMsgID(cmd, deliveryTag(d))
 }
 
 // deliveryTag names the FETCH message being handled: "s<stream sequence>",
-// or "" when m has no JetStream metadata. Redeliveries of one message share
+// or "" when d has no JetStream metadata. Redeliveries of one message share
 // it; every other command for the same fetch has its own (the original, a
 // fired retry schedule, the retry-sweeper's re-publish). The fetcher's
 // message ids end with it, so the duplicate windows of FETCH and FETCHED
@@ -406,15 +415,11 @@ func waitID(m jetstream.Msg, cmd bus.FetchCommand) string {
 // later command for the same attempt: a ledger that lost its last commits
 // (a Postgres crash or failover after the persister acked) is caught up by
 // the sweeper's re-publish instead of being dropped for 2–10 minutes.
-func deliveryTag(m jetstream.Msg) string {
-	if m == nil {
+func deliveryTag(d natsx.Delivery) string {
+	if d.Sequence == 0 {
 		return ""
 	}
-	md, err := m.Metadata()
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("s%d", md.Sequence.Stream)
+	return fmt.Sprintf("s%d", d.Sequence)
 }
 
 // Expired is fetchpolicy.Policy.Expired of c.
@@ -436,11 +441,12 @@ func (c Config) BackoffAfter(n int) time.Duration {
 }
 
 // reschedule publishes cmd as a JetStream message schedule firing at at
-// onto lol.match.fetch.<region>, then acks the current message. id, when
-// not "", is the schedule's Nats-Msg-Id: a duplicate means the same
+// onto lol.match.fetch.<region>; nil then acks the current message. id,
+// when not "", is the schedule's Nats-Msg-Id: a duplicate means the same
 // schedule already exists, and the message is acked all the same.
-// Scheduled messages carry the trace context.
-func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) natsx.Result {
+// Scheduled messages carry the trace context. A schedule that fails is
+// RateLimited until its time.
+func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.Time, why, id string) error {
 	cmd.PrevHold, cmd.Hold = cmd.Hold, nuid.Next()
 	data, _ := json.Marshal(cmd)
 	msg := nats.NewMsg(s.d.Subjects.FetchRetry(cmd.Region, bus.FetchRetryToken(cmd)))
@@ -456,37 +462,34 @@ func (s *Service) reschedule(ctx context.Context, cmd bus.FetchCommand, at time.
 	if err := natsx.Schedule(ctx, s.d.JS, msg, serverAt, msg.Subject, s.d.Subjects.FetchFor(cmd.Region, cmd.Priority)); err != nil {
 		if errors.Is(err, natsx.ErrScheduleDuplicate) {
 			s.d.Logger.InfoContext(ctx, "fetch already rescheduled (redelivery)", "match_id", cmd.MatchID, "kind", cmd.Kind, "attempt", cmd.Attempt, "id", id)
-			return natsx.Ack()
+			return nil
 		}
 		s.d.Logger.WarnContext(ctx, "schedule failed; nak instead", "match_id", cmd.MatchID, "err", err)
-		return natsx.RetryAt(fmt.Errorf("schedule %s: %w", why, err), serverAt)
+		return fault.RetryAt(fmt.Errorf("schedule %s: %w", why, err), serverAt)
 	}
 	// After the schedule exists, never before: a hold whose schedule
 	// failed would turn away every other command for the fetch.
 	s.hold(ctx, cmd, at)
 	s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "rescheduled"), attribute.String("why", why)))
 	s.d.Logger.InfoContext(ctx, "fetch rescheduled", "match_id", cmd.MatchID, "kind", cmd.Kind, "attempt", cmd.Attempt, "at", at.UTC().Format(time.RFC3339), "why", why)
-	return natsx.Ack()
+	return nil
 }
 
-// finish publishes a final FetchResult; Ack on success, a short nak
-// otherwise (the same attempt is made again, and the persister's ledger
-// rules make the repeat harmless).
-func (s *Service) finish(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) natsx.Result {
-	if err := s.publishResult(ctx, m, cmd, o, status, reason, body); err != nil {
-		return natsx.Retry(err)
-	}
-	return natsx.Ack()
+// finish publishes a final FetchResult; nil (Ack) on success, a Transient
+// failure otherwise (the same attempt is made again, and the persister's
+// ledger rules make the repeat harmless).
+func (s *Service) finish(ctx context.Context, d natsx.Delivery, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) error {
+	return fault.Wrap(fault.Transient, s.publishResult(ctx, d, cmd, o, status, reason, body))
 }
 
 // publishResult publishes a FetchResult with Nats-Msg-Id
-// "<match>/<kind>/a<attempt>/<outcome>/s<seq>" (deliveryTag of m), so a
+// "<match>/<kind>/a<attempt>/<outcome>/s<seq>" (deliveryTag of d), so a
 // redelivery of the same command with the same outcome dedupes, while a
 // redelivered attempt that now has another outcome (a 503, then a 200 on
 // redelivery) or another command for the same attempt (the sweeper's) is
 // not swallowed: the ledger rules then keep the better one (a success
 // always applies), and the persister's upserts store a match once.
-func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) error {
+func (s *Service) publishResult(ctx context.Context, d natsx.Delivery, cmd bus.FetchCommand, o bus.Outcome, status int, reason string, body riot.Body) error {
 	gz := body.Gzip
 	res := bus.FetchResult{MatchID: cmd.MatchID, Kind: cmd.Kind, Region: cmd.Region, Outcome: o, Attempt: cmd.Attempt,
 		Status: status, Error: reason, Payload: gz, GameCreationMs: cmd.GameCreationMs, AttemptedAt: s.d.Now(),
@@ -511,7 +514,7 @@ func (s *Service) publishResult(ctx context.Context, m jetstream.Msg, cmd bus.Fe
 	if cmd.Region == "" {
 		subj = s.d.Subjects.FailedFor("unknown", cmd.Priority)
 	}
-	id := bus.FetchResultMsgID(cmd, o, deliveryTag(m))
+	id := bus.FetchResultMsgID(cmd, o, deliveryTag(d))
 	data, hdr, err := bus.EncodeFetchResult(res)
 	if err != nil {
 		return fmt.Errorf("encode fetch result: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -36,16 +37,6 @@ func (j *recordingJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.
 	j.msgs = append(j.msgs, m)
 	return &jetstream.PubAck{Stream: "TEST"}, nil
 }
-
-// delivered is a FETCH message without JetStream metadata.
-type delivered struct {
-	jetstream.Msg // nil: Handle reads Data and Metadata only
-	data          []byte
-}
-
-func (m delivered) Data() []byte                              { return m.data }
-func (m delivered) Metadata() (*jetstream.MsgMetadata, error) { return nil, errors.New("no metadata") }
-func (m delivered) InProgress() error                         { return nil }
 
 // riotAnswers is Riot answering getTimeline from next.
 type riotAnswers struct {
@@ -108,7 +99,8 @@ func drive(t *testing.T, r Matches, steps int) trail {
 	for range steps {
 		data, _ := json.Marshal(cmd)
 		js.msgs = nil
-		if res := s.Handle(t.Context(), delivered{data: data}); res.Err() != nil {
+		// A FETCH message without JetStream metadata.
+		if res := s.Handle(t.Context(), natsx.Delivery{Data: data, Num: 1}); res.Err() != nil {
 			t.Fatalf("attempt %d: %v", cmd.Attempt, res)
 		}
 		var next *bus.FetchCommand

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/riftflow/riftflow/pkg/natsx"
 )
 
 // DefaultPublishPatience is how long a fetcher holding a fetched payload
@@ -19,14 +19,14 @@ const DefaultPublishPatience = 30 * time.Second
 // next delivery call Riot again for a payload already in hand. It returns
 // the last error when patience or ctx runs out. The result keeps its
 // Nats-Msg-Id across tries, so a try that landed unseen is deduplicated.
-func (s *Service) publishHeld(ctx context.Context, m jetstream.Msg, publish func() error) error {
+func (s *Service) publishHeld(ctx context.Context, d natsx.Delivery, publish func() error) error {
 	err := publish()
 	if err == nil {
 		return nil
 	}
 	deadline := time.Now().Add(s.cfg.PublishPatience)
 	for delay := 250 * time.Millisecond; time.Now().Before(deadline); delay = min(2*delay, 5*time.Second) {
-		_ = m.InProgress()
+		_ = d.InProgress()
 		select {
 		case <-ctx.Done():
 			return err

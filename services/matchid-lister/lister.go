@@ -52,6 +52,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -187,46 +188,57 @@ func (s *Service) Run(ctx context.Context) error {
 // holding its lock until the TTL with its caller waiting: the lock is
 // released and the request rejected with code 503 and the reason, and the
 // command is dead-lettered so `riftflow retry --dead` can run it again.
-func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
-	res := s.handle(ctx, m)
-	if res.Err() == nil || !res.Kind().Retryable() || ctx.Err() != nil || !natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Interactive), m) {
-		return res
+// Every other outcome is handle's: Ack, or its error settled by its kind.
+func (s *Service) Handle(ctx context.Context, d natsx.Delivery) natsx.Result {
+	err := s.handle(ctx, d)
+	if err == nil || !fault.KindOf(err).Retryable() || ctx.Err() != nil || !d.Last {
+		return natsx.Fail(err)
 	}
 	var cmd bus.SyncCommand
-	if json.Unmarshal(m.Data(), &cmd) == nil && cmd.PUUID != "" {
+	if json.Unmarshal(d.Data, &cmd) == nil && cmd.PUUID != "" {
 		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
 	}
-	return s.reject(ctx, cmd.RequestID, 503,
-		fmt.Errorf("sync failed %d times, giving up: %w", natsx.Delivery(m), res.Err()), m)
+	return natsx.Fail(s.reject(ctx, cmd.RequestID, 503,
+		fmt.Errorf("sync failed %d times, giving up: %w", d.Num, err), d))
 }
 
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
-	cmd, platform, res, ok := s.decode(ctx, m)
-	if !ok {
-		return res
+// errDropped ends the handling of a command that must never run (its
+// request's job has ended): begin has released what it took, and the
+// command is acked.
+var errDropped = errors.New("sync command dropped")
+
+// handle runs the sync command d carries. Its error settles d by its kind:
+// a refused command's is Invalid or Gone (reject), a failure to retry is
+// Transient or RateLimited (or a store error, classified by the store).
+func (s *Service) handle(ctx context.Context, d natsx.Delivery) error {
+	cmd, platform, err := s.decode(ctx, d)
+	if err != nil {
+		return err
 	}
 	region := platform.Region()
 	log := s.d.Logger.With("request_id", cmd.RequestID, "puuid", cmd.PUUID)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("riot.puuid", cmd.PUUID),
 		attribute.String("riftflow.request_id", cmd.RequestID), attribute.String("riot.region", string(region)))
 
-	if res, ok := s.begin(ctx, cmd, platform, m, log); !ok {
-		return res
+	if err := s.begin(ctx, cmd, platform, d, log); errors.Is(err, errDropped) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	// Listing can take long (many pages, rate-limit waits): the lock lives
 	// as long as the listing, renewed on a timer, not until its TTL.
 	defer synclock.Heartbeat(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL)()
-	w, res, ok := s.window(ctx, cmd, log)
-	if !ok {
-		return res
+	w, err := s.window(ctx, cmd, log)
+	if err != nil {
+		return err
 	}
-	l, res, ok := s.listNew(ctx, cmd, region, w, m, log)
-	if !ok {
-		return res
+	l, err := s.listNew(ctx, cmd, region, w, d, log)
+	if err != nil {
+		return err
 	}
-	claimed, res, ok := s.claimAndPublish(ctx, cmd, w, l.fresh, log)
-	if !ok {
-		return res
+	claimed, err := s.claimAndPublish(ctx, cmd, w, l.fresh, log)
+	if err != nil {
+		return err
 	}
 	// The cursor moves only past a window whose every match was published:
 	// a complete listing, or a first latest sync, which took the newest
@@ -238,45 +250,46 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		"total", claimed.Total, "done", claimed.Done, "window_start_s", w.startS, "window_end_s", w.endS, "complete", l.complete,
 		"riot_cap_reached", l.capped, "cached", l.cached)
 	s.publishProgress(ctx, cmd, claimed)
-	return natsx.Ack()
+	return nil
 }
 
-// decode reads the SyncCommand; a malformed one is rejected (400).
-func (s *Service) decode(ctx context.Context, m jetstream.Msg) (bus.SyncCommand, riot.Platform, natsx.Result, bool) {
+// decode reads the SyncCommand d carries; a malformed one is rejected
+// (400).
+func (s *Service) decode(ctx context.Context, d natsx.Delivery) (bus.SyncCommand, riot.Platform, error) {
 	var cmd bus.SyncCommand
-	if err := json.Unmarshal(m.Data(), &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
+	if err := json.Unmarshal(d.Data, &cmd); err != nil || cmd.PUUID == "" || cmd.RequestID == "" {
 		if err == nil {
 			err = errors.New("missing puuid or request_id")
 		}
-		return cmd, "", s.reject(ctx, "", 400, fmt.Errorf("invalid sync command: %w", err), m), false
+		return cmd, "", s.reject(ctx, "", 400, fmt.Errorf("invalid sync command: %w", err), d)
 	}
 	platform, err := riot.ParsePlatform(cmd.Platform)
 	if err != nil {
-		return cmd, "", s.reject(ctx, cmd.RequestID, 400, err, m), false
+		return cmd, "", s.reject(ctx, cmd.RequestID, 400, err, d)
 	}
-	return cmd, platform, natsx.Result{}, true
+	return cmd, platform, nil
 }
 
 // begin claims the per-account lock (a held one: 409) and opens the sync
-// in the job log.
-func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.Platform, m jetstream.Msg, log *slog.Logger) (natsx.Result, bool) {
+// in the job log; errDropped when the request's job has ended.
+func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.Platform, d natsx.Delivery, log *slog.Logger) error {
 	if holder, err := synclock.Claim(ctx, s.d.Locks, cmd.PUUID, cmd.RequestID, s.cfg.LockTTL, s.d.Now()); err != nil {
 		if !errors.Is(err, natsx.ErrLocked) {
 			log.WarnContext(ctx, "lock claim failed, will retry", "err", err)
-			return natsx.Retry(fmt.Errorf("claim sync lock: %w", err)), false
+			return fault.Wrap(fault.Transient, fmt.Errorf("claim sync lock: %w", err))
 		}
 		reason := fmt.Errorf("account %s is already syncing (request %s)", cmd.PUUID, holder)
 		syncjob.Record(ctx, s.d.Store, syncjob.Refusal{RequestID: cmd.RequestID, PUUID: cmd.PUUID, RequestedBy: cmd.RequestedBy,
 			RequestedAt: cmd.Requested, Mode: string(cmd.Mode), Trigger: cmd.Trigger, Reason: reason, At: s.d.Now(),
 			Detail: map[string]any{"force": cmd.Force}}, s.d.Logger)
-		return s.reject(ctx, cmd.RequestID, 409, reason, m), false
+		return s.reject(ctx, cmd.RequestID, 409, reason, d)
 	}
 
 	st := store.SyncStart{
 		RequestID: cmd.RequestID, PUUID: cmd.PUUID, GameName: cmd.GameName, TagLine: cmd.TagLine,
 		Platform: string(platform), Region: string(platform.Region()), Mode: string(cmd.Mode), Trigger: cmd.Trigger,
 		RequestedAt: cmd.Requested, Force: cmd.Force, RequestedBy: cmd.RequestedBy, PlatformFound: cmd.PlatformFound,
-		Redelivery: natsx.Delivery(m) > 1,
+		Redelivery: d.Num > 1,
 	}
 	st.ReplaceReason = fmt.Sprintf("replaced by sync %s of the same account", cmd.RequestID)
 	if cmd.Trigger == bus.TriggerRecovery {
@@ -289,11 +302,11 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 		// followers heard so; it never runs again.
 		log.WarnContext(ctx, "sync command of a request whose job has ended; dropped")
 		s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
-		return natsx.Ack(), false
+		return errDropped
 	}
 	if err != nil {
 		log.WarnContext(ctx, "begin sync failed, will retry", "err", err)
-		return natsx.Fail(fmt.Errorf("begin sync: %w", err)), false
+		return fmt.Errorf("begin sync: %w", err)
 	}
 	if replaced != "" {
 		// The account's previous sync lost its lock (an outage longer
@@ -305,7 +318,7 @@ func (s *Service) begin(ctx context.Context, cmd bus.SyncCommand, platform riot.
 	if cmd.Trigger == bus.TriggerRecovery {
 		s.closeAbandoned(ctx, cmd)
 	}
-	return natsx.Result{}, true
+	return nil
 }
 
 // life is the sync lifecycle (progress events, lock release) on the
@@ -331,20 +344,20 @@ type listWindow struct {
 // lister replicas on hosts whose clocks disagree write cursors on one
 // clock; a cursor ahead of the truth would start the next latest sync past
 // games that ended since, which no sync would list again.
-func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Logger) (listWindow, natsx.Result, bool) {
+func (s *Service) window(ctx context.Context, cmd bus.SyncCommand, log *slog.Logger) (listWindow, error) {
 	cur, curRev, err := s.cursor(ctx, cmd.PUUID)
 	if err != nil {
 		log.WarnContext(ctx, "cursor read failed, will retry", "err", err)
-		return listWindow{}, natsx.Retry(fmt.Errorf("read cursor: %w", err)), false
+		return listWindow{}, fault.Wrap(fault.Transient, fmt.Errorf("read cursor: %w", err))
 	}
 	offset, err := natsx.ServerOffset(ctx, s.d.Cursors, s.d.Host)
 	if err != nil {
 		log.WarnContext(ctx, "server clock read failed, will retry", "err", err)
-		return listWindow{}, natsx.Retry(fmt.Errorf("read the NATS server's clock: %w", err)), false
+		return listWindow{}, fault.Wrap(fault.Transient, fmt.Errorf("read the NATS server's clock: %w", err))
 	}
 	now := s.d.Now().Add(offset)
 	w := listWindow{now: now, endS: now.Unix(), startS: Window(cmd, cur, s.cfg.Overlap, s.cfg.MatchRetention.Duration(), now), cur: cur, curRev: curRev}
-	return w, natsx.Result{}, true
+	return w, nil
 }
 
 // listing is what listNew found.
@@ -358,7 +371,7 @@ type listing struct {
 // listNew pages through the account's match IDs in the window, newest
 // first, keeping those the ledger has no final outcome for, up to
 // cmd.Count.
-func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.Region, w listWindow, m jetstream.Msg, log *slog.Logger) (listing, natsx.Result, bool) {
+func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.Region, w listWindow, d natsx.Delivery, log *slog.Logger) (listing, error) {
 	ctxRiot := ctx
 	if cmd.Priority == bus.Background {
 		ctxRiot = riot.WithBackground(ctx)
@@ -367,26 +380,26 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 	if age := w.now.Sub(time.Unix(w.cur.ListedUntilS, 0)); cmd.Mode == bus.ModeLatest && !cmd.Force && w.cur.ListedUntilS > 0 &&
 		age >= 0 && age < s.cfg.MatchIDsCacheTTL {
 		l.cached = true
-		return l, natsx.Result{}, true
+		return l, nil
 	}
 	for start := 0; ; {
 		if start >= riotListCap {
 			// Riot serves no more than ~1000 IDs: everything it will
 			// show was seen; the listing is complete as far as it can be.
 			l.complete, l.capped = true, true
-			return l, natsx.Result{}, true
+			return l, nil
 		}
 		want := 100
 		q := riot.MatchIDsQuery{Start: start, Count: want, StartTime: w.startS, EndTime: w.endS, Queue: cmd.Queue, Type: cmd.Type}
 		ids, err := s.d.Riot.MatchIDsByPUUID(ctxRiot, region, cmd.PUUID, q)
 		if err != nil {
-			return l, s.riotFailure(ctx, cmd, err, m), false
+			return l, s.riotFailure(ctx, cmd, err, d)
 		}
 		l.listed += len(ids)
 		known, err := s.d.Store.MatchStatuses(ctx, ids)
 		if err != nil {
 			log.WarnContext(ctx, "ledger lookup failed, will retry", "err", err)
-			return l, natsx.Fail(fmt.Errorf("ledger lookup: %w", err)), false
+			return l, fmt.Errorf("ledger lookup: %w", err)
 		}
 		for _, id := range ids {
 			if _, _, err := riot.ParseMatchID(id); err != nil {
@@ -400,13 +413,13 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 			// another sync, or orphaned by a dead one): this sync covers it.
 			if len(l.fresh) >= cmd.Count {
 				// More matches than this run may take: the cursor stays.
-				return l, natsx.Result{}, true
+				return l, nil
 			}
 			l.fresh = append(l.fresh, id)
 		}
 		if len(ids) < want {
 			l.complete = true
-			return l, natsx.Result{}, true
+			return l, nil
 		}
 		start += len(ids)
 	}
@@ -414,25 +427,25 @@ func (s *Service) listNew(ctx context.Context, cmd bus.SyncCommand, region riot.
 
 // claimAndPublish claims the matches in the ledger for this sync and
 // publishes one fetch command per match it must fetch.
-func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w listWindow, fresh []string, log *slog.Logger) (store.ClaimResult, natsx.Result, bool) {
+func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w listWindow, fresh []string, log *slog.Logger) (store.ClaimResult, error) {
 	if cmd.Force {
 		n, err := s.d.Store.ForceRefetch(ctx, cmd.RequestID, fresh)
 		if err != nil {
 			log.WarnContext(ctx, "force refetch failed, will retry", "err", err)
-			return store.ClaimResult{}, natsx.Fail(fmt.Errorf("force refetch: %w", err)), false
+			return store.ClaimResult{}, fmt.Errorf("force refetch: %w", err)
 		}
 		log.InfoContext(ctx, "force: refetching and overwriting stored matches", "forced", n, "listed", len(fresh))
 	}
 	if adopted, err := s.d.Store.AdoptOrphans(ctx, cmd.RequestID, fresh); err != nil {
 		log.WarnContext(ctx, "adopt orphans failed, will retry", "err", err)
-		return store.ClaimResult{}, natsx.Fail(fmt.Errorf("adopt orphans: %w", err)), false
+		return store.ClaimResult{}, fmt.Errorf("adopt orphans: %w", err)
 	} else if len(adopted) > 0 {
 		log.InfoContext(ctx, "adopted matches an abandoned sync never published", "count", len(adopted))
 	}
 	res, err := s.d.Store.ClaimMatches(ctx, cmd.RequestID, cmd.PUUID, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "claim matches failed, will retry", "err", err)
-		return res, natsx.Fail(fmt.Errorf("claim matches: %w", err)), false
+		return res, fmt.Errorf("claim matches: %w", err)
 	}
 	for _, id := range res.Publish {
 		_, r, _ := riot.ParseMatchID(id)
@@ -442,10 +455,10 @@ func (s *Service) claimAndPublish(ctx context.Context, cmd bus.SyncCommand, w li
 			// The ledger rows stay unfetched and listed by this request: a
 			// redelivery re-publishes them; the sweeper is the safety net.
 			log.WarnContext(ctx, "publish fetch failed, will retry", "match_id", id, "err", err)
-			return res, natsx.Retry(fmt.Errorf("publish fetch command: %w", err)), false
+			return res, fault.Wrap(fault.Transient, fmt.Errorf("publish fetch command: %w", err))
 		}
 	}
-	return res, natsx.Result{}, true
+	return res, nil
 }
 
 // advanceCursor moves the cursor past a window whose every match was
@@ -495,35 +508,38 @@ func Window(cmd bus.SyncCommand, cur Cursor, overlap, retention time.Duration, n
 	return start
 }
 
-func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, m jetstream.Msg) natsx.Result {
+// riotFailure is the error that settles a sync whose match list failed
+// with err: a retryable failure or a rejected key is retried, or, on the
+// consumer's last delivery, fails the sync and rejects it (503); anything
+// else fails the sync and rejects it (502).
+func (s *Service) riotFailure(ctx context.Context, cmd bus.SyncCommand, err error, d natsx.Delivery) error {
 	var re *riot.Error
-	last := natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Interactive), m)
 	code := 502
 	switch {
 	case ctx.Err() != nil:
-		return natsx.Retry(err) // shutting down: redelivered, same sync
-	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && last:
+		return fault.Wrap(fault.Transient, err) // shutting down: redelivered, same sync
+	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && d.Last:
 		// A nak now would end in a MAX_DELIVERIES advisory, the sync would
 		// stay "syncing" with its lock held and `ingest --wait` would hang:
 		// fail the sync with the reason instead, so the caller hears it.
 		code = 503
-		err = fmt.Errorf("match list failed %d times, giving up: %w", natsx.Delivery(m), err)
+		err = fmt.Errorf("match list failed %d times, giving up: %w", d.Num, err)
 	case errors.As(err, &re) && re.Retryable():
 		// The settle policy backs off per delivery from RetryDelay; never
-		// sooner than a Retry-After.
+		// sooner than a Retry-After (on the runner's clock).
 		s.d.Logger.WarnContext(ctx, "match list failed, will retry", "request_id", cmd.RequestID, "err", err)
-		return natsx.RetryIn(err, re.RetryDelay(s.d.Now(), 0))
+		return fault.RetryAt(err, time.Now().Add(re.RetryDelay(s.d.Now(), 0)))
 	case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
 		s.d.Logger.ErrorContext(ctx, "Riot API key rejected; sync parked", "request_id", cmd.RequestID)
-		return natsx.RetryIn(err, time.Minute)
+		return fault.RetryAt(err, time.Now().Add(time.Minute))
 	}
 	reason := fmt.Sprintf("match list: %v", err)
 	if ferr := s.d.Store.FailSync(ctx, cmd.RequestID, cmd.PUUID, reason); ferr != nil {
-		return natsx.Fail(fmt.Errorf("record failed sync: %w", ferr))
+		return fmt.Errorf("record failed sync: %w", ferr)
 	}
 	s.releaseLock(ctx, cmd.PUUID, cmd.RequestID)
 	s.life().Fail(ctx, cmd.RequestID, cmd.PUUID, reason)
-	return s.reject(ctx, cmd.RequestID, code, errors.New(reason), m)
+	return s.reject(ctx, cmd.RequestID, code, errors.New(reason), d)
 }
 
 // closeAbandoned marks, in the job log, the sync a recovery command
@@ -584,8 +600,10 @@ func (s *Service) saveCursor(ctx context.Context, puuid string, c Cursor, rev ui
 	return err
 }
 
-func (s *Service) reject(ctx context.Context, requestID string, code int, reason error, m jetstream.Msg) natsx.Result {
-	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
+// reject refuses the request of the command d carries with code and
+// reason, and returns the error that settles d (syncjob.Reject).
+func (s *Service) reject(ctx context.Context, requestID string, code int, reason error, d natsx.Delivery) error {
+	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, d, requestID, code, reason, s.d.Now())
 }
 
 // maxListRetryDelay caps the settle policy's per-delivery backoff of a

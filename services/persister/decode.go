@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 )
@@ -50,18 +51,18 @@ func putDoc(b *bytes.Buffer) {
 	}
 }
 
-// decodeAll decodes msgs on up to Config.DecodeWorkers goroutines (each
-// message independently; the order of items is the order of msgs). A panic
+// decodeAll decodes ds on up to Config.DecodeWorkers goroutines (each
+// message independently; the order of items is the order of ds). A panic
 // while decoding one message is that message's Transient failure (as a
 // handler's panic is in natsx): it is logged with its stack and retried,
 // and dead-lettered after its last delivery; the rest of the batch and the
 // process go on.
-func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
-	items := make([]item, len(msgs))
-	workers := min(s.cfg.DecodeWorkers, len(msgs))
+func (s *Service) decodeAll(ctx context.Context, ds []natsx.Delivery) []item {
+	items := make([]item, len(ds))
+	workers := min(s.cfg.DecodeWorkers, len(ds))
 	if workers <= 1 {
-		for i, m := range msgs {
-			items[i] = s.decodeSafe(ctx, m)
+		for i, d := range ds {
+			items[i] = s.decodeSafe(ctx, d)
 		}
 		return items
 	}
@@ -71,10 +72,10 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(msgs) {
+				if i >= len(ds) {
 					return
 				}
-				items[i] = s.decodeSafe(ctx, msgs[i])
+				items[i] = s.decodeSafe(ctx, ds[i])
 			}
 		})
 	}
@@ -87,23 +88,23 @@ func (s *Service) decodeAll(ctx context.Context, msgs []jetstream.Msg) []item {
 var decodeHook func(bus.FetchResult)
 
 // decodeSafe is decode with a panic turned into item.retry.
-func (s *Service) decodeSafe(ctx context.Context, m jetstream.Msg) (it item) {
+func (s *Service) decodeSafe(ctx context.Context, d natsx.Delivery) (it item) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.d.Logger.ErrorContext(ctx, "decode panic", "subject", m.Subject(), "panic", p, "stack", string(debug.Stack()))
-			it = item{retry: fmt.Errorf("decode panic: %v", p), ref: fetchRef{subject: m.Subject()}}
+			s.d.Logger.ErrorContext(ctx, "decode panic", "subject", d.Subject, "panic", p, "stack", string(debug.Stack()))
+			it = item{retry: fmt.Errorf("decode panic: %v", p), ref: fetchRef{subject: d.Subject}}
 		}
 	}()
-	return s.decode(ctx, m)
+	return s.decode(ctx, d)
 }
 
-// decode turns one FetchResult message into rows and one ledger update.
-func (s *Service) decode(ctx context.Context, m jetstream.Msg) item {
-	r, err := bus.DecodeFetchResult(m.Headers(), m.Data())
+// decode turns the FetchResult d carries into rows and one ledger update.
+func (s *Service) decode(ctx context.Context, d natsx.Delivery) item {
+	r, err := bus.DecodeFetchResult(d.Header, d.Data)
 	if err != nil {
-		return item{bad: fmt.Errorf("invalid fetch result: %w", err), ref: fetchRef{subject: m.Subject()}}
+		return item{bad: fmt.Errorf("invalid fetch result: %w", err), ref: fetchRef{subject: d.Subject}}
 	}
-	ref := fetchRef{subject: m.Subject(), matchID: r.MatchID, kind: r.Kind, attempt: r.Attempt, status: r.Status}
+	ref := fetchRef{subject: d.Subject, matchID: r.MatchID, kind: r.Kind, attempt: r.Attempt, status: r.Status}
 	if r.PayloadRef != "" {
 		if s.d.Payloads == nil {
 			return item{retry: fmt.Errorf("payload %s is in the object store, which this persister has not opened", r.PayloadRef), ref: ref}

@@ -169,7 +169,7 @@ func (s *Service) Run(ctx context.Context) error {
 // again. Only an Invalid one (SQLSTATE classes 22 and 23: the rows
 // themselves) starts the one-by-one isolation, and only a message that is
 // Invalid on its own is recorded as permanently unfetchable.
-func (s *Service) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []natsx.Result {
+func (s *Service) HandleBatch(ctx context.Context, msgs []natsx.Delivery) []natsx.Result {
 	items := s.decodeAll(ctx, msgs)
 	var all store.Batch
 	results := make([]natsx.Result, len(msgs))

@@ -13,22 +13,29 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
-// Handle processes one lol.ingest.request message and says how to settle it.
-func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
+// Handle processes one lol.ingest.request message and says how to settle
+// it: Ack, or the failure handle returned, settled by its kind.
+func (s *Service) Handle(ctx context.Context, d natsx.Delivery) natsx.Result {
+	return natsx.Fail(s.handle(ctx, d))
+}
+
+// handle resolves the request d carries and publishes its sync command; a
+// refused request's error is Invalid or Gone (reject), a failure to retry
+// is Transient or RateLimited.
+func (s *Service) handle(ctx context.Context, d natsx.Delivery) error {
 	log := s.d.Logger
-	req, err := bus.DecodeIngestRequest(m.Data())
+	req, err := bus.DecodeIngestRequest(d.Data)
 	if err != nil {
-		return s.reject(ctx, m, "", 400, err)
+		return s.reject(ctx, d, "", 400, err)
 	}
-	if req.RequestID == "" {
+	if req.RequestID == "" && d.Sequence > 0 {
 		// Deterministic across redeliveries: the stream sequence.
-		if md, err := m.Metadata(); err == nil {
-			req.RequestID = bus.StoredRequestID(md.Timestamp, md.Sequence.Stream)
-		}
+		req.RequestID = bus.StoredRequestID(d.Stored, d.Sequence)
 	}
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("riftflow.request_id", req.RequestID))
@@ -59,14 +66,14 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 		cmd.GameName, cmd.TagLine = id.GameName, id.TagLine
 		puuid, err := s.resolve(ctx, s.accountRegion(platform), id)
 		if err != nil {
-			return s.lookupFailed(ctx, m, req.RequestID, fmt.Errorf("no Riot account %q", id.String()), err)
+			return s.lookupFailed(ctx, d, req.RequestID, fmt.Errorf("no Riot account %q", id.String()), err)
 		}
 		cmd.PUUID = puuid
 	}
 	if platform == "" {
 		found, err := s.activePlatform(ctx, cmd.PUUID)
 		if err != nil {
-			return s.lookupFailed(ctx, m, req.RequestID,
+			return s.lookupFailed(ctx, d, req.RequestID,
 				fmt.Errorf("no League platform known to Riot for PUUID %s; give platform", cmd.PUUID), err)
 		}
 		platform, cmd.PlatformFound = found, true
@@ -79,43 +86,43 @@ func (s *Service) Handle(ctx context.Context, m jetstream.Msg) natsx.Result {
 	span.SetAttributes(attribute.String("riot.puuid", cmd.PUUID), attribute.String("riot.region", cmd.Region))
 	if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
 		log.WarnContext(ctx, "publish sync command failed, will retry", "err", err)
-		return natsx.Retry(fmt.Errorf("publish sync command: %w", err))
+		return fault.Wrap(fault.Transient, fmt.Errorf("publish sync command: %w", err))
 	}
 	log.InfoContext(ctx, "sync requested", "request_id", cmd.RequestID, "puuid", cmd.PUUID, "platform", cmd.Platform, "mode", cmd.Mode, "count", cmd.Count)
-	return natsx.Ack()
+	return nil
 }
 
-// lookupFailed settles a request whose account-v1 lookup failed with err:
-// an unknown player is rejected (404, with notFound as the reason), a PUUID
-// Riot cannot decrypt too (400); a retryable failure or a rejected key is
-// retried, or rejected (503) on the consumer's last delivery; anything
-// else is rejected (502).
-func (s *Service) lookupFailed(ctx context.Context, m jetstream.Msg, requestID string, notFound, err error) natsx.Result {
+// lookupFailed is the error that settles a request whose account-v1
+// lookup failed with err: an unknown player is rejected (404, with
+// notFound as the reason), a PUUID Riot cannot decrypt too (400); a
+// retryable failure or a rejected key is retried, or rejected (503) on the
+// consumer's last delivery; anything else is rejected (502).
+func (s *Service) lookupFailed(ctx context.Context, d natsx.Delivery, requestID string, notFound, err error) error {
 	log := s.d.Logger
 	var re *riot.Error
 	switch {
 	case errors.As(err, &re) && re.Kind == riot.KindNotFound:
-		return s.reject(ctx, m, requestID, 404, notFound)
+		return s.reject(ctx, d, requestID, 404, notFound)
 	case errors.As(err, &re) && re.Kind == riot.KindBadRequest:
-		return s.reject(ctx, m, requestID, 400, fmt.Errorf("account lookup: %w", err))
-	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && natsx.IsLastDelivery(natsx.DeliveredBy(m, s.d.Consumer, s.d.Background), m):
+		return s.reject(ctx, d, requestID, 400, fmt.Errorf("account lookup: %w", err))
+	case errors.As(err, &re) && (re.Retryable() || re.Kind == riot.KindKeyRejected) && d.Last:
 		// A nak now would end in a MAX_DELIVERIES advisory and the
 		// request would vanish: refuse it with the reason instead.
-		return s.reject(ctx, m, requestID, 503,
-			fmt.Errorf("account lookup failed %d times, giving up: %w", natsx.Delivery(m), err))
+		return s.reject(ctx, d, requestID, 503,
+			fmt.Errorf("account lookup failed %d times, giving up: %w", d.Num, err))
 	case errors.As(err, &re) && re.Retryable():
 		// The settle policy backs off per delivery from RetryDelay;
-		// never sooner than a Retry-After.
+		// never sooner than a Retry-After (on the runner's clock).
 		log.WarnContext(ctx, "account lookup failed, will retry", "request_id", requestID, "err", err)
-		return natsx.RetryIn(err, re.RetryDelay(s.d.Now(), 0))
+		return fault.RetryAt(err, time.Now().Add(re.RetryDelay(s.d.Now(), 0)))
 	case errors.As(err, &re) && re.Kind == riot.KindKeyRejected:
 		// The key is unusable: keep the request, don't hammer Riot.
 		log.ErrorContext(ctx, "Riot API key rejected; request parked", "request_id", requestID)
-		return natsx.RetryIn(err, time.Minute)
+		return fault.RetryAt(err, time.Now().Add(time.Minute))
 	case ctx.Err() != nil:
-		return natsx.Retry(err)
+		return fault.Wrap(fault.Transient, err)
 	default:
-		return s.reject(ctx, m, requestID, 502, fmt.Errorf("account lookup: %w", err))
+		return s.reject(ctx, d, requestID, 502, fmt.Errorf("account lookup: %w", err))
 	}
 }
 

@@ -112,7 +112,8 @@ func (s *Service) Run(ctx context.Context) error {
 // RetryDelay, doubled per delivery, up to 5 min.
 const maxRetryDelay = 5 * time.Minute
 
-// reject refuses the request with code and reason (syncjob.Reject).
-func (s *Service) reject(ctx context.Context, m jetstream.Msg, requestID string, code int, reason error) natsx.Result {
-	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, m, requestID, code, reason, s.d.Now())
+// reject refuses the request d carries with code and reason, and returns
+// the error that settles d (syncjob.Reject).
+func (s *Service) reject(ctx context.Context, d natsx.Delivery, requestID string, code int, reason error) error {
+	return syncjob.Reject(ctx, s.d.JS, s.d.Subjects, s.d.Logger, d, requestID, code, reason, s.d.Now())
 }

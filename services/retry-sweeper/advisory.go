@@ -66,9 +66,9 @@ type advisory struct {
 //     given up: the message is still dead-lettered (with the reason) and
 //     deleted. Its ledger row is then not final, so the sweeper fetches it
 //     again; nothing is lost.
-func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Result {
+func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Result {
 	var a advisory
-	if err := json.Unmarshal(m.Data(), &a); err != nil {
+	if err := json.Unmarshal(d.Data, &a); err != nil {
 		return natsx.Rejectf("invalid advisory: %v", err)
 	}
 	log := s.d.Logger.With("stream", a.Stream, "consumer", a.Consumer, "stream_seq", a.StreamSeq, "type", a.Type)
@@ -94,7 +94,10 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 	if !exhausted {
 		how = "was terminated (" + a.Reason + ")"
 	}
-	last := s.lastDelivery(m)
+	// On the advisory's last delivery an exhausted message is removed
+	// whatever failed, rather than left in its work queue when the settle
+	// policy gives the advisory up.
+	last := d.Last
 	deadReason := "JetStream: message exhausted its deliveries"
 	if lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
 		b := store.Batch{Ledger: []store.LedgerUpdate{lu}}
@@ -149,19 +152,6 @@ func (s *Service) HandleAdvisory(ctx context.Context, m jetstream.Msg) natsx.Res
 		}
 	}
 	return natsx.Ack()
-}
-
-// lastDelivery reports whether m is on its consumer's last delivery
-// (MaxDeliver of the advisories consumer): the handler then removes an
-// exhausted message whatever failed, rather than leave it in its work
-// queue when the settle policy gives the advisory up.
-func (s *Service) lastDelivery(m jetstream.Msg) bool {
-	md, err := m.Metadata()
-	if err != nil || s.d.Advisories == nil {
-		return false
-	}
-	info := s.d.Advisories.CachedInfo()
-	return info != nil && info.Config.MaxDeliver > 0 && md.NumDelivered >= uint64(info.Config.MaxDeliver)
 }
 
 // ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult

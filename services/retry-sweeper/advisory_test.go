@@ -54,6 +54,11 @@ func (a *advisoryEnv) exhaust(stream, consumer, subject string, data []byte, hdr
 	return ack.Sequence
 }
 
+// handle hands m to the sweeper as the runner of its consumer would.
+func (a *advisoryEnv) handle(m jetstream.Msg) natsx.Result {
+	return a.s.HandleAdvisory(a.e.T.Context(), natsx.NewDelivery(m, a.cons.CachedInfo().Config.MaxDeliver))
+}
+
 // next takes the next advisory delivery.
 func (a *advisoryEnv) next() jetstream.Msg {
 	t := a.e.T
@@ -114,7 +119,7 @@ func TestAdvisoryRecordsNULErrorText(t *testing.T) {
 	}
 	seq := a.exhaust(streams.StreamFetched, "persister", a.e.Process.Subjects.Failed("americas"), data, hdr)
 	m := a.next()
-	if r := a.s.HandleAdvisory(t.Context(), m); r.Err() != nil {
+	if r := a.handle(m); r.Err() != nil {
 		t.Fatalf("advisory settled %v, want ack", r)
 	}
 	if a.still(streams.StreamFetched, seq) {
@@ -140,7 +145,7 @@ func TestAdvisoryRemovesWhatCannotBeRecorded(t *testing.T) {
 	}
 	cmd, _ := json.Marshal(bus.FetchCommand{MatchID: "NA1_8801", Kind: bus.KindMatch, Region: "americas", Attempt: 2})
 	seq := a.exhaust(streams.StreamFetch, streams.FetcherConsumer("americas"), a.e.Process.Subjects.Fetch("americas"), cmd, nil)
-	if r := a.s.HandleAdvisory(t.Context(), a.next()); r.Err() != nil {
+	if r := a.handle(a.next()); r.Err() != nil {
 		t.Fatalf("advisory settled %v, want ack", r)
 	}
 	if a.still(streams.StreamFetch, seq) {
@@ -170,7 +175,7 @@ func TestAdvisoryNeverLeavesTheMessageOnLastDelivery(t *testing.T) {
 	}
 	for i := 1; i <= info.Config.MaxDeliver; i++ {
 		m := a.next()
-		r := a.s.HandleAdvisory(t.Context(), m)
+		r := a.handle(m)
 		if i < info.Config.MaxDeliver {
 			if r.Err() == nil {
 				t.Fatalf("delivery %d settled ack while the ledger is away", i)
@@ -229,7 +234,7 @@ func TestAdvisoryEndsExhaustedRequests(t *testing.T) {
 	}
 	for range 3 {
 		m := a.next()
-		if r := a.s.HandleAdvisory(ctx, m); r.Err() != nil {
+		if r := a.handle(m); r.Err() != nil {
 			t.Fatalf("advisory: %v", r)
 		}
 		m.Ack()

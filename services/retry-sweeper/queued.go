@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
@@ -34,13 +34,13 @@ import (
 // is left unchanged. A copy that does not decode as a valid request, which
 // the resolver refuses without a request id, records nothing. A database
 // failure is retried through the settle policy.
-func (s *Service) HandleQueued(ctx context.Context, m jetstream.Msg) natsx.Result {
-	req, err := bus.DecodeIngestRequest(m.Data())
+func (s *Service) HandleQueued(ctx context.Context, d natsx.Delivery) natsx.Result {
+	req, err := bus.DecodeIngestRequest(d.Data)
 	if err != nil {
 		return natsx.Ack()
 	}
 	if req.RequestID == "" || req.RequestedAt.IsZero() {
-		stored, seq, err := storedAt(m)
+		stored, seq, err := storedAt(d.Header)
 		if err != nil {
 			return natsx.Rejectf("copy of an ingest request: %v", err)
 		}
@@ -57,16 +57,15 @@ func (s *Service) HandleQueued(ctx context.Context, m jetstream.Msg) natsx.Resul
 	}
 	if created {
 		s.d.Logger.InfoContext(ctx, "request queued", "request_id", req.RequestID, "puuid", req.PUUID, "riot_id", req.RiotID,
-			"priority", req.Priority, "subject", m.Headers().Get("Nats-Subject"))
+			"priority", req.Priority, "subject", d.Header.Get("Nats-Subject"))
 	}
 	return natsx.Ack()
 }
 
 // storedAt reads the time and sequence at which INGEST stored the request
-// a republished copy m carries (its Nats-Time-Stamp and Nats-Sequence
-// headers).
-func storedAt(m jetstream.Msg) (time.Time, uint64, error) {
-	h := m.Headers()
+// a republished copy carries, from its headers h (Nats-Time-Stamp and
+// Nats-Sequence).
+func storedAt(h nats.Header) (time.Time, uint64, error) {
 	seq, err := strconv.ParseUint(h.Get("Nats-Sequence"), 10, 64)
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("Nats-Sequence %q: %w", h.Get("Nats-Sequence"), err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
@@ -17,9 +15,9 @@ import (
 // service, has no database. A rejection without a request id, or whose
 // job is not pending, changes nothing. A database failure is retried
 // through the settle policy.
-func (s *Service) HandleRejection(ctx context.Context, m jetstream.Msg) natsx.Result {
+func (s *Service) HandleRejection(ctx context.Context, d natsx.Delivery) natsx.Result {
 	var r bus.Rejection
-	if err := json.Unmarshal(m.Data(), &r); err != nil {
+	if err := json.Unmarshal(d.Data, &r); err != nil {
 		return natsx.Rejectf("invalid rejection: %v", err)
 	}
 	if r.RequestID == "" {
