@@ -426,7 +426,8 @@ func isFetchStop(err error) bool {
 // from the headers, starts a consumer span (subject, stream, consumer,
 // delivery count, stream sequence, message id), calls InProgress every
 // InProgressEvery while h runs, then settles the message exactly once from
-// h's Result. A panic in h is logged and becomes NakDelay(PanicDelay).
+// h's Result. A panic in h is logged and becomes a Transient failure
+// (Retry), settled by the policy like any other.
 //
 // On ctx cancellation Consume stops pulling (a pull already waiting ends
 // within FetchWait; messages it still delivers are handled, not dropped),
@@ -523,8 +524,10 @@ loop:
 // with the corresponding Result. Each message gets a consumer span in its
 // own trace; one batch span, a child of the first message's span linked
 // to all of them, covers the handler (see handleBatch). All messages get
-// InProgress while h runs. A panic in h, or a result slice of the wrong
-// length, naks the whole batch with PanicDelay. Shutdown behaves as in
+// InProgress while h runs. A panic in h reruns the batch one message at
+// a time, so that only the message that panics fails (Transient); a
+// result slice of the wrong length fails the whole batch (Transient).
+// Shutdown behaves as in
 // Consume (one batch in flight at a time).
 func ConsumeBatch(ctx context.Context, cons jetstream.Consumer, h BatchHandler, opts BatchOptions) error {
 	maxBatch := opts.MaxBatch
