@@ -96,3 +96,23 @@ func waitSettled(t *testing.T, ss ...*Shared) {
 		return true
 	})
 }
+
+// TestSharedRaiseNotCarried: Riot counts 3 in a 4:10 window where a was
+// granted 1 (another user of the key sent 2): KV's count is raised to 3.
+// The raise is requests no process of ours leased, already counted where
+// they belong, so when the window rolls they are not carried as if in
+// flight: b gets all 4 of the next window.
+func TestSharedRaiseNotCarried(t *testing.T) {
+	clk := newManualClock()
+	a, b := sharedPair(t, "raise", clk, time.Second)
+	const app, meth = "4:10", "100:10"
+	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(20 * time.Second)
+	grants(t, a, 1)[0].Done(200, riotHeaders(app, "3:10", meth, "3:10"))
+	waitSettled(t, a)
+	waitFor(t, "KV raised to Riot's count", func() bool { return readWindow(t, a, "raise.asia.win.app.10").Granted == 3 })
+	clk.at(31 * time.Second)
+	if n := len(grants(t, b, 4)); n != 4 {
+		t.Fatalf("b granted %d in the window after a raised one, want 4 (a raise is not in flight)", n)
+	}
+}

@@ -32,7 +32,7 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 				if !counted.IsZero() {
 					return
 				}
-				v, _ := json.Marshal(winVal{Start: at.UnixMilli(), Limit: limit, Granted: c})
+				v, _ := json.Marshal(winVal{Start: at.UnixMilli(), Limit: limit, Granted: c, Carried: c})
 				if _, err := st.kv.Create(ctx, key, v); errors.Is(err, jetstream.ErrKeyExists) {
 					continue
 				}
@@ -49,13 +49,15 @@ func (st *kvStore) reconcile(b *bucket, w *window, counted, at time.Time, c int)
 				if !counted.IsZero() {
 					return // that window is over
 				}
-				next = winVal{Start: at.UnixMilli(), Limit: limit, Granted: c}
+				next = winVal{Start: at.UnixMilli(), Limit: limit, Granted: c, Carried: c}
 			case !counted.IsZero() && cur.Start != counted.UnixMilli():
 				return
 			case cur.Granted >= c:
 				return
 			default:
-				next.Granted = c
+				// Riot counts requests no lease of this window holds:
+				// carried in, never settled here (winVal.Carried).
+				next.Granted, next.Carried = c, cur.Carried+c-cur.Granted
 			}
 			v, _ := json.Marshal(next)
 			if _, err := st.kv.Update(ctx, key, v, ent.Revision()); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

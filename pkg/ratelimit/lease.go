@@ -79,6 +79,9 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	for i, j := range jobs {
 		res := &results[i]
 		res.stored, res.tokens, res.err = st.leaseOne(j)
+		if v := res.stored; res.err == nil && v.Start == v.Ep && v.Carried > 0 && v.Granted-v.Carried == res.tokens {
+			e.o.Logger.Debug("ratelimit: new window counts requests of earlier ones", "key", j.key, "carried", v.Carried, "replaced_epoch", v.Prev, "own_carry", j.carry, "tokens", res.tokens)
+		}
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)

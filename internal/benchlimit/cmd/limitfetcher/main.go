@@ -66,7 +66,13 @@ import (
 func main() {
 	setup := flag.Bool("setup", false, "create the ratelimit KV bucket as streams/ declares it on NATS_URL, then exit")
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// LIMITFETCHER_LOG_LEVEL=debug shows the limiter's debug lines (the
+	// tokens a new window carries, KV errors).
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv("LIMITFETCHER_LOG_LEVEL"))); err != nil {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	run := fetch
 	if *setup {
