@@ -13,11 +13,7 @@ import (
 // unsettled tokens, winVal.carryOut), so b is granted only the other 2,
 // and a's own next lease does not add them again (winVal.Prev).
 func TestSharedCarryOfAnotherProcess(t *testing.T) {
-	clk := newManualClock()
-	a, b := sharedPair(t, "carry", clk, time.Second)
-	const app, meth = "4:10", "100:10"
-	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(20 * time.Second)
+	clk, a, b := taughtPair(t, "carry")
 	inFlight := grants(t, a, 2) // never answered before the roll
 	if len(inFlight) != 2 {
 		t.Fatalf("a granted %d, want 2", len(inFlight))
@@ -58,6 +54,20 @@ func readWindow(t *testing.T, s *Shared, key string) winVal {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// app and meth are the 4 per 10 s key of taughtPair.
+const app, meth = "4:10", "100:10"
+
+// taughtPair is sharedPair on a manual clock, both instances taught the
+// limits app and meth at 0 s, the clock then at 20 s.
+func taughtPair(t *testing.T, keyID string) (clk *manualClock, a, b *Shared) {
+	t.Helper()
+	clk = newManualClock()
+	a, b = sharedPair(t, keyID, clk, time.Second)
+	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(20 * time.Second)
+	return clk, a, b
 }
 
 // sharedPair starts two Shared instances, a and b, on one KV bucket of key
@@ -103,11 +113,7 @@ func waitSettled(t *testing.T, ss ...*Shared) {
 // they belong, so when the window rolls they are not carried as if in
 // flight: b gets all 4 of the next window.
 func TestSharedRaiseNotCarried(t *testing.T) {
-	clk := newManualClock()
-	a, b := sharedPair(t, "raise", clk, time.Second)
-	const app, meth = "4:10", "100:10"
-	teach(t, a, b, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(20 * time.Second)
+	clk, a, b := taughtPair(t, "raise")
 	grants(t, a, 1)[0].Done(200, riotHeaders(app, "3:10", meth, "3:10"))
 	waitSettled(t, a)
 	waitFor(t, "KV raised to Riot's count", func() bool { return readWindow(t, a, "raise.asia.win.app.10").Granted == 3 })
