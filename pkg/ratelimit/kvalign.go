@@ -146,7 +146,9 @@ func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error 
 	ok := false
 	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
 		ok = cur.epoch() == m.epoch || cur.Start == m.start.UnixMilli()
-		if !ok || cur.Start >= ms {
+		if !ok || cur.Start >= ms || (cur.Open != 0 && cur.Open <= ms) {
+			// Riot's window is open already (winVal.Open): this request
+			// lands in it, it cannot open a later one.
 			return false
 		}
 		cur.Ep, cur.Start = cur.epoch(), ms
@@ -159,4 +161,30 @@ func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error 
 		return errMovedOn
 	}
 	return nil
+}
+
+// sentOnTime records in the KV window of w that Riot's window is open
+// (winVal.Open): the request marked m, this process's first in w, was sent
+// on time at at. Asynchronous and best effort: until it lands, another
+// process's late first send still moves the window (the safe side).
+func (st *kvStore) sentOnTime(b *bucket, w *window, m mark, at time.Time) {
+	if m.epoch == 0 {
+		return
+	}
+	key := st.winKey(b, w)
+	ms := at.UnixMilli()
+	go func() {
+		ctx, cancel := st.ctx()
+		defer cancel()
+		_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+			if cur.epoch() != m.epoch || (cur.Open != 0 && cur.Open <= ms) {
+				return false
+			}
+			cur.Ep, cur.Open = m.epoch, ms
+			return true
+		})
+		if err != nil {
+			st.e.o.Logger.Debug("ratelimit: record open window", "key", key, "err", err)
+		}
+	}()
 }

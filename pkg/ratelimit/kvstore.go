@@ -138,6 +138,13 @@ type winVal struct {
 	// before the limits were known) and raises to Riot's count. They are
 	// never settled here, and are not carried on again.
 	Carried int `json:"c,omitempty"`
+	// Open (Unix ms, 0 if unknown) is when Riot's window was known to be
+	// open: a process sent its first request of the window on time (within
+	// half its margin of Start), or the window was started by a lease that
+	// counted requests already answered. A later late first send of
+	// another process then cannot be the one that opens Riot's window, so
+	// it does not move Start (kvStore.opening).
+	Open int64 `json:"o,omitempty"`
 }
 
 // carryOut is how many of v's tokens a window starting at now after v
@@ -306,6 +313,8 @@ func (st *kvStore) observe(ev event) {
 		ev.w.kv.leased -= ev.n
 	case eventRolled:
 		st.rolled(ev.b, ev.w, ev.at)
+	case eventSent:
+		st.sentOnTime(ev.b, ev.w, ev.m, ev.at)
 	case eventClosed:
 		// Tokens held unsent can no longer be sent: settled now, before
 		// the window's end, so that the process starting the next KV

@@ -204,7 +204,13 @@ func (st *kvStore) fresh(j *leaseJob, prev *winVal, now time.Time, ms int64) (ne
 	}
 	seeded := max(j.seedIn+own+carried, j.seedCount)
 	tokens = st.leaseSize(j.want, j.limit-seeded)
-	return winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli(), Prev: from, Carried: seeded}, tokens
+	next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli(), Prev: from, Carried: seeded}
+	if j.seedIn > 0 {
+		// Requests sent before the limits were known, answered: Riot's
+		// window is open (winVal.Open).
+		next.Open = next.Start
+	}
+	return next, tokens
 }
 
 // leaseOne takes up to j.want tokens from one window in KV with CAS,

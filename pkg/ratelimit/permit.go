@@ -128,6 +128,7 @@ func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
 			half := e.margin(x.b, w) / 2
 			if !now.After(w.start.Add(half)) {
 				w.sentFor = w.start
+				e.st.observe(event{kind: eventSent, b: x.b, w: w, m: x.marks[i], at: now})
 				continue
 			}
 			start := now.Add(-half)

@@ -236,3 +236,29 @@ func (f *clockedRiot) counts() (arrivals, tooMany int) {
 	defer f.mu.Unlock()
 	return f.arrivals, f.tooMany
 }
+
+// TestSharedLateSendAfterOnTimeOneKeepsWindow: a sends its first request
+// of a 4 per 10 s window on time at 20 s, so Riot's window is open from
+// then (recorded in KV as winVal.Open). b's first request of the same
+// window goes at 25 s: late for b, but it cannot open Riot's window, so
+// the KV window keeps its start. Before, it moved to 25 s, and with many
+// processes whose first sends straggle (workers asleep until a long
+// window's end), each late one pushed the whole key's window later: a
+// 120 s window of the development key began 100 s late in the benchmark.
+func TestSharedLateSendAfterOnTimeOneKeepsWindow(t *testing.T) {
+	clk, a, b := taughtPair(t, "open")
+	const key = "open.asia.win.app.10"
+	start := clk.Now().UnixMilli()
+	if pa := grants(t, a, 1)[0]; !pa.Send() {
+		t.Fatal("a's on-time send refused")
+	}
+	waitFor(t, "a's on-time send recorded", func() bool { return readWindow(t, a, key).Open != 0 })
+	clk.at(25 * time.Second)
+	pb := grants(t, b, 1)
+	if len(pb) != 1 || !pb[0].Send() {
+		t.Fatal("b's late first send refused")
+	}
+	if w := readWindow(t, b, key); w.Start != start {
+		t.Fatalf("KV window start %d ms after b's late first send, want %d (Riot's window was open since a's send)", w.Start-start, 0)
+	}
+}

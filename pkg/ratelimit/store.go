@@ -62,6 +62,9 @@ const (
 	eventPaused
 	// eventIdle: an answer, cancel or give-up on route r.
 	eventIdle
+	// eventSent: the request marked m, this process's first in w (one of
+	// b's windows), was sent on time at at: Riot's window is open.
+	eventSent
 	// eventClosed: w, one of b's windows, is closed at at (engine.closes):
 	// no token of it can be granted any more before it rolls.
 	eventClosed
