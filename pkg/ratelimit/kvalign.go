@@ -144,16 +144,21 @@ func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error 
 	defer cancel()
 	ms := start.UnixMilli()
 	ok := false
-	_, err := st.casWin(ctx, key, func(cur *winVal) bool {
+	var from int64
+	moved, err := st.casWin(ctx, key, func(cur *winVal) bool {
 		ok = cur.epoch() == m.epoch || cur.Start == m.start.UnixMilli()
 		if !ok || cur.Start >= ms || (cur.Open != 0 && cur.Open <= ms) {
 			// Riot's window is open already (winVal.Open): this request
 			// lands in it, it cannot open a later one.
 			return false
 		}
+		from = cur.Start
 		cur.Ep, cur.Start = cur.epoch(), ms
 		return true
 	})
+	if moved {
+		st.e.o.Logger.Debug("ratelimit: late first send moves the window", "key", key, "by_ms", ms-from)
+	}
 	if err != nil {
 		return err
 	}
