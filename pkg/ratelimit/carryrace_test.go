@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -120,5 +121,30 @@ func TestSharedRaiseNotCarried(t *testing.T) {
 	clk.at(31 * time.Second)
 	if n := len(grants(t, b, 4)); n != 4 {
 		t.Fatalf("b granted %d in the window after a raised one, want 4 (a raise is not in flight)", n)
+	}
+}
+
+// TestSharedLateAnswerCarried: in a 4 per 10 s window begun at 20 s, b's
+// 3 requests are answered at once; a's, granted at 29.8 s, is answered at
+// 30 s, after Riot's window may have reset: it may be the straggler that
+// opens Riot's next window. When b starts the next KV window it carries
+// that request although it was settled before the roll, and is granted 3.
+func TestSharedLateAnswerCarried(t *testing.T) {
+	clk, a, b := taughtPair(t, "late-answer")
+	for i, p := range grants(t, b, 3) {
+		n := strconv.Itoa(i + 1)
+		p.Done(200, riotHeaders(app, n+":10", meth, n+":10"))
+	}
+	clk.at(29*time.Second + 800*time.Millisecond)
+	late := grants(t, a, 1)
+	if len(late) != 1 {
+		t.Fatalf("a granted %d at 29.8 s, want 1", len(late))
+	}
+	clk.at(30 * time.Second)
+	late[0].Done(200, riotHeaders(app, "4:10", meth, "4:10"))
+	waitSettled(t, a, b)
+	clk.at(31 * time.Second)
+	if n := len(grants(t, b, 4)); n != 3 {
+		t.Fatalf("b granted %d in the window after a's late answer, want 3", n)
 	}
 }

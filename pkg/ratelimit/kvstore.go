@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -148,19 +147,26 @@ type winVal struct {
 }
 
 // carryOut is how many of v's tokens a window starting at now after v
-// must count (KV's side of the carry): every token granted in v and not
-// settled (winVal.Done), whichever process leased it, as its request may
-// still be in flight and reach Riot in the next window; tokens v carried
-// in itself are not carried on. ok is false, and nothing is carried,
-// once a whole window length has passed since v's end (as a process's
-// own carry, leaseJobs): its requests are answered or unanswered past
-// any window they could share with the new one's. end is v's end as the
-// caller judges it (winVal.end).
-func (v winVal) carryOut(now, end time.Time, length time.Duration) (n int, ok bool) {
+// must count (KV's side of the carry): every token granted in v whose
+// request may reach Riot in Riot's next window, whichever process leased
+// it. Those are the tokens not settled (winVal.Done) by the earliest time
+// Riot's window may have ended, Start + length (or End, if a count-1
+// reply proved an earlier end) less margin: a request answered after that
+// may have arrived after Riot's window reset, the straggler that opens
+// Riot's next window. Tokens v carried in itself are not carried on. ok
+// is false, and nothing is carried, once a whole window length has passed
+// since end, v's end as the caller judges it (winVal.end): its requests
+// are answered, or unanswered past any window they could share with the
+// new one's.
+func (v winVal) carryOut(now, end time.Time, length, margin time.Duration) (n int, ok bool) {
 	if !now.Before(end.Add(length)) {
 		return 0, false
 	}
-	settled, _ := v.unsettled(math.MaxInt64)
+	riotEnd := time.UnixMilli(v.Start).Add(length)
+	if e := v.riotEnd(); !e.IsZero() && e.Before(riotEnd) {
+		riotEnd = e
+	}
+	settled, _ := v.unsettled(riotEnd.Add(-max(margin, v.margin())).UnixMilli())
 	return max(0, v.Granted-v.Carried-settled), true
 }
 

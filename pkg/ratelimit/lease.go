@@ -195,7 +195,7 @@ func (st *kvStore) leaseSize(want, rem int) int {
 func (st *kvStore) fresh(j *leaseJob, prev *winVal, now time.Time, ms int64) (next winVal, tokens int) {
 	own, carried, from := j.carry, 0, int64(0)
 	if prev != nil {
-		if n, ok := prev.carryOut(now, prev.end(j.length, j.margin, j.offErr), j.length); ok {
+		if n, ok := prev.carryOut(now, prev.end(j.length, j.margin, j.offErr), j.length, j.margin); ok {
 			carried, from = n, prev.epoch()
 			if from == j.epoch {
 				own = 0
