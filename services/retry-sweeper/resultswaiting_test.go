@@ -1,10 +1,13 @@
 package retrysweeper_test
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
@@ -46,21 +49,7 @@ func TestSweeperLeavesFetchesWhoseResultWaits(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(r bus.FetchResult, p bus.Priority) {
-		t.Helper()
-		data, hdr, err := bus.EncodeFetchResult(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := nats.NewMsg(inf.Subjects.FetchedFor("americas", p))
-		msg.Data = data
-		for k, v := range hdr {
-			msg.Header.Set(k, v)
-		}
-		if _, err := inf.JS.PublishMsg(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := func(r bus.FetchResult, p bus.Priority) { publishResult(e, r, p) }
 	publish(bus.FetchResult{MatchID: claimed, Kind: bus.KindMatch, Region: "americas", Outcome: bus.Success, Attempt: 1, Status: 200,
 		Payload: []byte{0x1f, 0x8b, 1, 2, 3}, AttemptedAt: now}, bus.Background)
 	publish(bus.FetchResult{MatchID: stored, Kind: bus.KindTimeline, Region: "americas", Outcome: bus.Success, Attempt: 1, Status: 200,
@@ -103,5 +92,142 @@ func TestSweeperLeavesFetchesWhoseResultWaits(t *testing.T) {
 		rep.Republished != 3 || rep.ResultsWaiting != 0 {
 		t.Fatalf("sweep after the results were lost: re-published %v (report %+v), want %s, %s's timeline and %s",
 			got, rep, claimed, stored, interactive)
+	}
+}
+
+// A fetch that moves on while a sweep reads is seen in one of the places
+// it moves through, and not re-published: the sweep reads FETCH, then
+// FETCHED, then the ledger rows it checks against them. Two ways to move
+// on between the sweep's first ledger read and its next one: the fetcher
+// takes the command and publishes the result (then the persister stores
+// it), or the persister stores a result that was waiting. Read the other
+// way round (the ledger row, then the queues), the fetch is in none of
+// them and is fetched again.
+func TestSweeperSeesAFetchMovingOnBetweenItsReads(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fetched bool // the result is in FETCHED already, the command gone
+	}{{"fetched after the ledger read", false}, {"stored after the ledger read", true}} {
+		t.Run(tc.name, func(t *testing.T) { movingOn(t, tc.fetched) })
+	}
+}
+
+func movingOn(t *testing.T, fetched bool) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	inf, ctx := e.Process, t.Context()
+	const id = "NA1_9950"
+	// The row is listed and its command queued at once; 3 s later it is
+	// stale (StaleAfter 1 s), and the queue has moved past its command
+	// (QueueSlack 2 s) once it holds only newer ones: the timeline command
+	// the fetcher queues when it has fetched the match.
+	if _, err := e.DB.Exec(ctx, `INSERT INTO match_fetches (match_id, kind, status) VALUES ($1, 'match', 'unfetched')`, id); err != nil {
+		t.Fatal(err)
+	}
+	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1},
+		jetstream.WithMsgID(id))
+	time.Sleep(3 * time.Second)
+	results, err := inf.JS.Stream(ctx, streams.StreamFetched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeline := bus.FetchCommand{MatchID: id, Kind: bus.KindTimeline, Region: "americas", Attempt: 1}
+	var fetchedAt time.Time
+	fetch := func() { // the fetcher: the result published, the timeline queued, then the command acked
+		fetchedAt = time.Now()
+		publishResult(e, bus.FetchResult{MatchID: id, Kind: bus.KindMatch, Region: "americas", Outcome: bus.Success, Attempt: 1,
+			Status: 200, Payload: []byte{0x1f, 0x8b, 7}, AttemptedAt: fetchedAt}, bus.Background)
+		e.Publish(inf.Subjects.Fetch("americas"), timeline, jetstream.WithMsgID(bus.FetchMsgID(timeline)))
+		if got := takeFetch(e); got.MatchID != id || got.Kind != bus.KindMatch {
+			t.Errorf("the fetcher took %+v, want %s's match command", got, id)
+		}
+	}
+	persist := func() { // the persister: the ledger row written, then the result acked
+		if _, err := e.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+			{MatchID: id, Kind: "match", Status: "success", Attempt: 1, HTTPStatus: 200, AttemptedAt: fetchedAt}}}); err != nil {
+			t.Error(err)
+		}
+		if err := results.Purge(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	steps := []func(){fetch, persist}
+	if fetched {
+		fetch()
+		steps = steps[1:]
+	}
+	// The pipeline moves one step after each ledger read of the sweep.
+	ms := &movingStore{Store: e.Store, after: func(call int) {
+		if call <= len(steps) {
+			steps[call-1]()
+		}
+	}}
+	s := sweeperWith(e, retrysweeper.Config{StaleAfter: time.Second, QueueSlack: 2 * time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+		retrysweeper.Deps{Store: ms})
+	rep, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fetchQueue(e); len(got) != 1 || got[0] != timeline || rep.Republished != 0 {
+		t.Fatalf("FETCH holds %+v after the sweep (report %+v), want only the timeline command the fetcher queued: %s was fetched once and stored",
+			got, rep, id)
+	}
+}
+
+// takeFetch takes (acks) the first fetch command waiting in the americas
+// queue.
+func takeFetch(e *stagetest.Env) bus.FetchCommand {
+	t := e.T
+	t.Helper()
+	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c bus.FetchCommand
+	for m := range b.Messages() {
+		if err := json.Unmarshal(m.Data(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.DoubleAck(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// movingStore is a Store whose DueRetriesAfter calls after(n) once its
+// n-th read has returned, before the sweeper sees the rows.
+type movingStore struct {
+	*store.Store
+	after func(call int)
+	calls int
+}
+
+func (m *movingStore) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error) {
+	due, err := m.Store.DueRetriesAfter(ctx, olderThan, after, limit)
+	m.calls++
+	m.after(m.calls)
+	return due, err
+}
+
+// publishResult publishes r on e's FETCHED subject of americas with
+// priority p, in its wire form (bus.EncodeFetchResult).
+func publishResult(e *stagetest.Env, r bus.FetchResult, p bus.Priority) {
+	t, inf := e.T, e.Process
+	t.Helper()
+	data, hdr, err := bus.EncodeFetchResult(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(inf.Subjects.FetchedFor("americas", p))
+	msg.Data = data
+	for k, v := range hdr {
+		msg.Header.Set(k, v)
+	}
+	if _, err := inf.JS.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
 	}
 }
