@@ -15,12 +15,12 @@ import (
 // 200 the client reads is a call that succeeded.
 func TestPerMatchCountsAnAnswerTheClientGaveUpOn(t *testing.T) {
 	s, _ := newSim(t, Options{})
+	const id = "NA1_5027407435"
 	base, err := s.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	const id = "NA1_5027407435"
 	url := strings.Replace(base, "{route}", "americas", 1) + "/lol/match/v5/matches/" + id
 	call := func(c *http.Client) error {
 		req, _ := http.NewRequest("GET", url, nil)
