@@ -2,7 +2,6 @@ package retrysweeper_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -137,7 +136,7 @@ func movingOn(t *testing.T, fetched bool) {
 		publishResult(e, bus.FetchResult{MatchID: id, Kind: bus.KindMatch, Region: "americas", Outcome: bus.Success, Attempt: 1,
 			Status: 200, Payload: []byte{0x1f, 0x8b, 7}, AttemptedAt: fetchedAt}, bus.Background)
 		e.Publish(inf.Subjects.Fetch("americas"), timeline, jetstream.WithMsgID(bus.FetchMsgID(timeline)))
-		if got := takeFetch(e); got.MatchID != id || got.Kind != bus.KindMatch {
+		if got := takeFetches(e, 1); len(got) != 1 || got[0].MatchID != id || got[0].Kind != bus.KindMatch {
 			t.Errorf("the fetcher took %+v, want %s's match command", got, id)
 		}
 	}
@@ -171,31 +170,6 @@ func movingOn(t *testing.T, fetched bool) {
 		t.Fatalf("FETCH holds %+v after the sweep (report %+v), want only the timeline command the fetcher queued: %s was fetched once and stored",
 			got, rep, id)
 	}
-}
-
-// takeFetch takes (acks) the first fetch command waiting in the americas
-// queue.
-func takeFetch(e *stagetest.Env) bus.FetchCommand {
-	t := e.T
-	t.Helper()
-	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c bus.FetchCommand
-	for m := range b.Messages() {
-		if err := json.Unmarshal(m.Data(), &c); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.DoubleAck(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
 }
 
 // movingStore is a Store whose DueRetriesAfter calls after(n) once its
