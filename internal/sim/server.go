@@ -339,7 +339,9 @@ func (s *Sim) send(w http.ResponseWriter, r *http.Request, route, method string,
 		if method == MethodMatch {
 			s.stats.MatchCalls[r.PathValue("matchId")]++
 		}
-		s.stats.notePerMatch(method, r.PathValue("matchId"), resp.status != 200 || resp.truncate)
+		// A client that has given up (its timeout while the answer was
+		// late, whatever made it late) saw a failure, not this answer.
+		s.stats.notePerMatch(method, r.PathValue("matchId"), resp.status != 200 || resp.truncate || r.Context().Err() != nil)
 		s.mu.Unlock()
 	}
 	switch {

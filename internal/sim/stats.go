@@ -36,7 +36,8 @@ type Stats struct {
 	// PerMatch counts, per match ID, the getMatch and getTimeline requests
 	// that reached the simulator and how many of them failed: answered
 	// with any status but 200, a truncated 200, or given up by the client
-	// before its delayed (Slow) answer (a timeout).
+	// before its answer was sent (a timeout: on a delayed (Slow) answer, or
+	// on one that came late for any other reason, as on a loaded host).
 	PerMatch map[string]MatchCallCount `json:"perMatch,omitempty"`
 }
 

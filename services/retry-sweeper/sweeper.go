@@ -14,7 +14,10 @@
 //     dedupe; but not while their command may still be queued: a row is
 //     only re-published when the region's queue in the FETCH work-queue
 //     stream holds no message published before the row's last attempt +
-//     QueueSlack (a long backlog is not fetched twice);
+//     QueueSlack (a long backlog is not fetched twice), and nor while a
+//     FetchResult of its fetch waits in the FETCHED work queue (the
+//     fetch is done and only its ledger write is late: the persister cut
+//     off from NATS or failing on a full disk);
 //   - completes syncs that wait only for pending fetches ("completed with
 //     N matches pending", store.SettlePending);
 //   - resets accounts stuck in syncing with no live lock and no progress
@@ -284,6 +287,9 @@ type Report struct {
 	// StillQueued counts stale rows left alone because the region's queue
 	// still holds commands published before them.
 	StillQueued int
+	// ResultsWaiting counts stale rows left alone because a FetchResult of
+	// their fetch still waits in FETCHED (see pipelineSnapshot).
+	ResultsWaiting int
 	// Waiting counts pending rows left alone until their backoff is over.
 	Waiting int
 	// Capped is set when the sweep stopped at MaxPerRun re-publishes; the
@@ -333,7 +339,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	}
 	cutoff := now.Add(-s.cfg.StaleAfter)
 	var after *store.DueFetch
-	floors := map[riot.Region]queueFloor{}
+	var snap *pipelineSnapshot
 	lag, err := s.resultsLag(ctx)
 	if err != nil {
 		return rep, err
@@ -350,6 +356,17 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
+		if snap == nil && s.republishes(due, now) {
+			// What FETCH and FETCHED hold is read before the ledger rows
+			// it is checked against (pipelineSnapshot), so the page is
+			// read again; every later page is read after it too.
+			if snap, err = s.snapshot(ctx); err != nil {
+				return rep, err
+			}
+			if due, err = s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize); err != nil {
+				return rep, err
+			}
+		}
 		if len(due) == 0 {
 			break
 		}
@@ -360,7 +377,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 				rep.Capped = true
 				break
 			}
-			if err := s.sweepRow(ctx, f, now, floors, &rep); err != nil {
+			if err := s.sweepRow(ctx, f, now, snap, &rep); err != nil {
 				return rep, err
 			}
 		}
@@ -388,8 +405,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.Settled > 0 || rep.FailedJobsCapped > 0 {
+	if rep.Republished+rep.Permanent+rep.Recovered+rep.StillQueued+rep.ResultsWaiting+rep.Settled > 0 || rep.FailedJobsCapped > 0 {
 		s.d.Logger.InfoContext(ctx, "sweep", "republished", rep.Republished, "capped", rep.Capped, "still_queued", rep.StillQueued,
+			"results_waiting", rep.ResultsWaiting,
 			"waiting", rep.Waiting, "permanent", rep.Permanent, "settled_syncs", rep.Settled, "recovered_syncs", rep.Recovered,
 			"failed_jobs_capped", rep.FailedJobsCapped)
 	}
@@ -397,9 +415,11 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 }
 
 // sweepRow handles one due ledger row: made final, left waiting, left to
-// the queue that may still hold its command, or re-published (counted in
-// rep). floors caches each region's queue floor for the run.
-func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time, floors map[riot.Region]queueFloor, rep *Report) error {
+// the queue that may still hold its command or to the persister that has
+// its result still to write, or re-published (counted in rep). snap is
+// what FETCH and FETCHED held before f was read; it is not nil when
+// republishes says a row of f's page is to be re-published.
+func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time, snap *pipelineSnapshot, rep *Report) error {
 	switch act, reason := s.policy().Sweep(fetchpolicy.Row{Status: f.Status, RetryCount: f.RetryCount, NotFound: f.NotFound,
 		Since: f.Since}, now); act {
 	case fetchpolicy.MakeFinal:
@@ -427,17 +447,23 @@ func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time,
 		rep.Permanent++
 		return nil
 	}
-	fl, ok := floors[region]
+	fl, ok := snap.floors[region]
 	if !ok {
 		if fl, err = s.queueFloor(ctx, string(region), false); err != nil {
 			return err
 		}
-		floors[region] = fl
+		snap.floors[region] = fl
 	}
 	if fl.queued && !f.Since.Add(s.cfg.QueueSlack).Before(fl.oldest) {
 		// Its command may still be waiting in the queue: fetching
 		// it twice would spend the rate budget twice.
 		rep.StillQueued++
+		return nil
+	}
+	if _, ok := snap.results[fetchKey{f.MatchID, f.Kind}]; ok {
+		// Fetched: its result waits for the persister, and the ledger
+		// row is only late. Fetching it again would call Riot twice.
+		rep.ResultsWaiting++
 		return nil
 	}
 	attempt := f.Attempt + 1
@@ -492,6 +518,92 @@ func (s *Service) resultsLag(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("sweeper: oldest message on %s: %w", streams.StreamFetched, err)
 	}
 	return natsx.StoredAge(st.CachedInfo(), m.Time), nil
+}
+
+// republishes reports whether a row of due is one the policy re-publishes
+// (unless its command or result is still in the pipeline).
+func (s *Service) republishes(due []store.DueFetch, now time.Time) bool {
+	for _, f := range due {
+		if act, _ := s.policy().Sweep(fetchpolicy.Row{Status: f.Status, RetryCount: f.RetryCount, NotFound: f.NotFound,
+			Since: f.Since}, now); act == fetchpolicy.Republish {
+			return true
+		}
+	}
+	return false
+}
+
+// fetchKey names one fetch: a match ID and a kind ("match", "timeline").
+type fetchKey struct{ matchID, kind string }
+
+// fetchRegions are the regional routes whose FETCH queues a snapshot reads.
+var fetchRegions = []riot.Region{riot.Americas, riot.Asia, riot.Europe, riot.SEA}
+
+// pipelineSnapshot is what the FETCH and FETCHED work queues held, read
+// before the ledger rows it is checked against. A fetch moves on in one
+// direction, its command in FETCH (waiting or in flight: a command leaves
+// FETCH only once its result is published), then its result in FETCHED
+// (a result leaves only once the persister committed it), then its ledger
+// row; reading FETCH, then FETCHED, then the ledger, sees every fetch in
+// at least one of the three, while a ledger row read first could be
+// overtaken between the reads, its fetch then seen nowhere and fetched
+// again.
+type pipelineSnapshot struct {
+	floors map[riot.Region]queueFloor // each region's FETCH queue (queueFloor, without retries)
+	// results are the fetches with a FetchResult still in FETCHED, of
+	// any outcome: a temporary failure there has its retry scheduled.
+	results map[fetchKey]struct{}
+}
+
+// snapshot reads every region's FETCH queue floor, then the fetches whose
+// results wait in FETCHED.
+func (s *Service) snapshot(ctx context.Context) (*pipelineSnapshot, error) {
+	snap := &pipelineSnapshot{floors: map[riot.Region]queueFloor{}}
+	for _, r := range fetchRegions {
+		fl, err := s.queueFloor(ctx, string(r), false)
+		if err != nil {
+			return nil, err
+		}
+		snap.floors[r] = fl
+	}
+	var err error
+	snap.results, err = s.waitingResults(ctx)
+	return snap, err
+}
+
+// waitingResults reads every FetchResult in the FETCHED work queue (those
+// the persister has not committed yet) and returns their fetches. FETCHED
+// is read message by message (a work queue takes no second consumer on its
+// subjects), up to its last message when the read starts: a result
+// published later comes from a command that was still in FETCH when the
+// snapshot's floors were read. A message that is not a FetchResult is
+// skipped.
+func (s *Service) waitingResults(ctx context.Context) (map[fetchKey]struct{}, error) {
+	out := map[fetchKey]struct{}{}
+	st, err := s.d.JS.Stream(ctx, streams.StreamFetched)
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: stream %s: %w", streams.StreamFetched, err)
+	}
+	state := st.CachedInfo().State
+	if state.Msgs == 0 {
+		return out, nil
+	}
+	for seq := max(state.FirstSeq, 1); seq <= state.LastSeq; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sweeper: results waiting on %s: %w", streams.StreamFetched, err)
+		}
+		if m.Sequence > state.LastSeq {
+			break
+		}
+		if r, err := bus.DecodeFetchResult(m.Header, m.Data); err == nil && r.MatchID != "" {
+			out[fetchKey{r.MatchID, string(r.Kind)}] = struct{}{}
+		}
+		seq = m.Sequence + 1
+	}
+	return out, nil
 }
 
 // queueFloor is what a region's fetch queue still holds.

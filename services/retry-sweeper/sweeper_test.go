@@ -239,13 +239,17 @@ func sweeperWith(e *stagetest.Env, cfg retrysweeper.Config, d retrysweeper.Deps)
 }
 
 // fetchQueue takes (acks) the fetch commands waiting in the americas queue.
-func fetchQueue(e *stagetest.Env) []bus.FetchCommand {
+func fetchQueue(e *stagetest.Env) []bus.FetchCommand { return takeFetches(e, 100) }
+
+// takeFetches takes (acks) up to n fetch commands waiting in the americas
+// queue, in stream order.
+func takeFetches(e *stagetest.Env, n int) []bus.FetchCommand {
 	t := e.T
 	cons, err := e.Process.JS.Consumer(t.Context(), streams.StreamFetch, streams.FetcherConsumer("americas"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := cons.Fetch(100, jetstream.FetchMaxWait(500*time.Millisecond))
+	b, err := cons.Fetch(n, jetstream.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

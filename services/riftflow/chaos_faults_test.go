@@ -96,11 +96,13 @@ func TestChaosDiskFull(t *testing.T) {
 	players, per := chaosSize()
 	full := shortFull(10*time.Second, time.Minute)
 	var mnt string
-	// KNOWN GAP (lostCalls 1, not a lost call): while the ledger's
-	// tablespace is full nothing reaches the ledger (no outcome, no hold),
-	// and 13 of 60 matches were fetched twice with no Riot failure in the
-	// short run (2026-11-26). Not fixed yet: the bound here is failures + 2.
-	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true, lostCalls: 1,
+	// While the tablespace is full nothing reaches the ledger (no outcome,
+	// no hold) and the fetched results wait in FETCHED: the retry-sweeper
+	// must not take those fetches for lost (it leaves a row alone while a
+	// result of its fetch waits there), so the bound is failures + 1.
+	// SWEEP_STALE_AFTER 2 s makes every listed row stale during the
+	// outage, as a slow run does, so each sweep puts this to the test.
+	e := startChaos(t, chaosOptions{players: players, perPlayer: per, ownPostgres: true, env: map[string]string{"SWEEP_STALE_AFTER": "2s"},
 		beforeServices: func(e *chaosEnv) { mnt = e.tmpfsTablespace("64m", "match_fetches", "match_participants") }})
 	total := players * per
 	start := time.Now()
@@ -187,11 +189,13 @@ func fillDisk(path string) (int64, error) {
 // full) while the backlog is worked, then heals it.
 func TestChaosPartitionNATS(t *testing.T) {
 	t.Parallel()
-	// KNOWN GAP (lostCalls 1, not a lost call): with the persister cut
-	// off, fetched results wait in FETCHED and the ledger lags; a few
-	// timelines were fetched twice (4 of 60 in the short run, 2026-11-26)
-	// with no Riot failure. Not fixed yet: the bound here is failures + 2.
-	partitionCase(t, "persister ↔ NATS", chaosOptions{natsProxy: []string{"persister"}, lostCalls: 1},
+	// With the persister cut off, fetched results wait in FETCHED and the
+	// ledger lags: the retry-sweeper must not take those fetches for lost
+	// (it leaves a row alone while a result of its fetch waits there), so
+	// the bound is failures + 1. SWEEP_STALE_AFTER 2 s makes every listed
+	// row stale during the cut, as a slow run does, so each sweep puts
+	// this to the test.
+	partitionCase(t, "persister ↔ NATS", chaosOptions{natsProxy: []string{"persister"}, env: map[string]string{"SWEEP_STALE_AFTER": "2s"}},
 		func(e *chaosEnv) *tcpproxy.Proxy { return e.natsProxy })
 }
 
