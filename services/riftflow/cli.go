@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -147,13 +149,13 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
 	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
-	httpAddr := fs.String("http-addr", "", "the API's listen address (default HTTP_ADDR if set, else "+defaultAPIAddr+")")
+	httpAddr := fs.String("http-addr", "", "the API's listen address (default HTTP_ADDR if set, else "+api.DefaultAddr+")")
 	expose := fs.Bool("expose", false, "allow an --http-addr/HTTP_ADDR beyond loopback (the API is authenticated, but not encrypted: put TLS in front)")
 	simulator := fs.Bool("simulator", false, "with DATABASE_URL and no RIOT_API_KEY: fetch from the built-in Riot simulator anyway, storing its matches in that database")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	addr, err := apiAddr(*httpAddr, os.Getenv("HTTP_ADDR"), *expose)
+	addr, err := api.Addr(*httpAddr, os.Getenv("HTTP_ADDR"), *expose)
 	if err != nil {
 		return err
 	}
@@ -188,22 +190,22 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 
-	api := NewAPI(st.Infra)
-	api.Mount(st.Infra.Ops)
+	api.New(st.Infra.Process, st.Infra.Store).Mount(st.Infra.Ops)
 	token, err := localToken(ctx, st)
 	if err != nil {
 		return err
 	}
-	if host, port, _ := net.SplitHostPort(addr); addr == defaultAPIAddr && !portFree(host, atoiOr(port, 0)) {
+	host, port, _ := net.SplitHostPort(addr)
+	if p, _ := strconv.Atoi(port); addr == api.DefaultAddr && !portFree(host, p) {
 		addr = "127.0.0.1:0" // the default is taken: any loopback port (printed below)
 	}
-	ln, err := listen(addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	opsCtx, opsStop := context.WithCancel(context.Background())
 	defer opsStop()
-	srv := newAPIServer(opsCtx, st.Infra.Ops.Handler(), log, apiTimeouts)
+	srv := api.NewServer(opsCtx, st.Infra.Ops.Handler(), log, api.DefaultTimeouts)
 	go srv.Serve(ln)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -335,7 +337,7 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 		return err
 	})
 	inf.Ops.AddCheck("shutdown", func(context.Context) error { return ctx.Err() })
-	NewAPI(inf).Mount(inf.Ops)
+	api.New(inf.Process, inf.Store).Mount(inf.Ops)
 	addr := env.Ops.HTTPAddr
 	if addr == "" {
 		addr = telemetry.Addr()
@@ -348,7 +350,7 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 	log.Info("HTTP API serving", "addr", ln.Addr().String())
 	// The same server as `riftflow up`'s: read, write and idle timeouts and
 	// a 32 KiB header limit (docs/security.md).
-	return telemetry.ServeUntil(ctx, newAPIServer(context.WithoutCancel(ctx), inf.Ops.Handler(), log, apiTimeouts), ln)
+	return telemetry.ServeUntil(ctx, api.NewServer(context.WithoutCancel(ctx), inf.Ops.Handler(), log, api.DefaultTimeouts), ln)
 }
 
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {

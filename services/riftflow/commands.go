@@ -27,6 +27,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -315,9 +316,9 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 		return err
 	}
 	if asJSON {
-		rows := make([]jobJSON, 0, len(jobs))
+		rows := make([]api.Job, 0, len(jobs))
 		for _, j := range jobs {
-			rows = append(rows, toJobJSON(j))
+			rows = append(rows, api.JobOf(j))
 		}
 		return json.NewEncoder(out).Encode(rows)
 	}
@@ -339,7 +340,7 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 // it never ran).
 type scheduleRun struct {
 	retrysweeper.Schedule
-	LastRun *jobJSON `json:"last_run,omitempty"`
+	LastRun *api.Job `json:"last_run,omitempty"`
 }
 
 // printSchedules is `riftflow status --schedules`: each scheduled job of
@@ -363,7 +364,7 @@ func printSchedules(ctx context.Context, st *store.Store, out io.Writer, now tim
 			return err
 		}
 		if len(last) > 0 {
-			j := toJobJSON(last[0])
+			j := api.JobOf(last[0])
 			r.LastRun = &j
 		}
 		runs = append(runs, r)
@@ -445,7 +446,7 @@ func controlBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyVa
 // (100, as design 000's retry job).
 func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
-	var req RetryRequest
+	var req api.RetryRequest
 	fs.BoolVar(&req.Dead, "dead", false, "also replay dead letters (the DEAD stream)")
 	fs.StringVar(&req.Stream, "stream", "", "dead letters only from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
 	match := fs.String("match", "", "dead letters only whose payload contains this text (a match ID, a PUUID)")
@@ -460,7 +461,7 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if req.Limit <= 0 {
 			return fmt.Errorf("--limit must be positive, got %d", req.Limit)
 		}
-		if err := req.validate(); err != nil {
+		if err := req.Validate(); err != nil {
 			return fmt.Errorf("usage: riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit N], or riftflow retry --dead [--stream S] [--match TEXT]: %w", err)
 		}
 		return nil
@@ -468,7 +469,7 @@ func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runAdmin(ctx, fs, args, stderr, usage, func(c adminConn) error {
 		if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
 			// Dead letters only, optionally those whose payload holds --match.
-			f, err := deadReplayFilter(bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, "replay-"+randHex(8))
+			f, err := api.DeadReplayFilter(bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, "replay-"+randHex(8))
 			if err != nil {
 				return err
 			}
@@ -502,13 +503,13 @@ func printRefusals(w io.Writer, n int, reasons []string) {
 
 // retryLedger is `riftflow retry` of ledger rows (RetryMatches), printing
 // what it replayed.
-func retryLedger(ctx context.Context, c adminConn, req RetryRequest, stdout io.Writer) error {
+func retryLedger(ctx context.Context, c adminConn, req api.RetryRequest, stdout io.Writer) error {
 	st, err := openStore(ctx, c.env)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	res, err := RetryMatches(ctx, st, c.js, bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, req, time.Now())
+	res, err := api.RetryMatches(ctx, st, c.js, bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, req, time.Now())
 	fmt.Fprintf(stdout, "replayed %d unfetchable ledger rows and %d dead letters (job %s)\n", len(res.Reopened), res.DeadReplayed, res.RequestID)
 	for _, r := range res.Reopened {
 		fmt.Fprintln(stdout, "  ", r)
@@ -557,7 +558,7 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		defer st.Close()
-		res, err := ForgetPlayer(ctx, st, c.js, *puuid, c.log, time.Now())
+		res, err := api.ForgetPlayer(ctx, st, c.js, *puuid, c.log, time.Now())
 		if err != nil {
 			return err
 		}
@@ -629,22 +630,22 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	open := func() (*Tokens, func(), error) {
+	open := func() (*api.Tokens, func(), error) {
 		st, err := store.Open(ctx, url)
 		if err != nil {
 			return nil, nil, err
 		}
-		return NewTokens(st), st.Close, nil
+		return api.NewTokens(st), st.Close, nil
 	}
 	switch args[0] {
 	case "create":
 		fs := flag.NewFlagSet("token create", flag.ContinueOnError)
 		name := fs.String("name", "", "who or what holds the token (required)")
-		scopes := fs.String("scopes", string(ScopeRead), "comma-separated: read (GET), sync (start syncs; includes read), admin (everything)")
+		scopes := fs.String("scopes", string(api.ScopeRead), "comma-separated: read (GET), sync (start syncs; includes read), admin (everything)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		sc, err := ParseScopes(*scopes)
+		sc, err := api.ParseScopes(*scopes)
 		if err != nil {
 			return err
 		}
@@ -658,7 +659,7 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "token %s for %q, scopes %s (shown once; only its SHA-256 is stored):\n%s\n",
-			t.ID, t.Name, strings.Join(scopeStrings(t.Scopes), ","), token)
+			t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","), token)
 		return nil
 	case "list":
 		fs := flag.NewFlagSet("token list", flag.ContinueOnError)
@@ -689,7 +690,7 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 			if t.LastUsedAt != nil {
 				used = fmtTime(*t.LastUsedAt)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(scopeStrings(t.Scopes), ","),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","),
 				fmtTime(t.CreatedAt), used, revoked)
 		}
 		return tw.Flush()
@@ -697,10 +698,7 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 		if len(args) != 2 {
 			return errors.New(usage)
 		}
-		id := strings.TrimPrefix(args[1], tokenPrefix)
-		if m := tokenRe.FindStringSubmatch(args[1]); m != nil {
-			id = m[1] // the whole token was given
-		}
+		id := api.TokenID(args[1]) // an id, or the whole token
 		ts, closeDB, err := open()
 		if err != nil {
 			return err
@@ -769,7 +767,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out := map[string]any{"player": acct}
 	switch {
 	case *ranks || *reports:
-		page, err := decodeDayCursor(*cursor)
+		page, err := api.DecodeDayCursor(*cursor)
 		if err != nil {
 			return err
 		}
@@ -780,7 +778,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			out["ranks"] = rs
 			if len(rs) == *limit {
-				out["next"] = encodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
+				out["next"] = api.EncodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
 			}
 		} else {
 			rs, err := st.WeeklyReports(ctx, *puuid, page, *limit)
@@ -789,11 +787,11 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			out["reports"] = rs
 			if len(rs) == *limit {
-				out["next"] = encodeDayCursor(rs[len(rs)-1].WeekStart, "")
+				out["next"] = api.EncodeDayCursor(rs[len(rs)-1].WeekStart, "")
 			}
 		}
 	default:
-		page, err := decodeCursor(*cursor)
+		page, err := api.DecodeCursor(*cursor)
 		if err != nil {
 			return err
 		}
@@ -801,7 +799,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		mp := newMatchesPage(ms, *limit)
+		mp := api.NewMatchesPage(ms, *limit)
 		out["matches"] = mp.Matches
 		if mp.Next != "" {
 			out["next"] = mp.Next

@@ -20,6 +20,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 )
 
 func dataDir() string {
@@ -129,12 +130,12 @@ func localUser() string {
 // local user and makes a new admin token, written to .data/api.token
 // (mode 0600) for local tools.
 func localToken(ctx context.Context, st *Stack) (string, error) {
-	ts := NewTokens(st.Infra.Store)
+	ts := api.NewTokens(st.Infra.Store)
 	name := "riftflow up: " + localUser()
 	if _, err := ts.RevokeName(ctx, name); err != nil {
 		return "", err
 	}
-	token, _, err := ts.Create(ctx, name, []Scope{ScopeAdmin})
+	token, _, err := ts.Create(ctx, name, []api.Scope{api.ScopeAdmin})
 	if err != nil {
 		return "", err
 	}
