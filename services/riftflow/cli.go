@@ -1,3 +1,7 @@
+// Package riftflow is the riftflow CLI: `riftflow up` runs the whole
+// pipeline in one process (package stack) with the HTTP API (package
+// api); `ingest`, `status`, `migrate`, `streams apply` and `sim` are the
+// operator's tools.
 package riftflow
 
 import (
@@ -23,6 +27,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -177,14 +182,14 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "EPHEMERAL DATABASE: a throwaway Postgres under %s (--ephemeral-db); set DATABASE_URL to keep data\n",
 			filepath.Join(dataDir(), "pg"))
 	}
-	so := StackOptions{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, EphemeralDB: *ephemeral}
-	var plan []demoPhase
+	so := stack.Options{DataDir: dataDir(), Env: env, PgFsync: true, Log: log, EphemeralDB: *ephemeral}
+	var plan []stack.Phase
 	if *demo && env.Riot.APIKey == "" {
-		if plan, err = simDemo(&so); err != nil {
+		if plan, err = stack.SimDemo(&so); err != nil {
 			return err
 		}
 	}
-	st, err := StartStack(ctx, so)
+	st, err := stack.Start(ctx, so)
 	if err != nil {
 		return err
 	}
@@ -196,7 +201,7 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	if p, _ := strconv.Atoi(port); addr == api.DefaultAddr && !portFree(host, p) {
+	if p, _ := strconv.Atoi(port); addr == api.DefaultAddr && !stack.PortFree(host, p) {
 		addr = "127.0.0.1:0" // the default is taken: any loopback port (printed below)
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -325,7 +330,7 @@ func cmdServe(ctx context.Context, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, env).With("service", "riftflow-api")
 	config.Log(log, "riftflow-api", env)
-	inf, closeInf, err := buildInfra(ctx, env, infraOptions{Service: "riftflow-api", NeedDB: true, Log: log})
+	inf, closeInf, err := stack.OpenInfra(ctx, env, stack.InfraOptions{Service: "riftflow-api", NeedDB: true, Log: log})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -90,7 +91,7 @@ func TestNATSPermissions(t *testing.T) {
 	log := telemetry.NewLogger(logs, slog.LevelDebug, "json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := StartStack(ctx, StackOptions{DataDir: dir, Env: env, NATSPort: stagetest.FreePort(t), MemoryStreams: true, Log: log,
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir, Env: env, NATSPort: stagetest.FreePort(t), MemoryStreams: true, Log: log,
 		Sim: sim.Options{FixturesDir: sim.FindFixtures(), Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 8},
 			// Errors on purpose, so error paths log.
 			Faults: sim.Faults{Seed: 5, Error5xx: 0.1}}})
