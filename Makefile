@@ -191,9 +191,9 @@ bench-limit-fetchers:
 	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
 ## fuzz: every fuzz target in turn for FUZZTIME (make test runs 20000x each beside the tests; try FUZZTIME=5m);
-## a spec is <dir under pkg/>:<target>, so ../services/riftflow names the CLI's package
+## a spec is <dir under pkg/>:<target>, so ../services/riftflow/api names the HTTP API's package
 FUZZ_TARGETS := bus:FuzzDecodeIngestRequest riot:FuzzDecodeMatch riot:FuzzDecodeTimeline \
-	riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow:FuzzAPIRequest
+	riot:FuzzParseRiotID riot:FuzzDocScanEquivalent ratelimit:FuzzParseLimits ../services/riftflow/api:FuzzAPIRequest
 # FUZZ_START starts one job (JOBS_INIT) that fuzzes every target in turn
 # for $(1) with $(2) workers each; a missing target fails before it
 # starts. One job, not one per target: each -fuzz build instruments every

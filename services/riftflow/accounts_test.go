@@ -16,6 +16,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -36,8 +37,8 @@ func TestForgetPlayer(t *testing.T) {
 	if err := h.st.Infra.Store.UpsertAccount(h.ctx, store.Account{PUUID: other, Platform: "na1", Region: "americas", Active: true}); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
-	var res ForgetResult
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
+	var res api.ForgetResult
 	code, _ := jsonCall(t, srv.URL, "DELETE", "/v1/admin/accounts/"+p.PUUID, "", &res)
 	if code != http.StatusOK {
 		t.Fatalf("DELETE: %d %+v", code, res)

@@ -1,169 +1,241 @@
 package riftflow
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
-	"net/http"
+	"io"
+	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
-// guard answers 503 problem+json instead of rt while the pause switch is on
-// (routes that change something; GETs and the switch itself pass) or while
-// Postgres does not answer (every route but the switch).
-func (a *API) guard(rt route) http.Handler {
-	isSwitch := strings.HasSuffix(rt.pattern, "/v1/admin/pause")
-	isGet := strings.HasPrefix(rt.pattern, "GET ")
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isSwitch && !isGet && a.inf.Pause.Paused() {
-			st := a.inf.Pause.State()
-			w.Header().Set("Retry-After", "60")
-			writeError(w, r, http.StatusServiceUnavailable,
-				fmt.Errorf("syncing is paused (%s); PUT /v1/admin/pause {\"paused\":false} resumes it", orNone(st.Reason)))
-			return
+// adminConn is an admin command's connection to NATS (connectCLI).
+type adminConn struct {
+	env config.Env
+	log *slog.Logger
+	js  jetstream.JetStream
+}
+
+// runAdmin runs an admin command (pause, forget, retry, rotate-key): it
+// parses the command's flags (fs, named after the command) from args, vets
+// them with check when it is not nil, then connects to NATS as connectCLI
+// does, under the name riftflow-<command>, and runs do on the connection,
+// which it closes after.
+func runAdmin(ctx context.Context, fs *flag.FlagSet, args []string, stderr io.Writer, check func() error, do func(c adminConn) error) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
 		}
-		if !isSwitch {
-			if err := a.dbUp(r); err != nil {
-				w.Header().Set("Retry-After", "5")
-				writeError(w, r, http.StatusServiceUnavailable, fmt.Errorf("the database does not answer: %w", err))
-				return
+	}
+	env, log, nc, js, err := connectCLI(ctx, "riftflow-"+fs.Name(), stderr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return do(adminConn{env: env, log: log, js: js})
+}
+
+// controlBucket opens the KV bucket of the pause switch (pkg/control).
+func controlBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, streams.BucketControl)
+	if err != nil {
+		return nil, fmt.Errorf("open the control bucket (run `riftflow streams apply`): %w", err)
+	}
+	return kv, nil
+}
+
+// cmdRetry is `riftflow retry`: it replays permanently unfetchable matches
+// (by --match-id, --puuid or --all) and, with --dead, dead letters (the
+// DEAD stream: invalid input, or out of deliveries during an outage) to the
+// subject they were first published on; at most --limit of each per run
+// (100, as design 000's retry job).
+func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
+	var req api.RetryRequest
+	fs.BoolVar(&req.Dead, "dead", false, "also replay dead letters (the DEAD stream)")
+	fs.StringVar(&req.Stream, "stream", "", "dead letters only from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
+	match := fs.String("match", "", "dead letters only whose payload contains this text (a match ID, a PUUID)")
+	ids := fs.String("match-id", "", "comma-separated match IDs to replay")
+	fs.StringVar(&req.PUUID, "puuid", "", "replay this player's unfetchable matches")
+	fs.BoolVar(&req.All, "all", false, "replay every unfetchable match")
+	fs.IntVar(&req.Limit, "limit", store.DefaultReplayLimit, "most matches (and dead letters) replayed in this run")
+	usage := func() error {
+		if *ids != "" {
+			req.MatchIDs = strings.Split(*ids, ",")
+		}
+		if req.Limit <= 0 {
+			return fmt.Errorf("--limit must be positive, got %d", req.Limit)
+		}
+		if err := req.Validate(); err != nil {
+			return fmt.Errorf("usage: riftflow retry --match-id ID[,ID] | --puuid P | --all [--dead] [--limit N], or riftflow retry --dead [--stream S] [--match TEXT]: %w", err)
+		}
+		return nil
+	}
+	return runAdmin(ctx, fs, args, stderr, usage, func(c adminConn) error {
+		if len(req.MatchIDs) == 0 && req.PUUID == "" && !req.All {
+			// Dead letters only, optionally those whose payload holds --match.
+			f, err := api.DeadReplayFilter(bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, "replay-"+randHex(8))
+			if err != nil {
+				return err
 			}
+			f.Stream, f.Contains, f.Limit = req.Stream, *match, req.Limit
+			res, err := natsx.Replay(ctx, c.js, streams.StreamDead, f)
+			fmt.Fprintf(stdout, "replayed %d dead letters (%d others did not match)\n", res.Replayed, res.Skipped)
+			printRefusals(stdout, res.Refused, res.Refusals)
+			if err == nil && res.Refused > 0 {
+				err = fmt.Errorf("refused %d dead letters (listed above)", res.Refused)
+			}
+			return err
 		}
-		rt.handler.ServeHTTP(w, r)
+		return retryLedger(ctx, c, req, stdout)
 	})
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "no reason given"
+// printRefusals reports the dead letters a replay refused (n in all, the
+// first few reasons), which stay in DEAD for an operator to inspect.
+func printRefusals(w io.Writer, n int, reasons []string) {
+	if n == 0 {
+		return
 	}
-	return s
+	fmt.Fprintf(w, "refused %d dead letters (left in DEAD; forged, or a target their writer may not publish on):\n", n)
+	for _, r := range reasons {
+		fmt.Fprintln(w, "  ", r)
+	}
+	if n > len(reasons) {
+		fmt.Fprintf(w, "   … and %d more\n", n-len(reasons))
+	}
 }
 
-// dbHealth caches the last Postgres ping for dbCheckEvery, so a busy API
-// does not ping per request.
-type dbHealth struct {
-	mu  sync.Mutex
-	at  time.Time
-	err error
+// retryLedger is `riftflow retry` of ledger rows (RetryMatches), printing
+// what it replayed.
+func retryLedger(ctx context.Context, c adminConn, req api.RetryRequest, stdout io.Writer) error {
+	st, err := openStore(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := api.RetryMatches(ctx, st, c.js, bus.Subjects{Prefix: c.env.NATS.SubjectPrefix}, req, time.Now())
+	fmt.Fprintf(stdout, "replayed %d unfetchable ledger rows and %d dead letters (job %s)\n", len(res.Reopened), res.DeadReplayed, res.RequestID)
+	for _, r := range res.Reopened {
+		fmt.Fprintln(stdout, "  ", r)
+	}
+	printRefusals(stdout, res.DeadRefused, res.DeadRefusals)
+	return err
 }
 
-const dbCheckEvery = time.Second
+// cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
+// switch in the control bucket (NATS_URL) for every service.
+func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	off := fs.Bool("off", false, "resume syncing")
+	reason := fs.String("reason", "", "why (shown in 503 answers and logs)")
+	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
+		kv, err := controlBucket(ctx, c.js)
+		if err != nil {
+			return err
+		}
+		st := control.State{Paused: !*off, Reason: *reason, By: "cli"}
+		if err := control.Set(ctx, kv, st); err != nil {
+			return err
+		}
+		if st.Paused {
+			fmt.Fprintln(stdout, "syncing paused; `riftflow pause --off` resumes it")
+		} else {
+			fmt.Fprintln(stdout, "syncing resumed")
+		}
+		return nil
+	})
+}
 
-func (a *API) dbUp(r *http.Request) error {
-	if a.inf.Store == nil {
+// cmdForget is `riftflow forget --puuid P`.
+func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("forget", flag.ContinueOnError)
+	puuid := fs.String("puuid", "", "the player to erase")
+	usage := func() error {
+		if *puuid == "" {
+			return errors.New("usage: riftflow forget --puuid P")
+		}
 		return nil
 	}
-	a.db.mu.Lock()
-	defer a.db.mu.Unlock()
-	if time.Since(a.db.at) < dbCheckEvery {
-		return a.db.err
-	}
-	a.db.err, a.db.at = a.inf.Store.Ping(r.Context()), time.Now()
-	return a.db.err
+	return runAdmin(ctx, fs, args, stderr, usage, func(c adminConn) error {
+		st, err := openStore(ctx, c.env)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		res, err := api.ForgetPlayer(ctx, st, c.js, *puuid, c.log, time.Now())
+		if err != nil {
+			return err
+		}
+		out, _ := json.MarshalIndent(res, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+		return nil
+	})
 }
 
-// getPause is GET /v1/admin/pause.
-func (a *API) getPause(w http.ResponseWriter, r *http.Request) {
-	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
+// cmdRotateKey is `riftflow rotate-key`: after RIOT_API_KEY is changed to a
+// new key (PUUIDs are encrypted per key), it re-resolves every stored
+// account by Riot ID under the new key (account-v1 by-riot-id), then
+// rewrites the PUUIDs in every table in ONE transaction
+// (store.RewritePUUIDs), moves the cursors to the new PUUIDs and refreshes
+// the riot-ids cache. No match is refetched. Syncing must be paused first
+// (`riftflow pause`); any account that cannot be resolved aborts the
+// rotation before anything is written.
+func cmdRotateKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rotate-key", flag.ContinueOnError)
+	dry := fs.Bool("dry-run", false, "resolve and print the rewrite without writing")
+	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
+		if err := pausedForRotation(ctx, c.js, *dry); err != nil {
+			return err
+		}
+		st, err := openStore(ctx, c.env)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		rc, _, _, err := riotclient.New(ctx, c.env.Riot, c.js, c.log)
+		if err != nil {
+			return err
+		}
+		res, err := RotateKey(ctx, st, c.js, rc, *dry)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d accounts resolved under the new key, %d with a new PUUID\n", res.Accounts, res.Changed)
+		if !*dry {
+			fmt.Fprintf(stdout, "rows rewritten (one transaction): %v\n", res.Rows)
+		}
+		return nil
+	})
+}
+
+// pausedForRotation refuses a key rotation while syncing runs (the pause
+// switch is off); a dry run may go ahead.
+func pausedForRotation(ctx context.Context, js jetstream.JetStream, dry bool) error {
+	ctl, err := controlBucket(ctx, js)
 	if err != nil {
-		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
+		return err
 	}
-	st, err := control.Get(r.Context(), kv)
-	if err != nil {
-		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
+	if pause, err := control.Get(ctx, ctl); err != nil || (!pause.Paused && !dry) {
+		return fmt.Errorf("pause syncing first (`riftflow pause --reason 'key rotation'`): %v", err)
 	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-// putPause is PUT /v1/admin/pause: body {"paused":bool,"reason","by"}.
-func (a *API) putPause(w http.ResponseWriter, r *http.Request) {
-	st, err := decodePause(r)
-	if err != nil {
-		bodyErr(w, r, err)
-		return
-	}
-	kv, err := a.inf.KV(r.Context(), streams.BucketControl)
-	if err == nil {
-		st.At = a.now().UTC()
-		err = control.Set(r.Context(), kv, st)
-	}
-	if err != nil {
-		writeError(w, r, http.StatusServiceUnavailable, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
-}
-
-// decodePause decodes PUT /v1/admin/pause's body, a control.State of at
-// most 200 bytes of reason and bus.MaxFreeTextLength of by (decodeBody's
-// rules: no unknown fields, no trailing data).
-func decodePause(r *http.Request) (control.State, error) {
-	var st control.State
-	if err := decodeBody(r, &st); err != nil {
-		return st, err
-	}
-	if len(st.Reason) > 200 || len(st.By) > bus.MaxFreeTextLength {
-		return st, errors.New("reason longer than 200 bytes or by longer than 64")
-	}
-	return st, nil
-}
-
-// postRetry is POST /v1/admin/retry (RetryMatches).
-func (a *API) postRetry(w http.ResponseWriter, r *http.Request) {
-	var req RetryRequest
-	if err := decodeBody(r, &req); err != nil {
-		bodyErr(w, r, err)
-		return
-	}
-	if req.Dead && !mayReplayDead(a.inf.Env.NATS.User) {
-		writeError(w, r, http.StatusForbidden, errReplayNeedsAdmin)
-		return
-	}
-	res, err := RetryMatches(r.Context(), a.inf.Store, a.inf.JS, a.inf.Subjects, req, a.now())
-	writeOutcome(w, r, res, err, bus.ErrBadRequest, http.StatusBadRequest)
-}
-
-// writeOutcome answers an admin call: 200 with res, or err as problem+json,
-// with code when it is a known error, else 503.
-func writeOutcome(w http.ResponseWriter, r *http.Request, res any, err, known error, code int) {
-	switch {
-	case errors.Is(err, known):
-		writeError(w, r, code, err)
-	case err != nil:
-		writeError(w, r, http.StatusServiceUnavailable, err)
-	default:
-		writeJSON(w, http.StatusOK, res)
-	}
-}
-
-// errReplayNeedsAdmin is the 403 detail of a dead-letter replay asked of
-// an API whose NATS user is not the admin.
-var errReplayNeedsAdmin = errors.New("replaying dead letters republishes other services' messages (fetch results " +
-	"among them), which only the NATS user admin may: run `riftflow retry --dead` with NATS_USER=admin " +
-	"(docs/runbook.md); the API's NATS user may replay only the ledger (match_ids, puuid or all without dead)")
-
-// mayReplayDead reports whether a connection as NATS user may replay dead
-// letters (natsx.Replay: read and delete DEAD, publish on any subject):
-// the admin, or a server without users. streams.Grants gives it to no
-// other user, so the server would refuse the replay half-way.
-func mayReplayDead(user string) bool { return user == "" || user == streams.UserAdmin }
-
-// deleteAccount is DELETE /v1/admin/accounts/{puuid}: ForgetPlayer; 200
-// ForgetResult, 404 problem when nothing is stored for the player.
-func (a *API) deleteAccount(w http.ResponseWriter, r *http.Request) {
-	if !validID(r.PathValue("puuid"), bus.MaxPUUIDLen) {
-		writeError(w, r, http.StatusNotFound, errors.New("no such player"))
-		return
-	}
-	res, err := ForgetPlayer(r.Context(), a.inf.Store, a.inf.JS, r.PathValue("puuid"), a.inf.Logger("api"), a.now())
-	writeOutcome(w, r, res, err, store.ErrNotFound, http.StatusNotFound)
+	return nil
 }

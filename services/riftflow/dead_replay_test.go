@@ -18,6 +18,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -134,19 +135,19 @@ func serverWithUsers(t *testing.T) (set *streams.Set, as func(user string) jetst
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := natsUsers(set)
+	users, err := stack.NewUsers(set)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true,
-		Configure: func(o *server.Options) { o.Users = users.server }})
+		Configure: func(o *server.Options) { o.Users = users.Server }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
 	as = func(user string) jetstream.JetStream {
 		t.Helper()
-		nc, _, err := connectAs(t, srv.ClientURL(), user, users.password[user])
+		nc, _, err := connectAs(t, srv.ClientURL(), user, users.Password[user])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +158,7 @@ func serverWithUsers(t *testing.T) (set *streams.Set, as func(user string) jetst
 	}
 	t.Setenv("NATS_URL", srv.ClientURL())
 	t.Setenv("NATS_USER", streams.UserAdmin)
-	t.Setenv("NATS_PASSWORD", users.password[streams.UserAdmin])
+	t.Setenv("NATS_PASSWORD", users.Password[streams.UserAdmin])
 	t.Setenv("RIOT_API_KEY", "")
 	return set, as
 }

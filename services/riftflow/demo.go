@@ -5,97 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"slices"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/syncjob"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 )
 
-// The demo (`riftflow up --demo`, make run) ingests the simulator's demo
-// player, whose 16 recorded matches span 2022-01 … 2024-06: longer than
-// Riot keeps a match (730 days) or a timeline (365 days). So that every one
-// is stored with its timeline, the simulator serves the recorded dates as
-// they are and the demo runs the clock of the simulator and of the services
-// at those dates: one sync per group of matches that fit in the timeline
-// retention, the clock one day after the group's newest match. The first
-// sync is a full backfill; the next ones are "latest" syncs, which list
-// only what is newer than the account's cursor, as a deployment that had
-// been running then would have.
-
-// demoPhase is one sync of the demo.
-type demoPhase struct {
-	At      time.Time // the clock during the sync
-	Mode    bus.Mode
-	Matches int // recorded matches the sync should add
-}
-
-// demoClock is the demo's shared clock: real time moved by an offset.
-type demoClock struct{ offset atomic.Int64 }
-
-func (c *demoClock) Now() time.Time   { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *demoClock) Set(at time.Time) { c.offset.Store(int64(time.Until(at))) }
-
-// planDemo groups match creation times (epoch ms) into syncs: a group
-// spans less than the timeline retention minus two days, and its sync runs
-// one day after its newest match.
-func planDemo(created []int64) []demoPhase {
-	created = slices.Clone(created)
-	slices.Sort(created)
-	span := (sim.TimelineRetention - 48*time.Hour).Milliseconds()
-	var plan []demoPhase
-	for i := 0; i < len(created); {
-		j := i
-		for j+1 < len(created) && created[j+1]-created[i] < span {
-			j++
-		}
-		mode := bus.ModeLatest
-		if len(plan) == 0 {
-			mode = bus.ModeFull
-		}
-		plan = append(plan, demoPhase{At: time.UnixMilli(created[j]).Add(24 * time.Hour).UTC(), Mode: mode, Matches: j - i + 1})
-		i = j + 1
-	}
-	return plan
-}
-
-// simDemo sets so up for a demo against the simulator (recorded dates
-// served as they are, derived timelines, one clock for the simulator and
-// the services) and returns the demo player's syncs.
-func simDemo(so *StackOptions) ([]demoPhase, error) {
-	fixtures := sim.FindFixtures()
-	s, err := sim.New(sim.Options{APIKey: "RGAPI-plan", FixturesDir: fixtures, Shift: sim.ShiftNone,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, fmt.Errorf("simulator: %w", err)
-	}
-	p, ok := s.DemoPlayer()
-	truth := s.Truth().Players[p.PUUID]
-	s.Close()
-	if !ok || len(truth.Matches) == 0 {
-		return nil, errors.New("the simulator has no demo player")
-	}
-	var created []int64
-	for _, m := range truth.Matches {
-		created = append(created, m.GameCreation)
-	}
-	plan := planDemo(created)
-	clk := &demoClock{}
-	clk.Set(plan[0].At)
-	so.Now = clk.Now
-	so.Sim = sim.Options{FixturesDir: fixtures, Now: clk.Now, Shift: sim.ShiftNone, DeriveTimelines: true}
-	so.demoClock = clk
-	return plan, nil
-}
+// The demo (`riftflow up --demo`, make run) against the simulator runs
+// the syncs of stack.SimDemo's plan, the clock at each phase's date
+// (stack/demo.go); against the real Riot API, one full sync of
+// RIFTFLOW_DEMO_RIOT_ID.
 
 // runDemo ingests the demo player, one sync per phase of plan (the
 // simulator), or once (a real RIOT_API_KEY), and prints a summary.
-func runDemo(ctx context.Context, st *Stack, plan []demoPhase, out io.Writer, timeout time.Duration, started time.Time) error {
+func runDemo(ctx context.Context, st *stack.Stack, plan []stack.Phase, out io.Writer, timeout time.Duration, started time.Time) error {
 	req := bus.IngestRequest{Mode: bus.ModeFull, LookbackDays: 730, Count: 1000, Trigger: "cli", RequestedBy: "make run"}
 	if st.Sim != nil {
 		p, ok := st.Sim.DemoPlayer()
@@ -112,14 +38,14 @@ func runDemo(ctx context.Context, st *Stack, plan []demoPhase, out io.Writer, ti
 			return errors.New("with a real RIOT_API_KEY, set RIFTFLOW_DEMO_RIOT_ID='Name#TAG' and RIFTFLOW_DEMO_PLATFORM for --demo")
 		}
 		req.RiotID, req.Platform = id, os.Getenv("RIFTFLOW_DEMO_PLATFORM")
-		plan = []demoPhase{{Mode: bus.ModeFull}}
+		plan = []stack.Phase{{Mode: bus.ModeFull}}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var final bus.ProgressEvent
 	for i, ph := range plan {
-		if st.demoClock != nil {
-			st.demoClock.Set(ph.At)
+		if st.DemoClock != nil {
+			st.DemoClock.Set(ph.At)
 			fmt.Fprintf(out, "sync %d/%d: clock at %s, mode %s (%d recorded matches up to then)\n",
 				i+1, len(plan), ph.At.Format(time.DateOnly), ph.Mode, ph.Matches)
 		}
@@ -138,7 +64,7 @@ func runDemo(ctx context.Context, st *Stack, plan []demoPhase, out io.Writer, ti
 
 // printDemoSummary prints what the demo stored for puuid, the Riot calls
 // it took, and where to look further.
-func printDemoSummary(ctx context.Context, st *Stack, puuid string, out io.Writer, started time.Time) error {
+func printDemoSummary(ctx context.Context, st *stack.Stack, puuid string, out io.Writer, started time.Time) error {
 	s, err := st.Infra.Store.AccountStatus(ctx, puuid)
 	if err != nil {
 		return err
@@ -167,8 +93,8 @@ look further: start the same stack again, kept running (it reuses .data/), then 
 	return nil
 }
 
-func ephemeralFlag(st *Stack) string {
-	if st.ephemeralDB {
+func ephemeralFlag(st *stack.Stack) string {
+	if st.EphemeralDB {
 		return " --ephemeral-db"
 	}
 	return ""

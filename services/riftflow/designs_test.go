@@ -20,6 +20,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -35,10 +36,10 @@ func TestDesign000Promises(t *testing.T) {
 SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
-	post := func(body string) (int, RetryResult, string) {
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
+	post := func(body string) (int, api.RetryResult, string) {
 		t.Helper()
-		var res RetryResult
+		var res api.RetryResult
 		code, ct := jsonCall(t, srv.URL, "POST", "/v1/admin/retry", body, &res)
 		return code, res, ct
 	}
@@ -88,7 +89,7 @@ WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 	mark(p.Matches[0].ID, p.Matches[1].ID)
 	// A replay takes the match's unfetchable timeline row too (the
 	// simulator lacks some timelines), never another match's rows.
-	reopened := func(res RetryResult) map[string]bool {
+	reopened := func(res api.RetryResult) map[string]bool {
 		out := map[string]bool{}
 		for _, r := range res.Reopened {
 			out[r] = true
@@ -131,7 +132,7 @@ WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 func TestDesign001Promises(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 6}, Faults: slowTimelines(500 * time.Millisecond)}})
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	do := func(method, path, body string) (int, string, map[string]any) {
 		t.Helper()
 		var out map[string]any
@@ -188,7 +189,7 @@ func TestDesign001Promises(t *testing.T) {
 	})
 
 	// The database down: 503 problem+json from every route but the switch.
-	srvDown := httptest.NewServer(withToken(t, h.st.Infra, NewAPI(h.dbDown()).Handler(), ScopeAdmin))
+	srvDown := httptest.NewServer(withToken(t, h.st.Infra, newAPI(h.dbDown()).Handler(), api.ScopeAdmin))
 	defer srvDown.Close()
 	for _, path := range []string{"/v1/jobs", "/v1/accounts/" + p.PUUID} {
 		resp, err := srvDown.Client().Get(srvDown.URL + path)
@@ -271,7 +272,7 @@ func TestDesign002Promises(t *testing.T) {
 	}
 
 	// 2. Over HTTP, the same payload: 202, and requestedBy on the job.
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	p2 := synthPlayer(t, h, 2)
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json", strings.NewReader(
 		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui"}`, p2.PUUID)))
@@ -412,7 +413,7 @@ func TestDesign002Caches(t *testing.T) {
 	}
 
 	// The read API's lifetimes and validators.
-	srv := apiServer(t, h.st.Infra, ScopeRead)
+	srv := apiServer(t, h.st.Infra, api.ScopeRead)
 	for path, cc := range map[string]string{
 		"/v1/matches/" + p.Matches[0].ID:      "public, max-age=86400",
 		"/v1/players/" + p.PUUID + "/matches": "public, max-age=300",

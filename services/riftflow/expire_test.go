@@ -8,6 +8,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestRequestExpiresVisiblyWhilePaused(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false",
 		"SWEEP_EXPIRE_EVERY": "200ms", "SWEEP_EXPIRE_MARGIN": "18s"}, sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	st, err := h.st.Infra.JS.Stream(h.ctx, streams.StreamIngest)
 	if err != nil {
 		t.Fatal(err)

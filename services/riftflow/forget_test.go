@@ -17,6 +17,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -117,7 +118,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	if err := inf.Store.UpsertLeagueEntries(ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: "RANKED_SOLO_5x5", SnapshotDate: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, inf, ScopeAdmin)
+	srv := apiServer(t, inf, api.ScopeAdmin)
 	for _, path := range []string{"/v1/matches/" + kept, "/v1/matches/" + kept + "/timeline", "/v1/players/" + p.PUUID + "/matches",
 		"/v1/players/" + p.PUUID + "/ranks", "/v1/players/" + p.PUUID + "/reports"} {
 		if resp, body := getFrom(t, srv.URL+path); resp.StatusCode != 200 {
@@ -162,7 +163,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	}
 
 	participants := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, kept)
-	var res ForgetResult
+	var res api.ForgetResult
 	if code, body := jsonCall(t, srv.URL, "DELETE", "/v1/admin/accounts/"+p.PUUID, "", &res); code != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", code, body)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -32,13 +33,13 @@ func TestMain(m *testing.M) { pgtest.Main(m, printChaosTable) }
 // in-process embedded NATS server with memory streams, and the simulator.
 type harness struct {
 	t      testing.TB
-	st     *Stack
+	st     *stack.Stack
 	db     *pgxpool.Pool // the test's own pool on the stack's database (pgtest.Pool)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan error
 	logs   *stagetest.Logs // what the services logged
-	plan   []demoPhase     // with harnessOptions.demo
+	plan   []stack.Phase   // with harnessOptions.demo
 }
 
 type harnessOptions struct {
@@ -46,7 +47,7 @@ type harnessOptions struct {
 	env   map[string]string // extra environment (FETCH_BACKOFF, ...)
 	now   func() time.Time
 	noRun bool
-	demo  bool // set the stack up as riftflow up --demo does (simDemo)
+	demo  bool // set the stack up as riftflow up --demo does (stack.SimDemo)
 }
 
 // fastEnv compresses every retry schedule so fault tests run in seconds.
@@ -94,15 +95,15 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 		o.sim.Limits.App = "500:10,30000:600"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	so := StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, Sim: o.sim, MemoryStreams: true, Now: o.now, Log: log}
-	var plan []demoPhase
+	so := stack.Options{DataDir: t.TempDir(), Env: env, NATSPort: -1, Sim: o.sim, MemoryStreams: true, Now: o.now, Log: log}
+	var plan []stack.Phase
 	if o.demo {
-		if plan, err = simDemo(&so); err != nil {
+		if plan, err = stack.SimDemo(&so); err != nil {
 			cancel()
 			t.Fatal(err)
 		}
 	}
-	st, err := StartStack(ctx, so)
+	st, err := stack.Start(ctx, so)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -117,7 +118,7 @@ func startHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.closers = append(st.closers, nc.Close)
+	st.OnClose(nc.Close)
 	st.Infra.NC, st.Infra.JS = nc, js
 	if !o.noRun {
 		go func() { h.done <- st.Run(ctx) }()
@@ -421,7 +422,7 @@ func idsOf(ms []sim.MatchTruth) []string {
 
 // dbDown is a copy of h's Infra on a database that is down: a closed
 // store.
-func (h *harness) dbDown() *Infra {
+func (h *harness) dbDown() *stack.Infra {
 	h.t.Helper()
 	down, err := store.Open(h.ctx, pgtest.NewDatabase(h.t))
 	if err != nil {

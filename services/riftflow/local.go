@@ -2,6 +2,8 @@ package riftflow
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,8 @@ import (
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 )
 
 func dataDir() string {
@@ -115,6 +119,13 @@ func connectCLI(ctx context.Context, name string, stderr io.Writer) (config.Env,
 	return env, log, nc, js, err
 }
 
+// randHex is n random bytes in hex (request ids, the simulator's key).
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func localUser() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
@@ -128,16 +139,16 @@ func localUser() string {
 // localToken revokes the token an earlier `riftflow up` made for the
 // local user and makes a new admin token, written to .data/api.token
 // (mode 0600) for local tools.
-func localToken(ctx context.Context, st *Stack) (string, error) {
-	ts := NewTokens(st.Infra.Store)
+func localToken(ctx context.Context, st *stack.Stack) (string, error) {
+	ts := api.NewTokens(st.Infra.Store)
 	name := "riftflow up: " + localUser()
 	if _, err := ts.RevokeName(ctx, name); err != nil {
 		return "", err
 	}
-	token, _, err := ts.Create(ctx, name, []Scope{ScopeAdmin})
+	token, _, err := ts.Create(ctx, name, []api.Scope{api.ScopeAdmin})
 	if err != nil {
 		return "", err
 	}
-	writeFile(dataDir(), "api.token", token)
+	stack.WriteFile(dataDir(), "api.token", token)
 	return token, nil
 }

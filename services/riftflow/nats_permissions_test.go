@@ -23,6 +23,8 @@ import (
 	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -89,7 +91,7 @@ func TestNATSPermissions(t *testing.T) {
 	log := telemetry.NewLogger(logs, slog.LevelDebug, "json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := StartStack(ctx, StackOptions{DataDir: dir, Env: env, NATSPort: stagetest.FreePort(t), MemoryStreams: true, Log: log,
+	st, err := stack.Start(ctx, stack.Options{DataDir: dir, Env: env, NATSPort: stagetest.FreePort(t), MemoryStreams: true, Log: log,
 		Sim: sim.Options{FixturesDir: sim.FindFixtures(), Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 8},
 			// Errors on purpose, so error paths log.
 			Faults: sim.Faults{Seed: 5, Error5xx: 0.1}}})
@@ -104,9 +106,8 @@ func TestNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := NewAPI(st.Infra)
-	api.Mount(st.Infra.Ops)
-	base := serveLoopback(t, newAPIServer(ctx, st.Infra.Ops.Handler(), log, apiTimeouts))
+	newAPI(st.Infra).Mount(st.Infra.Ops)
+	base := serveLoopback(t, api.NewServer(ctx, st.Infra.Ops.Handler(), log, api.DefaultTimeouts))
 
 	// Local tools' files hold credentials: owner-only.
 	for _, f := range []string{"nats.url", "nats-admin.url", "api.token"} {
@@ -119,13 +120,13 @@ func TestNATSPermissions(t *testing.T) {
 	// A sync through the API, followed to the end over SSE.
 	player := sim.SyntheticPUUID("na1", 1)
 	c := call(t, http.MethodPost, base+"/v1/sync", token, fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, player))
-	if c.code != http.StatusAccepted {
-		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	if c.Code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d %s", c.Code, c.Body)
 	}
 	var accepted struct {
 		RequestID string `json:"request_id"`
 	}
-	json.Unmarshal(c.body, &accepted)
+	json.Unmarshal(c.Body, &accepted)
 	var last bus.ProgressEvent
 	if events := sseEvents(t, base+"/v1/sync/"+accepted.RequestID+"/events", token, 2*time.Minute); len(events) > 0 {
 		json.Unmarshal([]byte(events[len(events)-1][1]), &last)
@@ -159,19 +160,19 @@ func TestNATSPermissions(t *testing.T) {
 	// pass its permissions; a dead-letter replay, which republishes other
 	// services' messages, is refused with 403 before anything is tried.
 	for _, paused := range []string{"true", "false"} {
-		if c := call(t, http.MethodPut, base+"/v1/admin/pause", token, `{"paused":`+paused+`,"reason":"permissions test"}`); c.code != http.StatusOK {
-			t.Errorf("PUT /v1/admin/pause %s as the API user: %d %s", paused, c.code, c.body)
+		if c := call(t, http.MethodPut, base+"/v1/admin/pause", token, `{"paused":`+paused+`,"reason":"permissions test"}`); c.Code != http.StatusOK {
+			t.Errorf("PUT /v1/admin/pause %s as the API user: %d %s", paused, c.Code, c.Body)
 		}
-		if c := call(t, http.MethodGet, base+"/v1/admin/pause", token, ""); c.code != http.StatusOK || !bytes.Contains(c.body, []byte(`"paused":`+paused)) {
-			t.Errorf("GET /v1/admin/pause: %d %s, want paused %s", c.code, c.body, paused)
+		if c := call(t, http.MethodGet, base+"/v1/admin/pause", token, ""); c.Code != http.StatusOK || !bytes.Contains(c.Body, []byte(`"paused":`+paused)) {
+			t.Errorf("GET /v1/admin/pause: %d %s, want paused %s", c.Code, c.Body, paused)
 		}
 	}
-	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"all":true}`); c.code != http.StatusOK {
-		t.Errorf("POST /v1/admin/retry all as the API user: %d %s", c.code, c.body)
+	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"all":true}`); c.Code != http.StatusOK {
+		t.Errorf("POST /v1/admin/retry all as the API user: %d %s", c.Code, c.Body)
 	}
-	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"dead":true}`); c.code != http.StatusForbidden ||
-		!bytes.Contains(c.body, []byte("riftflow retry --dead")) {
-		t.Errorf("POST /v1/admin/retry dead as the API user: %d %s, want 403 naming `riftflow retry --dead`", c.code, c.body)
+	if c := call(t, http.MethodPost, base+"/v1/admin/retry", token, `{"dead":true}`); c.Code != http.StatusForbidden ||
+		!bytes.Contains(c.Body, []byte("riftflow retry --dead")) {
+		t.Errorf("POST /v1/admin/retry dead as the API user: %d %s, want 403 naming `riftflow retry --dead`", c.Code, c.Body)
 	}
 	// The admin CLI commands, as the admin user of .data/nats-admin.url.
 	for _, args := range [][]string{{"pause", "--reason", "permissions test"}, {"pause", "--off"}} {
@@ -182,12 +183,12 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	// Forgetting the player purges its cursor (the lister wrote one) as
 	// the API user; the player is gone afterwards.
-	if c := call(t, http.MethodDelete, base+"/v1/admin/accounts/"+player, token, ""); c.code != http.StatusOK ||
-		!bytes.Contains(c.body, []byte(streams.BucketCursors)) {
-		t.Errorf("DELETE /v1/admin/accounts/… as the API user: %d %s, want 200 purging %s", c.code, c.body, streams.BucketCursors)
+	if c := call(t, http.MethodDelete, base+"/v1/admin/accounts/"+player, token, ""); c.Code != http.StatusOK ||
+		!bytes.Contains(c.Body, []byte(streams.BucketCursors)) {
+		t.Errorf("DELETE /v1/admin/accounts/… as the API user: %d %s, want 200 purging %s", c.Code, c.Body, streams.BucketCursors)
 	}
-	if c := call(t, http.MethodGet, base+"/v1/players/"+player, token, ""); c.code != http.StatusNotFound {
-		t.Errorf("GET /v1/players/… after forget: %d, want 404", c.code)
+	if c := call(t, http.MethodGet, base+"/v1/players/"+player, token, ""); c.Code != http.StatusNotFound {
+		t.Errorf("GET /v1/players/… after forget: %d, want 404", c.Code)
 	}
 
 	// Forgeries, each over TCP as a real client would.

@@ -19,6 +19,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -67,7 +68,7 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	time.Sleep(2 * time.Second) // several pull rounds: the switch holds them
 
 	var jobs struct {
-		Jobs []jobJSON `json:"jobs"`
+		Jobs []api.Job `json:"jobs"`
 	}
 	if code := do("GET", "/v1/jobs?type=sync", "", &jobs); code != 200 {
 		t.Fatalf("GET /v1/jobs: %d", code)
@@ -232,7 +233,7 @@ func TestNATSRequestIsVisible(t *testing.T) {
 	pending := func(what string, want map[string]int) {
 		t.Helper()
 		var jobs struct {
-			Jobs []jobJSON `json:"jobs"`
+			Jobs []api.Job `json:"jobs"`
 		}
 		waitFor(t, what+": GET /v1/jobs shows the requests pending", 20*time.Second, func() bool {
 			jobs.Jobs = nil
@@ -323,9 +324,9 @@ func pauseSwitch(t *testing.T, h *harness) (pause func(on bool), srv *httptest.S
 	}
 	proc := *h.st.Infra.Process
 	proc.Pause = nil
-	api := *h.st.Infra
-	api.Process = &proc
-	return pause, apiServer(t, &api, ScopeAdmin)
+	unpaused := *h.st.Infra
+	unpaused.Process = &proc
+	return pause, apiServer(t, &unpaused, api.ScopeAdmin)
 }
 
 // cliShows runs the CLI (Main) with the words of args and fails the test

@@ -7,8 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 )
 
 // TestReadAPI: after a sync, every stored match and timeline is served
@@ -18,7 +21,7 @@ import (
 // newest first through an opaque cursor; errors are problem+json.
 func TestReadAPI(t *testing.T) {
 	h, p := syncedHarness(t, 5)
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	get := func(path string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		return getFrom(t, srv.URL+path, hdr...)
@@ -79,7 +82,7 @@ func TestReadAPI(t *testing.T) {
 	cursor := ""
 	for page := 0; page < 5; page++ {
 		resp, body := get("/v1/players/" + p.PUUID + "/matches?limit=2&cursor=" + cursor)
-		var mp matchesPage
+		var mp api.MatchesPage
 		if resp.StatusCode != 200 || json.Unmarshal(body, &mp) != nil {
 			t.Fatalf("page %d: %d %s", page, resp.StatusCode, body)
 		}
@@ -117,6 +120,111 @@ func TestReadAPI(t *testing.T) {
 		"/v1/players/x/matches?limit=0": 400, "/v1/players/nobody": 404} {
 		if resp, _ := get(path); resp.StatusCode != code || resp.Header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("GET %s: %d %s, want %d problem+json", path, resp.StatusCode, resp.Header.Get("Content-Type"), code)
+		}
+	}
+}
+
+// TestPlayerRanksAndReports: GET /v1/players/{puuid}/ranks and /reports
+// answer the stored league snapshots and weekly reports of that player
+// only, newest first, in pages joined by an opaque cursor, with an ETag
+// (304 on If-None-Match) and design 002's 5-minute Cache-Control; bad
+// paging is 400; `riftflow show --ranks` and `--reports` print the same.
+func TestPlayerRanksAndReports(t *testing.T) {
+	h := startHarness(t, harnessOptions{noRun: true})
+	st := h.st.Infra.Store
+	const p, other = "puuid-ranks-player", "puuid-someone-else"
+	day0 := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	var entries []store.LeagueEntry
+	for d := 0; d < 3; d++ {
+		for _, q := range []string{"RANKED_FLEX_SR", "RANKED_SOLO_5x5"} {
+			entries = append(entries, store.LeagueEntry{PUUID: p, QueueType: q, SnapshotDate: day0.AddDate(0, 0, d),
+				Platform: "na1", Tier: "GOLD", Rank: "II", LeaguePoints: 10*d + len(q)})
+		}
+	}
+	entries = append(entries, store.LeagueEntry{PUUID: other, QueueType: "RANKED_SOLO_5x5", SnapshotDate: day0.AddDate(0, 0, 9), Tier: "IRON"})
+	if err := st.UpsertLeagueEntries(h.ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	lp := 17
+	for w := 0; w < 3; w++ {
+		if err := st.SaveWeeklyReport(h.ctx, store.WeeklyReport{PUUID: p, WeekStart: day0.AddDate(0, 0, -7*w),
+			WeeklyStats: store.WeeklyStats{Games: w + 1, Wins: w, TopChampions: []store.ChampionStat{{ChampionName: "Ahri", Games: w + 1}}},
+			LPChange:    &lp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SaveWeeklyReport(h.ctx, store.WeeklyReport{PUUID: other, WeekStart: day0.AddDate(0, 0, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiServer(t, h.st.Infra, api.ScopeRead)
+	// The pages as the API answers them.
+	type ranksPage struct {
+		Ranks []store.RankSnapshot `json:"ranks"`
+		Next  string               `json:"next"`
+	}
+	type reportsPage struct {
+		Reports []store.StoredReport `json:"reports"`
+		Next    string               `json:"next"`
+	}
+
+	var ranks []string
+	cursor := ""
+	for page := 0; ; page++ {
+		resp, body := getFrom(t, srv.URL+"/v1/players/"+p+"/ranks?limit=4&cursor="+cursor)
+		var rp ranksPage
+		if resp.StatusCode != 200 || json.Unmarshal(body, &rp) != nil || page > 2 {
+			t.Fatalf("ranks page %d: %d %s", page, resp.StatusCode, body)
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=300" || resp.Header.Get("ETag") == "" {
+			t.Errorf("ranks: Cache-Control %q, ETag %q", cc, resp.Header.Get("ETag"))
+		}
+		if r2, _ := getFrom(t, srv.URL+"/v1/players/"+p+"/ranks?limit=4&cursor="+cursor, "If-None-Match", resp.Header.Get("ETag")); r2.StatusCode != http.StatusNotModified {
+			t.Errorf("ranks with If-None-Match: %d, want 304", r2.StatusCode)
+		}
+		for _, r := range rp.Ranks {
+			ranks = append(ranks, r.SnapshotDate+" "+r.QueueType)
+		}
+		if cursor = rp.Next; cursor == "" {
+			break
+		}
+	}
+	want := []string{"2026-11-22 RANKED_SOLO_5x5", "2026-11-22 RANKED_FLEX_SR", "2026-11-21 RANKED_SOLO_5x5",
+		"2026-11-21 RANKED_FLEX_SR", "2026-11-20 RANKED_SOLO_5x5", "2026-11-20 RANKED_FLEX_SR"}
+	if !reflect.DeepEqual(ranks, want) {
+		t.Errorf("ranks %v, want %v", ranks, want)
+	}
+
+	resp, body := getFrom(t, srv.URL+"/v1/players/"+p+"/reports?limit=2")
+	var rp reportsPage
+	if resp.StatusCode != 200 || json.Unmarshal(body, &rp) != nil || len(rp.Reports) != 2 || rp.Next == "" ||
+		rp.Reports[0].WeekStart != "2026-11-20" || rp.Reports[1].WeekStart != "2026-11-13" || rp.Reports[0].Games != 1 ||
+		rp.Reports[0].LPChange == nil || *rp.Reports[0].LPChange != 17 || !strings.Contains(string(rp.Reports[0].TopChampions), "Ahri") {
+		t.Fatalf("reports page 1: %d %s", resp.StatusCode, body)
+	}
+	resp, body = getFrom(t, srv.URL+"/v1/players/"+p+"/reports?limit=2&cursor="+rp.Next)
+	rp = reportsPage{}
+	if err := json.Unmarshal(body, &rp); resp.StatusCode != 200 || err != nil || len(rp.Reports) != 1 ||
+		rp.Reports[0].WeekStart != "2026-11-06" || rp.Next != "" {
+		t.Errorf("reports page 2: %d %s", resp.StatusCode, body)
+	}
+	for path, code := range map[string]int{"/ranks?limit=0": 400, "/ranks?cursor=bm9wZQ": 400, "/reports?limit=101": 400, "/reports?cursor=%21": 400} {
+		if resp, _ := getFrom(t, srv.URL+"/v1/players/"+p+path); resp.StatusCode != code || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("GET %s: %d %s, want %d problem+json", path, resp.StatusCode, resp.Header.Get("Content-Type"), code)
+		}
+	}
+
+	// riftflow show reads the same (the player must have an account row).
+	if err := st.UpsertAccount(h.ctx, store.Account{PUUID: p, Platform: "na1"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", h.st.Infra.Env.Postgres.URL.Reveal())
+	for flag, n := range map[string]int{"--ranks": 6, "--reports": 3} {
+		var out, errOut bytes.Buffer
+		if rc := Main([]string{"show", "--puuid", p, flag}, &out, &errOut); rc != 0 {
+			t.Fatalf("riftflow show %s: %d %s", flag, rc, errOut.String())
+		}
+		if got := strings.Count(out.String(), `"snapshot_date"`) + strings.Count(out.String(), `"week_start"`); got != n {
+			t.Errorf("riftflow show %s: %d rows, want %d:\n%s", flag, got, n, out.String())
 		}
 	}
 }

@@ -271,8 +271,8 @@ func TestUpRunLogsNoSecret(t *testing.T) {
 		token string
 		want  int
 	}{{token, http.StatusOK}, {"rft_0123456789abcdef_" + strings.Repeat("A", 43), http.StatusUnauthorized}, {"", http.StatusUnauthorized}} {
-		if got := call(t, http.MethodGet, base+"/v1/jobs", c.token, ""); got.code != c.want {
-			t.Errorf("GET /v1/jobs: %d, want %d", got.code, c.want)
+		if got := call(t, http.MethodGet, base+"/v1/jobs", c.token, ""); got.Code != c.want {
+			t.Errorf("GET /v1/jobs: %d, want %d", got.Code, c.want)
 		}
 	}
 

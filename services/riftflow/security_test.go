@@ -5,37 +5,13 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
-	"github.com/riftflow/riftflow/pkg/config"
 )
-
-// Without DATABASE_URL, `riftflow up` refuses to start unless told to use
-// a throwaway cluster (--ephemeral-db): a typo in DATABASE_URL must not send
-// writes to a database that disappears (the old CLI fell back silently).
-func TestUpNeedsDatabaseURLOrEphemeralFlag(t *testing.T) {
-	t.Setenv("DATABASE_URL", "")
-	t.Setenv("NATS_URL", "")
-	env, err := config.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	_, err = StartStack(context.Background(), StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, MemoryStreams: true, Log: quiet})
-	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL is not set") || !strings.Contains(err.Error(), "--ephemeral-db") {
-		t.Fatalf("StartStack without DATABASE_URL: %v, want an error naming --ephemeral-db", err)
-	}
-	env.Postgres.URL = "postgres://localhost:1/x"
-	_, err = StartStack(context.Background(), StackOptions{DataDir: t.TempDir(), Env: env, NATSPort: -1, MemoryStreams: true, Log: quiet, EphemeralDB: true})
-	if err == nil || !strings.Contains(err.Error(), "not both") {
-		t.Fatalf("StartStack with DATABASE_URL and --ephemeral-db: %v, want an error", err)
-	}
-}
 
 // Issue 27 finding 10: `riftflow up` with a database of the user's
 // (DATABASE_URL) and no RIOT_API_KEY refuses to fill it with simulated

@@ -23,6 +23,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -371,8 +372,8 @@ SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, sett
 func TestHTTPSyncEndpoints(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 8}, Faults: slowTimelines(700 * time.Millisecond)}})
-	api := NewAPI(h.st.Infra)
-	srv := httptest.NewServer(withToken(t, h.st.Infra, api.Handler(), ScopeAdmin))
+	a := newAPI(h.st.Infra)
+	srv := httptest.NewServer(withToken(t, h.st.Infra, a.Handler(), api.ScopeAdmin))
 	defer srv.Close()
 	p := synthPlayer(t, h, 1)
 	post := func(path, body string) (int, map[string]any) {
@@ -450,7 +451,7 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	if code != 200 || out["status"] != "fresh" {
 		t.Errorf("login after a sync: %d %v, want 200 fresh", code, out)
 	}
-	api.StaleAfter = time.Nanosecond
+	a.StaleAfter = time.Nanosecond
 	code, out = post("/v1/accounts/"+p.PUUID+"/login", "")
 	if code != http.StatusAccepted {
 		t.Fatalf("stale login: %d %v, want 202", code, out)
@@ -479,11 +480,11 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var jobs struct {
-		Jobs []jobJSON `json:"jobs"`
+		Jobs []api.Job `json:"jobs"`
 	}
 	json.NewDecoder(jr.Body).Decode(&jobs)
 	jr.Body.Close()
-	byID := map[string]jobJSON{}
+	byID := map[string]api.Job{}
 	for _, j := range jobs.Jobs {
 		byID[j.ID] = j
 	}
@@ -506,7 +507,7 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 func TestSyncEventsForLateClients(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
 		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	p := synthPlayer(t, h, 1)
 
 	ev, err := h.ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
@@ -537,7 +538,7 @@ func TestSyncEventsForLateClients(t *testing.T) {
 // before the client opens the SSE stream; the rejection is replayed.
 func TestSyncEventsReplayRejection(t *testing.T) {
 	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	srv := apiServer(t, h.st.Infra, ScopeAdmin)
+	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
 	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
 	defer stop()
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json",
@@ -580,13 +581,13 @@ func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
 	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, ScopeRead)
+	srv := apiServer(t, h.st.Infra, api.ScopeRead)
 	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
 	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
 		t.Fatalf("events %v, want the replayed rejection", got)
 	}
 	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
-	c.problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
+	c.Problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
 }
 
 // TestSyncLockLivesAsLongAsTheWork: a slow but healthy sync (every match

@@ -1,9 +1,9 @@
-// Package riftflow is the riftflow CLI: `riftflow up` runs the whole
-// pipeline in one process (embedded NATS, a throwaway Postgres or
-// DATABASE_URL, the Riot API simulator or the real API, and the five
-// services); `ingest`, `status`, `migrate`, `streams apply` and `sim` are
-// the operator's tools.
-package riftflow
+// Package stack is the whole pipeline in one process, what `riftflow up`
+// runs (Start): an embedded NATS server with one user per service (or
+// NATS_URL), DATABASE_URL or a throwaway Postgres, the Riot API simulator
+// or the real API, and the five services on them; the Infra they and
+// `riftflow serve` build on; and the demo's plan and clock (SimDemo).
+package stack
 
 import (
 	"context"
@@ -42,8 +42,8 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-// StackOptions configures a whole in-process pipeline.
-type StackOptions struct {
+// Options configures a whole in-process pipeline.
+type Options struct {
 	// DataDir holds the embedded NATS store (nats/), the throwaway Postgres
 	// (pg/) and the files other commands read to find them.
 	DataDir string
@@ -70,8 +70,8 @@ type StackOptions struct {
 	// Now replaces the services' clock (tests, and the demo's clock at the
 	// recorded dates).
 	Now func() time.Time
-	// demoClock is the clock behind Now and Sim.Now in a demo (see demo.go).
-	demoClock *demoClock
+	// demoClock is the clock behind Now and Sim.Now in a demo (SimDemo).
+	demoClock *Clock
 	Log       *slog.Logger
 }
 
@@ -87,15 +87,19 @@ type Stack struct {
 	DBURL        string
 	Services     []Runner
 
-	demoClock   *demoClock // set during a demo against the simulator
-	ephemeralDB bool
+	// DemoClock is the clock of the simulator and the services in a demo
+	// against the simulator (SimDemo), nil otherwise.
+	DemoClock *Clock
+	// EphemeralDB says the Postgres is a throwaway cluster
+	// (Options.EphemeralDB).
+	EphemeralDB bool
 	// users are the embedded server's NATS users (nil with NATS_URL).
-	users   *stackUsers
+	users   *Users
 	closers []func()
 }
 
 // InProcess is the embedded server as a connection provider for
-// connect.NATS and infraOptions, or nil when NATS_URL was used (a nil
+// connect.NATS and InfraOptions, or nil when NATS_URL was used (a nil
 // *server.Server must not become a non-nil interface).
 func (st *Stack) InProcess() nats.InProcessConnProvider {
 	if st.NATS == nil {
@@ -109,10 +113,10 @@ type Runner interface {
 	Run(ctx context.Context) error
 }
 
-// StartStack starts the infrastructure, applies migrations and streams, and
+// Start starts the infrastructure, applies migrations and streams, and
 // builds the five services. Call Run to run them and Close afterwards.
-func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
-	st := &Stack{demoClock: o.demoClock, ephemeralDB: o.EphemeralDB}
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	st := &Stack{DemoClock: o.demoClock, EphemeralDB: o.EphemeralDB}
 	ok := false
 	defer func() {
 		if !ok {
@@ -154,12 +158,12 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 // startNATS starts the embedded JetStream server, on port 4222 when it is
 // free (or o.NATSPort), unless natsURL names a server. The embedded server
 // has one NATS user per service, with the permissions of streams.Permissions.
-func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) error {
+func (st *Stack) startNATS(o Options, natsURL string, set *streams.Set) error {
 	if natsURL != "" {
 		st.NATSURL = natsURL
 		return nil
 	}
-	users, err := natsUsers(set)
+	users, err := NewUsers(set)
 	if err != nil {
 		return err
 	}
@@ -167,7 +171,7 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 	port := o.NATSPort
 	if port == 0 {
 		port = 4222
-		if !portFree("127.0.0.1", port) {
+		if !PortFree("127.0.0.1", port) {
 			o.Log.Info("port 4222 is taken; the embedded NATS server takes a random port")
 			port = 0
 		}
@@ -176,7 +180,7 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 		Host: "127.0.0.1", Port: port, WebSocketPort: wsPort(port), NoLog: true,
 		JetStreamMaxMemory: natsembed.SmallNodeMaxMemory, JetStreamMaxStore: natsembed.SmallNodeMaxStore,
 		Configure: func(so *server.Options) {
-			so.Users = users.server
+			so.Users = users.Server
 			so.Websocket.NoAuthUser = streams.UserWeb
 		}})
 	if err != nil {
@@ -188,10 +192,10 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 		st.NATSURL = srv.ClientURL()
 		// Local tools connect as the CLI user (ingest, status) or the
 		// admin (streams apply, retry --dead); the files are 0600.
-		writeFile(o.DataDir, "nats.url", withUser(st.NATSURL, streams.UserCLI, users.password[streams.UserCLI]))
-		writeFile(o.DataDir, "nats-admin.url", withUser(st.NATSURL, streams.UserAdmin, users.password[streams.UserAdmin]))
+		WriteFile(o.DataDir, "nats.url", withUser(st.NATSURL, streams.UserCLI, users.Password[streams.UserCLI]))
+		WriteFile(o.DataDir, "nats-admin.url", withUser(st.NATSURL, streams.UserAdmin, users.Password[streams.UserAdmin]))
 		st.WebSocketURL = srv.WebsocketURL()
-		writeFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
+		WriteFile(o.DataDir, "nats-ws.url", st.WebSocketURL)
 	}
 	o.Log.Info("embedded NATS JetStream started", "url", st.NATSURL, "store", filepath.Join(o.DataDir, "nats"))
 	return nil
@@ -199,7 +203,7 @@ func (st *Stack) startNATS(o StackOptions, natsURL string, set *streams.Set) err
 
 // startPostgres uses DATABASE_URL or, with EphemeralDB, starts a throwaway
 // cluster under DataDir/pg (setting env's URL), then migrates.
-func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *config.Env) error {
+func (st *Stack) startPostgres(ctx context.Context, o Options, env *config.Env) error {
 	if env.Postgres.URL == "" && !o.EphemeralDB {
 		return errors.New("DATABASE_URL is not set: point it at your Postgres, or pass --ephemeral-db " +
 			"to start a throwaway cluster under " + filepath.Join(o.DataDir, "pg") + " (its data is not meant to be kept)")
@@ -220,7 +224,7 @@ func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *config.
 			}
 		})
 		env.Postgres.URL = secret(url)
-		writeFile(o.DataDir, "database.url", url)
+		WriteFile(o.DataDir, "database.url", url)
 	}
 	st.DBURL = env.Postgres.URL.Reveal()
 	if err := store.Migrate(ctx, st.DBURL, o.Log); err != nil {
@@ -231,7 +235,7 @@ func (st *Stack) startPostgres(ctx context.Context, o StackOptions, env *config.
 
 // startRiot starts the Riot API simulator on a loopback port when env has
 // no RIOT_API_KEY, and points env's Riot client at it.
-func (st *Stack) startRiot(o StackOptions, env *config.Env) error {
+func (st *Stack) startRiot(o Options, env *config.Env) error {
 	if env.Riot.APIKey != "" {
 		return nil
 	}
@@ -260,7 +264,7 @@ func (st *Stack) startRiot(o StackOptions, env *config.Env) error {
 
 // applyStreams creates or updates the streams, consumers and buckets
 // declared in streams/.
-func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env config.Env, set *streams.Set) error {
+func (st *Stack) applyStreams(ctx context.Context, o Options, env config.Env, set *streams.Set) error {
 	nc, js, err := connect.NATS(ctx, st.natsAs(env.NATS, streams.UserAdmin), st.InProcess(), "riftflow-streams-apply", o.Log)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
@@ -276,10 +280,10 @@ func (st *Stack) applyStreams(ctx context.Context, o StackOptions, env config.En
 // With the embedded server each service gets its own connection as its own
 // NATS user; the Riot client and its shared limiter are built on the
 // fetcher's connection, as the Riot callers' user owns the rate-limit state.
-func (st *Stack) buildServices(ctx context.Context, o StackOptions, env config.Env) error {
+func (st *Stack) buildServices(ctx context.Context, o Options, env config.Env) error {
 	cliEnv := env
 	cliEnv.NATS = st.natsAs(env.NATS, streams.UserCLI)
-	inf, closeInf, err := buildInfra(ctx, cliEnv, infraOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
+	inf, closeInf, err := OpenInfra(ctx, cliEnv, InfraOptions{Service: "riftflow", NeedDB: true, NeedRiot: st.users == nil,
 		Log: o.Log, NATSServer: st.InProcess()})
 	if err != nil {
 		return err
@@ -366,32 +370,32 @@ func service[S app.Service](s S, err error) (app.Service, error) {
 	return s, nil
 }
 
-// stackUsers are the embedded server's NATS users: streams.Permissions
-// with a random password each.
-type stackUsers struct {
-	server   []*server.User
-	password map[string]string
+// Users are the embedded server's NATS users: streams.Permissions with a
+// random password each.
+type Users struct {
+	Server   []*server.User    // for the server's options
+	Password map[string]string // each user's password
 }
 
-// natsUsers makes the embedded server's users from the permission table,
+// NewUsers makes the embedded server's users from the permission table,
 // with random 256-bit passwords registered with pkg/redact.
-func natsUsers(set *streams.Set) (*stackUsers, error) {
+func NewUsers(set *streams.Set) (*Users, error) {
 	perms, err := streams.Permissions(set)
 	if err != nil {
 		return nil, err
 	}
-	u := &stackUsers{password: map[string]string{}}
+	u := &Users{Password: map[string]string{}}
 	for _, p := range perms {
 		pw := randHex(32)
 		redact.Register(pw)
-		u.password[p.User] = pw
+		u.Password[p.User] = pw
 		sp := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
 		if len(p.Publish) == 0 {
 			sp.Publish = &server.SubjectPermission{Deny: []string{">"}}
 		} else {
 			sp.Publish = &server.SubjectPermission{Allow: p.Publish}
 		}
-		u.server = append(u.server, &server.User{Username: p.User, Password: pw, Permissions: sp})
+		u.Server = append(u.Server, &server.User{Username: p.User, Password: pw, Permissions: sp})
 	}
 	return u, nil
 }
@@ -402,7 +406,7 @@ func (st *Stack) natsAs(cfg config.NATS, user string) config.NATS {
 	if st.users == nil {
 		return cfg
 	}
-	cfg.User, cfg.Password, cfg.Token, cfg.NKeySeedFile, cfg.CredsFile = user, config.Secret(st.users.password[user]), "", "", ""
+	cfg.User, cfg.Password, cfg.Token, cfg.NKeySeedFile, cfg.CredsFile = user, config.Secret(st.users.Password[user]), "", "", ""
 	return cfg
 }
 
@@ -442,7 +446,10 @@ func (st *Stack) Run(ctx context.Context) error {
 	return err
 }
 
-// Close stops everything StartStack started, in reverse order.
+// OnClose adds f to what Close stops, before everything Start started.
+func (st *Stack) OnClose(f func()) { st.closers = append(st.closers, f) }
+
+// Close stops everything Start started, in reverse order.
 func (st *Stack) Close() {
 	for i := len(st.closers) - 1; i >= 0; i-- {
 		st.closers[i]()
@@ -450,7 +457,8 @@ func (st *Stack) Close() {
 	st.closers = nil
 }
 
-func portFree(host string, port int) bool {
+// PortFree reports whether host:port can be listened on now.
+func PortFree(host string, port int) bool {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return false
@@ -468,7 +476,10 @@ func wsPort(natsPort int) int {
 	return -1
 }
 
-func writeFile(dir, name, content string) {
+// WriteFile writes content and a newline to dir/name, readable by its
+// owner only: the files a local `riftflow up` leaves for the other
+// commands (nats.url, database.url, api.token, ...).
+func WriteFile(dir, name, content string) {
 	_ = os.WriteFile(filepath.Join(dir, name), []byte(content+"\n"), 0o600)
 }
 

@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 	served := map[string]bool{}
-	for _, rt := range NewAPI(&Infra{}).routeTable() {
+	for _, rt := range New(nil, nil).routeTable() {
 		served[rt.pattern] = true
 		if !documented[rt.pattern] {
 			t.Errorf("route %s is not in openapi.json", rt.pattern)
@@ -51,7 +51,7 @@ func TestOpenAPIPathParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	wild := regexp.MustCompile(`\{([a-z_]+)\}`)
-	for _, rt := range NewAPI(&Infra{}).routeTable() {
+	for _, rt := range New(nil, nil).routeTable() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		var want, got []string
 		for _, m := range wild.FindAllStringSubmatch(path, -1) {

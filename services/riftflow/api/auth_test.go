@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"bufio"
@@ -14,33 +14,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/services/riftflow/api/apitest"
 	"github.com/riftflow/riftflow/streams"
 )
 
 // S1: every route needs a token with its scope; tokens are stored as
 // hashes and can be revoked; unknown ids are 404; event streams are capped.
 func TestAPIAuthentication(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	ctx := h.ctx
-	ts := NewTokens(h.st.Infra.Store)
-	read, _ := newToken(t, h.st.Infra, "reader", ScopeRead)
-	syncTok, syncRow := newToken(t, h.st.Infra, "syncer", ScopeSync)
+	e := newEnv(t)
+	ctx := t.Context()
+	ts := NewTokens(e.Store)
+	read, _ := newToken(t, e, "reader", ScopeRead)
+	syncTok, syncRow := newToken(t, e, "syncer", ScopeSync)
 	if !regexp.MustCompile(`^rft_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`).MatchString(read) {
 		t.Fatalf("token %q is not rft_<16 hex>_<256 bits base64url>", read)
 	}
 	// Only the SHA-256 is stored.
 	var stored string
-	if err := h.db.QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
+	if err := e.DB.QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_tokens t`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(stored, read[21:]) || strings.Contains(stored, syncTok[21:]) {
 		t.Fatalf("a token's secret is stored in api_tokens: %s", stored)
 	}
 
-	api := NewAPI(h.st.Infra)
+	api := newAPI(e)
 	api.Limits.SSEPerToken, api.Limits.SSETotal = 1, 2
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
@@ -49,10 +49,10 @@ func TestAPIAuthentication(t *testing.T) {
 	for name, tok := range map[string]string{"no token": "", "malformed": "hunter2",
 		"unknown":  "rft_0123456789abcdef_" + strings.Repeat("A", 43),
 		"tampered": read[:len(read)-1] + map[bool]string{true: "B", false: "A"}[strings.HasSuffix(read, "A")]} {
-		c := call(t, http.MethodGet, srv.URL+"/v1/jobs", tok, "")
-		c.problem(t, "GET /v1/jobs with "+name, http.StatusUnauthorized)
-		if !strings.HasPrefix(c.header.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("%s: WWW-Authenticate %q", name, c.header.Get("WWW-Authenticate"))
+		c := apitest.Call(t, http.MethodGet, srv.URL+"/v1/jobs", tok, "")
+		c.Problem(t, "GET /v1/jobs with "+name, http.StatusUnauthorized)
+		if !strings.HasPrefix(c.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("%s: WWW-Authenticate %q", name, c.Header.Get("WWW-Authenticate"))
 		}
 	}
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/jobs", nil)
@@ -70,48 +70,48 @@ func TestAPIAuthentication(t *testing.T) {
 		{"POST", "/v1/accounts/p1/link", `{"platform":"na1"}`, ScopeSync}, {"POST", "/v1/accounts/p1/unlink", "", ScopeSync},
 		{"POST", "/v1/accounts/p1/login", "", ScopeSync}, {"GET", "/v1/sync/x/events", "", ScopeRead}, {"GET", "/v1/jobs", "", ScopeRead},
 	} {
-		call(t, r.method, srv.URL+r.path, "", r.body).problem(t, r.method+" "+r.path+" without a token", http.StatusUnauthorized)
+		apitest.Call(t, r.method, srv.URL+r.path, "", r.body).Problem(t, r.method+" "+r.path+" without a token", http.StatusUnauthorized)
 		if r.need == ScopeSync {
-			c := call(t, r.method, srv.URL+r.path, read, r.body)
-			c.problem(t, r.method+" "+r.path+" with a read token", http.StatusForbidden)
-			if !strings.Contains(c.header.Get("WWW-Authenticate"), `error="insufficient_scope"`) {
-				t.Errorf("403 WWW-Authenticate %q", c.header.Get("WWW-Authenticate"))
+			c := apitest.Call(t, r.method, srv.URL+r.path, read, r.body)
+			c.Problem(t, r.method+" "+r.path+" with a read token", http.StatusForbidden)
+			if !strings.Contains(c.Header.Get("WWW-Authenticate"), `error="insufficient_scope"`) {
+				t.Errorf("403 WWW-Authenticate %q", c.Header.Get("WWW-Authenticate"))
 			}
 		}
 	}
 	// The right scope passes; sync includes read.
-	if c := call(t, http.MethodGet, srv.URL+"/v1/jobs", read, ""); c.code != http.StatusOK {
-		t.Errorf("GET /v1/jobs with read: %d %s", c.code, c.body)
+	if c := apitest.Call(t, http.MethodGet, srv.URL+"/v1/jobs", read, ""); c.Code != http.StatusOK {
+		t.Errorf("GET /v1/jobs with read: %d %s", c.Code, c.Body)
 	}
-	if c := call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, ""); c.code != http.StatusOK {
-		t.Errorf("GET /v1/jobs with sync: %d %s", c.code, c.body)
+	if c := apitest.Call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, ""); c.Code != http.StatusOK {
+		t.Errorf("GET /v1/jobs with sync: %d %s", c.Code, c.Body)
 	}
 	// 404 for unknown ids, also on the event stream (no hang: call's
 	// client gives up after 15 s).
-	if c := call(t, http.MethodGet, srv.URL+"/v1/accounts/nobody", read, ""); c.code != http.StatusNotFound {
-		t.Errorf("GET unknown account: %d", c.code)
+	if c := apitest.Call(t, http.MethodGet, srv.URL+"/v1/accounts/nobody", read, ""); c.Code != http.StatusNotFound {
+		t.Errorf("GET unknown account: %d", c.Code)
 	}
-	call(t, http.MethodGet, srv.URL+"/v1/sync/never-submitted/events", read, "").problem(t, "SSE for an unknown id", http.StatusNotFound)
-	call(t, http.MethodGet, srv.URL+"/v1/sync/"+strings.Repeat("x", 200)+"/events", read, "").problem(t, "SSE for an invalid id", http.StatusNotFound)
+	apitest.Call(t, http.MethodGet, srv.URL+"/v1/sync/never-submitted/events", read, "").Problem(t, "SSE for an unknown id", http.StatusNotFound)
+	apitest.Call(t, http.MethodGet, srv.URL+"/v1/sync/"+strings.Repeat("x", 200)+"/events", read, "").Problem(t, "SSE for an invalid id", http.StatusNotFound)
 	// 413 for a body over API_MAX_BODY_BYTES.
 	big := `{"platform":"na1","riot_id":"` + strings.Repeat("a", int(api.Limits.MaxBody)) + `"}`
-	call(t, http.MethodPost, srv.URL+"/v1/accounts/p1/link", syncTok, big).problem(t, "an oversized body", http.StatusRequestEntityTooLarge)
+	apitest.Call(t, http.MethodPost, srv.URL+"/v1/accounts/p1/link", syncTok, big).Problem(t, "an oversized body", http.StatusRequestEntityTooLarge)
 
 	// The SSE cap: the services do not run, so a submitted request's
 	// stream stays open. One per token, two in all.
-	c := call(t, http.MethodPost, srv.URL+"/v1/sync", syncTok, `{"request_id":"held","riot_id":"Nobody#NOPE","platform":"na1"}`)
-	if c.code != http.StatusAccepted {
-		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	c := apitest.Call(t, http.MethodPost, srv.URL+"/v1/sync", syncTok, `{"request_id":"held","riot_id":"Nobody#NOPE","platform":"na1"}`)
+	if c.Code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d %s", c.Code, c.Body)
 	}
 	var held struct {
 		Events string `json:"events"` // the request ID is scoped to the token (TestRequestIDScopedToToken)
 	}
-	if err := json.Unmarshal(c.body, &held); err != nil || held.Events == "" {
-		t.Fatalf("POST /v1/sync: %s", c.body)
+	if err := json.Unmarshal(c.Body, &held); err != nil || held.Events == "" {
+		t.Fatalf("POST /v1/sync: %s", c.Body)
 	}
 	open := func(token string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(t.Context())
-		return send(t, ctx, http.MethodGet, srv.URL+held.Events, token, nil), cancel
+		return apitest.Send(t, ctx, http.MethodGet, srv.URL+held.Events, token, nil), cancel
 	}
 	first, stop1 := open(read)
 	defer stop1()
@@ -137,7 +137,7 @@ func TestAPIAuthentication(t *testing.T) {
 	// Closing a stream frees its slot.
 	stop1()
 	first.Body.Close()
-	waitFor(t, "the freed slot", 10*time.Second, func() bool {
+	e.Wait("the freed slot", func() bool {
 		r, stop := open(read)
 		defer stop()
 		defer r.Body.Close()
@@ -148,7 +148,7 @@ func TestAPIAuthentication(t *testing.T) {
 	if err := ts.Revoke(ctx, syncRow.ID); err != nil {
 		t.Fatal(err)
 	}
-	call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, "").problem(t, "a revoked token", http.StatusUnauthorized)
+	apitest.Call(t, http.MethodGet, srv.URL+"/v1/jobs", syncTok, "").Problem(t, "a revoked token", http.StatusUnauthorized)
 	if err := ts.Revoke(ctx, syncRow.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("revoking twice: %v, want ErrNotFound", err)
 	}
@@ -161,12 +161,12 @@ func TestAPIServerLogsNoSecrets(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	token := "rft_0123456789abcdef_" + strings.Repeat("Z", 43)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeProblemAt(w, r, http.StatusForbidden, "no") })
-	srv := newAPIServer(context.Background(), h, log, apiTimeouts)
+	srv := NewServer(context.Background(), h, log, DefaultTimeouts)
 	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 || srv.MaxHeaderBytes == 0 {
 		t.Fatalf("API server without a timeout or header limit: %+v", srv)
 	}
-	base := serveLoopback(t, srv)
-	call(t, http.MethodGet, base+"/v1/jobs?puuid=abc", token, "")
+	base := apitest.ServeLoopback(t, srv)
+	apitest.Call(t, http.MethodGet, base+"/v1/jobs?puuid=abc", token, "")
 	if !strings.Contains(logs.String(), "path=/v1/jobs") || !strings.Contains(logs.String(), "status=403") {
 		t.Fatalf("request not logged: %s", logs.String())
 	}
@@ -194,57 +194,11 @@ func TestAPIAddr(t *testing.T) {
 		{"", ":8080", true, ":8080"},
 		{"nonsense", "", true, ""},
 	} {
-		got, err := apiAddr(c.flag, c.env, c.expose)
+		got, err := Addr(c.flag, c.env, c.expose)
 		if got != c.want || (err == nil) != (c.want != "") {
-			t.Errorf("apiAddr(%q, %q, %v) = %q, %v; want %q", c.flag, c.env, c.expose, got, err, c.want)
+			t.Errorf("Addr(%q, %q, %v) = %q, %v; want %q", c.flag, c.env, c.expose, got, err, c.want)
 		}
 	}
-}
-
-// `riftflow token create|list|revoke` end to end on a migrated database.
-func TestTokenCommands(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	if err := store.Migrate(t.Context(), url, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("DATABASE_URL", url)
-	t.Setenv("RIFTFLOW_DATA_DIR", t.TempDir())
-	run := func(args ...string) (string, int) {
-		var out, errOut bytes.Buffer
-		code := Main(args, &out, &errOut)
-		return out.String() + errOut.String(), code
-	}
-	out, code := run("token", "create", "--name", "dashboard", "--scopes", "read,sync")
-	token := regexp.MustCompile(`rft_[0-9a-f]{16}_[A-Za-z0-9_-]{43}`).FindString(out)
-	if code != 0 || token == "" {
-		t.Fatalf("token create: %d %s", code, out)
-	}
-	st, err := store.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	got, err := NewTokens(st).Verify(t.Context(), token)
-	if err != nil || got.Name != "dashboard" || !got.Allows(ScopeSync) || got.Allows(ScopeAdmin) {
-		t.Fatalf("Verify(created token) = %+v, %v", got, err)
-	}
-	if out, code := run("token", "create", "--name", "x", "--scopes", "root"); code == 0 || !strings.Contains(out, "unknown scope") {
-		t.Errorf("unknown scope: %d %s", code, out)
-	}
-	out, code = run("token", "list")
-	if code != 0 || !strings.Contains(out, got.ID) || !strings.Contains(out, "read,sync") || strings.Contains(out, token[21:]) {
-		t.Errorf("token list: %d %s", code, out)
-	}
-	if out, code := run("token", "revoke", got.ID); code != 0 {
-		t.Fatalf("token revoke: %d %s", code, out)
-	}
-	if _, err := NewTokens(st).Verify(t.Context(), token); err != errBadToken {
-		t.Errorf("Verify(revoked) = %v, want errBadToken", err)
-	}
-	if out, code := run("token", "revoke", got.ID); code == 0 {
-		t.Errorf("revoking twice succeeded: %s", out)
-	}
-
 }
 
 // An event stream outlives the server's read and write timeouts: it
@@ -252,25 +206,25 @@ func TestTokenCommands(t *testing.T) {
 // after a few keepalives) and clears its read deadline (defence only: with
 // Go 1.26 a passed read deadline did not end the stream here either).
 func TestSSEOutlivesServerTimeouts(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	api := NewAPI(h.st.Infra)
+	e := newEnv(t)
+	api := newAPI(e)
 	api.Limits.Keepalive = 100 * time.Millisecond
-	token, _ := newToken(t, h.st.Infra, "sse", ScopeSync)
-	base := serveLoopback(t, newAPIServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
-		serverTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second}))
-	c := call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`)
-	if c.code != http.StatusAccepted {
-		t.Fatalf("POST /v1/sync: %d %s", c.code, c.body)
+	token, _ := newToken(t, e, "sse", ScopeSync)
+	base := apitest.ServeLoopback(t, NewServer(context.Background(), api.Handler(), slog.New(slog.DiscardHandler),
+		ServerTimeouts{ReadHeader: time.Second, Read: 300 * time.Millisecond, Write: 400 * time.Millisecond, Idle: time.Second}))
+	c := apitest.Call(t, http.MethodPost, base+"/v1/sync", token, `{"request_id":"long","riot_id":"Nobody#NOPE","platform":"na1"}`)
+	if c.Code != http.StatusAccepted {
+		t.Fatalf("POST /v1/sync: %d %s", c.Code, c.Body)
 	}
 	var accepted struct {
 		RequestID string `json:"request_id"` // "long", scoped to the token
 	}
-	if err := json.Unmarshal(c.body, &accepted); err != nil || accepted.RequestID == "" {
-		t.Fatalf("POST /v1/sync answered %s: %v", c.body, err)
+	if err := json.Unmarshal(c.Body, &accepted); err != nil || accepted.RequestID == "" {
+		t.Fatalf("POST /v1/sync answered %s: %v", c.Body, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := send(t, ctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", token, nil)
+	resp := apitest.Send(t, ctx, http.MethodGet, base+"/v1/sync/"+accepted.RequestID+"/events", token, nil)
 	defer resp.Body.Close()
 	// Ten times the read timeout, counted in keepalives received, not in
 	// wall time: the stream must still deliver the 30th.
@@ -292,37 +246,37 @@ func TestSSEOutlivesServerTimeouts(t *testing.T) {
 // instead of joining that sync; two tokens choosing the same key get
 // different requests; the same token and key get the same request again.
 func TestRequestIDScopedToToken(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	ctx := h.ctx
-	a, _ := newToken(t, h.st.Infra, "a", ScopeSync)
-	b, _ := newToken(t, h.st.Infra, "b", ScopeSync)
-	srv := httptest.NewServer(NewAPI(h.st.Infra).Handler())
+	e := newEnv(t)
+	ctx := t.Context()
+	a, _ := newToken(t, e, "a", ScopeSync)
+	b, _ := newToken(t, e, "b", ScopeSync)
+	srv := httptest.NewServer(newAPI(e).Handler())
 	defer srv.Close()
 	const puuid = "scoped-request-puuid"
-	post := func(tok, key string) apiCall {
-		return call(t, http.MethodPost, srv.URL+"/v1/sync", tok,
+	post := func(tok, key string) apitest.Response {
+		return apitest.Call(t, http.MethodPost, srv.URL+"/v1/sync", tok,
 			`{"puuid":"`+puuid+`","platform":"na1","request_id":"`+key+`"}`)
 	}
-	idOf := func(c apiCall) string {
+	idOf := func(c apitest.Response) string {
 		t.Helper()
 		var v struct {
 			RequestID string `json:"request_id"`
 		}
-		if err := json.Unmarshal(c.body, &v); err != nil || v.RequestID == "" {
-			t.Fatalf("%d %s: no request_id", c.code, c.body)
+		if err := json.Unmarshal(c.Body, &v); err != nil || v.RequestID == "" {
+			t.Fatalf("%d %s: no request_id", c.Code, c.Body)
 		}
 		return v.RequestID
 	}
 	ca := post(a, "mine")
-	if ca.code != http.StatusAccepted {
-		t.Fatalf("a's sync: %d %s", ca.code, ca.body)
+	if ca.Code != http.StatusAccepted {
+		t.Fatalf("a's sync: %d %s", ca.Code, ca.Body)
 	}
 	held := idOf(ca)
-	if again := post(a, "mine"); again.code != http.StatusAccepted || idOf(again) != held {
-		t.Errorf("the same token and key: %d %s, want 202 with %s", again.code, again.body, held)
+	if again := post(a, "mine"); again.Code != http.StatusAccepted || idOf(again) != held {
+		t.Errorf("the same token and key: %d %s, want 202 with %s", again.Code, again.Body, held)
 	}
 	// The lister took the account's lock for a's request.
-	locks, err := h.st.Infra.Lock(ctx, streams.BucketSyncLocks)
+	locks, err := e.Process.Lock(ctx, streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +285,8 @@ func TestRequestIDScopedToToken(t *testing.T) {
 	}
 	for _, key := range []string{"mine", held} {
 		c := post(b, key)
-		if c.code != http.StatusConflict {
-			t.Errorf("b with request_id %q: %d %s, want 409 (a's request holds the account)", key, c.code, c.body)
+		if c.Code != http.StatusConflict {
+			t.Errorf("b with request_id %q: %d %s, want 409 (a's request holds the account)", key, c.Code, c.Body)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"context"
@@ -246,15 +246,15 @@ func (a *API) getJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	out := make([]jobJSON, 0, len(jobs))
+	out := make([]Job, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, toJobJSON(j))
+		out = append(out, JobOf(j))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 }
 
-// jobJSON is a jobs row over HTTP and in `status --jobs --json`.
-type jobJSON struct {
+// Job is a jobs row over HTTP and in `status --jobs --json`.
+type Job struct {
 	ID          string          `json:"id"`
 	Type        string          `json:"type"`
 	PUUID       string          `json:"puuid,omitempty"`
@@ -269,8 +269,8 @@ type jobJSON struct {
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
 }
 
-func toJobJSON(j store.Job) jobJSON {
-	out := jobJSON{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: string(j.Status), Position: j.Position, Retries: j.Retries, Error: j.Error,
+func JobOf(j store.Job) Job {
+	out := Job{ID: j.ID, Type: j.Type, PUUID: j.PUUID, Status: string(j.Status), Position: j.Position, Retries: j.Retries, Error: j.Error,
 		RequestedBy: j.RequestedBy, Detail: j.Detail, RequestedAt: j.RequestedAt}
 	if !j.StartedAt.IsZero() {
 		out.StartedAt = &j.StartedAt

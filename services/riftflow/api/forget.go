@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package riftflow
+package stack
 
 import (
 	"context"
@@ -25,8 +25,8 @@ type Infra struct {
 	RiotStats *riotclient.Stats
 }
 
-// infraOptions says what buildInfra sets up.
-type infraOptions struct {
+// InfraOptions says what OpenInfra sets up.
+type InfraOptions struct {
 	Service  string
 	NeedDB   bool // the pool of DATABASE_URL, with the "postgres" readiness check
 	NeedRiot bool // the Riot client on its limiter (riotclient.Open)
@@ -35,9 +35,9 @@ type infraOptions struct {
 	NATSServer nats.InProcessConnProvider
 }
 
-// buildInfra makes the process (app.NewProcess) and what o asks for on
+// OpenInfra makes the process (app.NewProcess) and what o asks for on
 // it. The returned func closes everything.
-func buildInfra(ctx context.Context, env config.Env, o infraOptions) (*Infra, func(), error) {
+func OpenInfra(ctx context.Context, env config.Env, o InfraOptions) (*Infra, func(), error) {
 	p, err := app.NewProcess(ctx, env, app.Options{Service: o.Service, Log: o.Log, NATSServer: o.NATSServer})
 	if err != nil {
 		return nil, nil, err

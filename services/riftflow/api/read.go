@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"context"
@@ -147,17 +147,17 @@ func (a *API) serveRaw(w http.ResponseWriter, r *http.Request, kind, what string
 	}
 }
 
-// matchesPage is one page of GET /v1/players/{puuid}/matches.
-type matchesPage struct {
+// MatchesPage is one page of GET /v1/players/{puuid}/matches.
+type MatchesPage struct {
 	Matches []store.PlayerMatch `json:"matches"`
 	// Next is the cursor of the following page; absent on the last one.
 	Next string `json:"next,omitempty"`
 }
 
-// newMatchesPage is a page of ms, with the next page's cursor when the
+// NewMatchesPage is a page of ms, with the next page's cursor when the
 // page is full.
-func newMatchesPage(ms []store.PlayerMatch, limit int) matchesPage {
-	return matchesPage{Matches: ms, Next: nextCursor(ms, limit, func(last store.PlayerMatch) string {
+func NewMatchesPage(ms []store.PlayerMatch, limit int) MatchesPage {
+	return MatchesPage{Matches: ms, Next: nextCursor(ms, limit, func(last store.PlayerMatch) string {
 		return encodeCursor(store.MatchPage{Before: last.GameCreation, BeforeID: last.MatchID})
 	})}
 }
@@ -193,9 +193,9 @@ func (a *API) getPlayer(w http.ResponseWriter, r *http.Request) {
 // getPlayerMatches is GET /v1/players/{puuid}/matches?limit=20&cursor=…:
 // the player's stored matches, newest first, paged by an opaque cursor.
 func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
-	servePlayerPage(w, r, a, "matches", decodeCursor, func(ctx context.Context, puuid string, page store.MatchPage, limit int) (any, error) {
+	servePlayerPage(w, r, a, "matches", DecodeCursor, func(ctx context.Context, puuid string, page store.MatchPage, limit int) (any, error) {
 		ms, err := a.inf.Store.PlayerMatches(ctx, puuid, page, limit)
-		return newMatchesPage(ms, limit), err
+		return NewMatchesPage(ms, limit), err
 	})
 }
 
@@ -209,10 +209,10 @@ type ranksPage struct {
 // player's daily league-v4 snapshots (one per ranked queue and day),
 // newest day first, paged by an opaque cursor.
 func (a *API) getPlayerRanks(w http.ResponseWriter, r *http.Request) {
-	servePlayerPage(w, r, a, "ranks", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
+	servePlayerPage(w, r, a, "ranks", DecodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.RankSnapshots(ctx, puuid, page, limit)
 		return ranksPage{Ranks: rs, Next: nextCursor(rs, limit, func(last store.RankSnapshot) string {
-			return encodeDayCursor(last.SnapshotDate, last.QueueType)
+			return EncodeDayCursor(last.SnapshotDate, last.QueueType)
 		})}, err
 	})
 }
@@ -227,10 +227,10 @@ type reportsPage struct {
 // the player's weekly reports, newest week first, paged by an opaque
 // cursor.
 func (a *API) getPlayerReports(w http.ResponseWriter, r *http.Request) {
-	servePlayerPage(w, r, a, "reports", decodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
+	servePlayerPage(w, r, a, "reports", DecodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.WeeklyReports(ctx, puuid, page, limit)
 		return reportsPage{Reports: rs, Next: nextCursor(rs, limit, func(last store.StoredReport) string {
-			return encodeDayCursor(last.WeekStart, "")
+			return EncodeDayCursor(last.WeekStart, "")
 		})}, err
 	})
 }
@@ -282,13 +282,13 @@ func servePlayerPage[P any](w http.ResponseWriter, r *http.Request, a *API, what
 	serveBody(w, r, c, MatchIDsCacheTTL)
 }
 
-// encodeCursor and decodeCursor turn a MatchPage into an opaque cursor:
+// encodeCursor and DecodeCursor turn a MatchPage into an opaque cursor:
 // base64url("<unix ns>|<match id>").
 func encodeCursor(p store.MatchPage) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.Before.UnixNano(), 10) + "|" + p.BeforeID))
 }
 
-func decodeCursor(s string) (store.MatchPage, error) {
+func DecodeCursor(s string) (store.MatchPage, error) {
 	if s == "" {
 		return store.MatchPage{}, nil
 	}
@@ -301,13 +301,13 @@ func decodeCursor(s string) (store.MatchPage, error) {
 	return store.MatchPage{Before: time.Unix(0, n).UTC(), BeforeID: id}, nil
 }
 
-// encodeDayCursor and decodeDayCursor turn a DayPage into an opaque
+// EncodeDayCursor and DecodeDayCursor turn a DayPage into an opaque
 // cursor: base64url("<YYYY-MM-DD>|<key>").
-func encodeDayCursor(day, key string) string {
+func EncodeDayCursor(day, key string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(day + "|" + key))
 }
 
-func decodeDayCursor(s string) (store.DayPage, error) {
+func DecodeDayCursor(s string) (store.DayPage, error) {
 	if s == "" {
 		return store.DayPage{}, nil
 	}

@@ -1,10 +1,17 @@
-package riftflow
+// Package api is riftflow's HTTP API (API, served by `riftflow up` and
+// `riftflow serve`): its routes and their handlers, the bearer-token
+// middleware and scopes (auth.go), the sync progress stream (events.go),
+// the read API and its shared cache (read.go, readcache.go), the
+// problem+json errors (problem.go), the operator calls it shares with the
+// CLI (RetryMatches, ForgetPlayer) and its HTTP server (server.go).
+package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +19,7 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/app"
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/telemetry"
 )
 
@@ -64,7 +72,7 @@ import (
 // Bodies over API_MAX_BODY_BYTES get 413. A 409 is also announced on
 // lol.ingest.rejected and logged in the jobs table (status rejected).
 type API struct {
-	inf    *Infra
+	inf    deps
 	tokens *Tokens
 	// StaleAfter is the login trigger's age (LOGIN_SYNC_STALE_AFTER).
 	StaleAfter time.Duration
@@ -101,15 +109,22 @@ type APIEnv struct {
 	ReadCache  ReadCacheEnv
 }
 
-// NewAPI builds the API over a running stack's infrastructure (its Store
-// holds the tokens), reading APIEnv (an unreadable value keeps the
+// deps is what the API runs on: a process (NATS, the pause switch, the
+// logger, the clock) and the Postgres store.
+type deps struct {
+	*app.Process
+	Store *store.Store
+}
+
+// New builds the API over p (NATS, the pause switch, logs, the clock; nil:
+// none) and st (Postgres, which holds the tokens; nil: no database, every
+// /v1 route answers 503), reading APIEnv (an unreadable value keeps the
 // default).
-func NewAPI(inf *Infra) *API {
-	if inf.Process == nil { // no process: no NATS, no logger of its own
-		cp := *inf
-		cp.Process = &app.Process{}
-		inf = &cp
+func New(p *app.Process, st *store.Store) *API {
+	if p == nil { // no process: no NATS, no logger of its own
+		p = &app.Process{}
 	}
+	inf := deps{Process: p, Store: st}
 	a := &API{inf: inf, StaleAfter: time.Hour,
 		Limits: APILimits{MaxBody: 16 << 10, SSEPerToken: 8, SSETotal: 128, SSEMaxAge: 30 * time.Minute}}
 	var e APIEnv
@@ -227,7 +242,12 @@ func (a *API) now() time.Time {
 	return time.Now()
 }
 
-func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+// randHex is n random bytes in hex (request and job ids).
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 func atoiOr(s string, d int) int {
 	n, err := strconv.Atoi(s)

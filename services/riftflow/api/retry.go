@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"context"
@@ -46,7 +46,7 @@ type RetryResult struct {
 	DeadReplayed int      `json:"dead_replayed"`
 	DeadSkipped  int      `json:"dead_skipped"`
 	// DeadRefused counts dead letters not replayed because their target is
-	// one their stream or their writer may not use (deadReplayFilter); they
+	// one their stream or their writer may not use (DeadReplayFilter); they
 	// stay in DEAD. DeadRefusals says why, for the first few.
 	DeadRefused  int      `json:"dead_refused"`
 	DeadRefusals []string `json:"dead_refusals,omitempty"`
@@ -55,7 +55,7 @@ type RetryResult struct {
 // errRetryUsage is returned for a request that selects nothing.
 var errRetryUsage = errors.New("give match IDs, a PUUID, all, or dead")
 
-func (r *RetryRequest) validate() error {
+func (r *RetryRequest) Validate() error {
 	n := 0
 	if len(r.MatchIDs) > 0 {
 		n++
@@ -93,7 +93,7 @@ func (r *RetryRequest) validate() error {
 // dead letters are replayed when req.Dead; the run is logged as a jobs row
 // of type retry. At most req.Limit (default 100) of each per run.
 func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, subj bus.Subjects, req RetryRequest, now time.Time) (RetryResult, error) {
-	if err := req.validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return RetryResult{}, fmt.Errorf("%w: %v", bus.ErrBadRequest, err)
 	}
 	res := RetryResult{RequestID: "retry-" + randHex(8), Reopened: []string{}}
@@ -130,7 +130,7 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 			if left <= 0 {
 				break
 			}
-			f, err := deadReplayFilter(subj, res.RequestID)
+			f, err := DeadReplayFilter(subj, res.RequestID)
 			if err != nil {
 				return res, err
 			}
@@ -153,7 +153,7 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 	return res, nil
 }
 
-// deadReplayFilter is the natsx.ReplayFilter every dead-letter replay
+// DeadReplayFilter is the natsx.ReplayFilter every dead-letter replay
 // uses, for the subjects of subj:
 //
 //   - Allow is streams.ReplayRights: a letter goes only where a service
@@ -166,7 +166,7 @@ func RetryMatches(ctx context.Context, st *store.Store, js jetstream.JetStream, 
 //     payload a dead-letter writer could have forged is ever stored.
 //
 // Errors: the subject prefix is invalid.
-func deadReplayFilter(subj bus.Subjects, requestID string) (natsx.ReplayFilter, error) {
+func DeadReplayFilter(subj bus.Subjects, requestID string) (natsx.ReplayFilter, error) {
 	set, err := streams.Load(streams.Options{Prefix: subj.Prefix})
 	if err != nil {
 		return natsx.ReplayFilter{}, err

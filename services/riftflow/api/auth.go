@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"context"
@@ -86,9 +86,19 @@ const tokenPrefix = "rft_"
 
 var tokenRe = regexp.MustCompile(`^rft_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$`)
 
-// errBadToken is the answer for a token that is malformed, unknown,
+// ErrBadToken is the answer for a token that is malformed, unknown,
 // revoked or does not match: the client learns no more than that.
-var errBadToken = errors.New("invalid or revoked token")
+var ErrBadToken = errors.New("invalid or revoked token")
+
+// TokenID is the public id of s: of the token when s is a whole token,
+// else s without the "rft_" prefix (an id as `riftflow token list` shows
+// it, with or without the prefix).
+func TokenID(s string) string {
+	if m := tokenRe.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return strings.TrimPrefix(s, tokenPrefix)
+}
 
 // Tokens issues and checks API tokens; the rows live in Postgres
 // (store.TokenRow, table api_tokens).
@@ -113,7 +123,7 @@ func (ts *Tokens) Create(ctx context.Context, name string, scopes []Scope) (stri
 	t := APIToken{ID: hex.EncodeToString(id[:]), Name: name, Scopes: scopes}
 	token := tokenPrefix + t.ID + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
 	sum := sha256.Sum256([]byte(token))
-	created, err := ts.st.InsertToken(ctx, store.TokenRow{ID: t.ID, Name: name, Scopes: scopeStrings(scopes), SHA256: sum[:]})
+	created, err := ts.st.InsertToken(ctx, store.TokenRow{ID: t.ID, Name: name, Scopes: ScopeStrings(scopes), SHA256: sum[:]})
 	if err != nil {
 		return "", APIToken{}, err
 	}
@@ -146,23 +156,23 @@ func (ts *Tokens) RevokeName(ctx context.Context, name string) (int64, error) {
 
 // Verify returns the live token row for token. The row is found by the
 // token's public id; the SHA-256 of the presented token is then compared
-// with the stored one in constant time. errBadToken for anything that is
+// with the stored one in constant time. ErrBadToken for anything that is
 // not a live token; other errors are Postgres failures.
 func (ts *Tokens) Verify(ctx context.Context, token string) (APIToken, error) {
 	m := tokenRe.FindStringSubmatch(token)
 	if m == nil {
-		return APIToken{}, errBadToken
+		return APIToken{}, ErrBadToken
 	}
 	row, err := ts.st.TokenByID(ctx, m[1])
 	if errors.Is(err, store.ErrNotFound) {
-		return APIToken{}, errBadToken
+		return APIToken{}, ErrBadToken
 	}
 	if err != nil {
 		return APIToken{}, fmt.Errorf("verify token: %w", err)
 	}
 	sum := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(sum[:], row.SHA256) != 1 || row.RevokedAt != nil {
-		return APIToken{}, errBadToken
+		return APIToken{}, ErrBadToken
 	}
 	_ = ts.st.TouchToken(ctx, row.ID)
 	return apiToken(row), nil
@@ -177,7 +187,7 @@ func apiToken(r store.TokenRow) APIToken {
 	return t
 }
 
-func scopeStrings(scopes []Scope) []string {
+func ScopeStrings(scopes []Scope) []string {
 	out := make([]string, len(scopes))
 	for i, s := range scopes {
 		out[i] = string(s)
@@ -222,9 +232,9 @@ func (a *API) authorize(need Scope, h http.HandlerFunc) http.Handler {
 			return
 		}
 		t, err := a.tokens.Verify(r.Context(), tok)
-		if errors.Is(err, errBadToken) {
+		if errors.Is(err, ErrBadToken) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="riftflow", error="invalid_token"`)
-			writeProblemAt(w, r, http.StatusUnauthorized, errBadToken.Error())
+			writeProblemAt(w, r, http.StatusUnauthorized, ErrBadToken.Error())
 			return
 		}
 		if err != nil {

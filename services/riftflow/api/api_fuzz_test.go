@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ import (
 //     that takes one: accounts, sync events, players, admin accounts) and
 //     {match_id} (riot.ParseMatchID, the read API): an accepted id holds no
 //     subject or path metacharacter; the read API's cursor query parameter
-//     (decodeCursor) errors or decodes.
+//     (DecodeCursor) errors or decodes.
 //
 // TestFuzzCoversEveryRoute keeps this list in step with routeTable.
 func FuzzAPIRequest(f *testing.F) {
@@ -56,7 +56,7 @@ func FuzzAPIRequest(f *testing.F) {
 	}
 	// No Store, no NATS: a handler reached without a live token would
 	// panic on the nil infrastructure, so a pass also proves none was.
-	api := NewAPI(&Infra{})
+	api := New(nil, nil)
 	h := api.Handler()
 	f.Fuzz(func(t *testing.T, method, path string, body []byte, auth string) {
 		if req, err := http.NewRequest(method, "http://riftflow.test"+path, bytes.NewReader(body)); err == nil {
@@ -96,7 +96,7 @@ func FuzzAPIRequest(f *testing.F) {
 			subjectSafe(t, "platform", req.Platform)
 		}
 		var retry RetryRequest
-		if err := json.Unmarshal(body, &retry); err == nil && retry.validate() == nil {
+		if err := json.Unmarshal(body, &retry); err == nil && retry.Validate() == nil {
 			n := 0
 			for _, set := range []bool{len(retry.MatchIDs) > 0, retry.PUUID != "", retry.All} {
 				if set {
@@ -124,7 +124,7 @@ func FuzzAPIRequest(f *testing.F) {
 				t.Fatalf("match id %q accepted", path)
 			}
 		}
-		decodeCursor(path)
+		DecodeCursor(path)
 		for _, max := range []int{bus.MaxPUUIDLen, bus.MaxRequestIDLen} {
 			if validID(path, max) {
 				subjectSafe(t, "path id", path)
@@ -155,7 +155,7 @@ func TestFuzzCoversEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	checked := map[string]bool{"{puuid}": true, "{request_id}": true, "{match_id}": true}
-	for _, rt := range NewAPI(&Infra{}).routeTable() {
+	for _, rt := range New(nil, nil).routeTable() {
 		method, pattern, _ := strings.Cut(rt.pattern, " ")
 		prefix, _, _ := strings.Cut(pattern, "{")
 		if !bytes.Contains(src, []byte(fmt.Sprintf(`{%q, "%s`, method, prefix))) {

@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"context"
@@ -76,21 +76,21 @@ func (r *recentIDs) has(id string) bool {
 	return ok && time.Since(t) <= r.ttl
 }
 
-// serverTimeouts are the API server's connection timeouts.
-type serverTimeouts struct {
+// ServerTimeouts are the API server's connection timeouts.
+type ServerTimeouts struct {
 	ReadHeader, Read, Write, Idle time.Duration
 }
 
-// apiTimeouts are `riftflow up`'s. Event streams clear their read deadline
+// DefaultTimeouts are `riftflow up`'s. Event streams clear their read deadline
 // and extend their write deadline at every write (syncEvents), so Read and
 // Write only bound ordinary requests.
-var apiTimeouts = serverTimeouts{ReadHeader: 5 * time.Second, Read: 15 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second}
+var DefaultTimeouts = ServerTimeouts{ReadHeader: 5 * time.Second, Read: 15 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second}
 
 const apiMaxHeaderBytes = 32 << 10
 
-// newAPIServer is the http.Server for h with timeouts t, the request log
+// NewServer is the http.Server for h with timeouts t, the request log
 // and a header limit; its requests' contexts end when ctx does.
-func newAPIServer(ctx context.Context, h http.Handler, log *slog.Logger, t serverTimeouts) *http.Server {
+func NewServer(ctx context.Context, h http.Handler, log *slog.Logger, t ServerTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           logRequests(h, log),
 		ReadHeaderTimeout: t.ReadHeader,
@@ -170,20 +170,20 @@ func isLoopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// defaultAPIAddr is where `riftflow up` serves the API without
+// DefaultAddr is where `riftflow up` serves the API without
 // --http-addr or HTTP_ADDR: loopback only.
-const defaultAPIAddr = "127.0.0.1:8080"
+const DefaultAddr = "127.0.0.1:8080"
 
-// apiAddr is the API's listen address: flag, else env (HTTP_ADDR), else
-// defaultAPIAddr. An address beyond loopback (":8080", "0.0.0.0:8080", a
+// Addr is the API's listen address: flag, else env (HTTP_ADDR), else
+// DefaultAddr. An address beyond loopback (":8080", "0.0.0.0:8080", a
 // LAN address) is an error unless expose is set.
-func apiAddr(flagAddr, envAddr string, expose bool) (string, error) {
+func Addr(flagAddr, envAddr string, expose bool) (string, error) {
 	addr := flagAddr
 	if addr == "" {
 		addr = envAddr
 	}
 	if addr == "" {
-		addr = defaultAPIAddr
+		addr = DefaultAddr
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return "", fmt.Errorf("invalid API address %q: %w", addr, err)

@@ -1,4 +1,4 @@
-package riftflow
+package api
 
 import (
 	"bytes"
@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/control"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/services/riftflow/api/apitest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -37,22 +39,21 @@ type problemCase struct {
 // openapi.json documents that status as a problem for that route. Every
 // route of the table must have an error case beyond authentication.
 func TestEveryErrorIsProblemJSON(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 2}}})
-	inf := h.st.Infra
-	api := NewAPI(inf)
-	admin, _ := newToken(t, inf, "admin", ScopeAdmin)
-	reader, _ := newToken(t, inf, "reader", ScopeRead)
+	e := newEnv(t)
+	ctx := t.Context()
+	api := newAPI(e)
+	admin, _ := newToken(t, e, "admin", ScopeAdmin)
+	reader, _ := newToken(t, e, "reader", ScopeRead)
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
 
 	// An account that is syncing: its lock is held by another request.
-	p := synthPlayer(t, h, 1)
-	locks, err := inf.Lock(h.ctx, streams.BucketSyncLocks)
+	p := struct{ PUUID string }{"problem-test-syncing-puuid"}
+	locks, err := e.Process.Lock(ctx, streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := synclock.Claim(h.ctx, locks, p.PUUID, "holder-1", time.Minute, time.Now()); err != nil {
+	if _, err := synclock.Claim(ctx, locks, p.PUUID, "holder-1", time.Minute, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	unknown := strings.Repeat("u", 78)
@@ -104,7 +105,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 	}
 
 	// Too many event streams: 429.
-	capped := NewAPI(inf)
+	capped := newAPI(e)
 	capped.Limits.SSETotal = 0
 	srvCapped := httptest.NewServer(capped.Handler())
 	defer srvCapped.Close()
@@ -112,8 +113,13 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 
 	// The database down: 503 from every route but the pause switch; the
 	// tokens are checked against the live store, so the guard answers.
-	apiDown := NewAPI(h.dbDown())
-	apiDown.tokens = NewTokens(inf.Store)
+	down, err := store.Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close()
+	apiDown := New(e.Process, down)
+	apiDown.tokens = NewTokens(e.Store)
 	srvDown := httptest.NewServer(apiDown.Handler())
 	defer srvDown.Close()
 	for _, rt := range api.routeTable() {
@@ -127,14 +133,14 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 	}
 
 	// Paused: 503 from every route that changes something.
-	ctl, err := inf.KV(h.ctx, streams.BucketControl)
+	ctl, err := e.Process.KV(ctx, streams.BucketControl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := control.Set(h.ctx, ctl, control.State{Paused: true, Reason: "problem test"}); err != nil {
+	if err := control.Set(ctx, ctl, control.State{Paused: true, Reason: "problem test"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the API to see the pause", 10*time.Second, func() bool { return inf.Pause.Paused() })
+	e.Wait("the API to see the pause", func() bool { return e.Process.Pause.Paused() })
 	for _, rt := range api.routeTable() {
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		if method == "GET" || strings.HasSuffix(rt.pattern, "/v1/admin/pause") {
@@ -143,7 +149,7 @@ func TestEveryErrorIsProblemJSON(t *testing.T) {
 		path = fill.Replace(path)
 		checkProblem(t, srv.URL, admin, problemCase{rt.pattern, method, path, "{}", 503})
 	}
-	if err := control.Set(h.ctx, ctl, control.State{Paused: false}); err != nil {
+	if err := control.Set(ctx, ctl, control.State{Paused: false}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -160,7 +166,7 @@ func checkProblem(t *testing.T, base, token string, c problemCase) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	resp := send(t, ctx, c.method, base+c.path, token, strings.NewReader(c.body))
+	resp := apitest.Send(t, ctx, c.method, base+c.path, token, strings.NewReader(c.body))
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	what := fmt.Sprintf("%s %s (token %t)", c.method, c.path, token != "")

@@ -1,0 +1,39 @@
+package riftflow
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestCommandTable: every command's usage lines name it, `riftflow help`
+// prints them all in the table's order, `--version` is version's alias,
+// and a name the table lacks is refused with the usage.
+func TestCommandTable(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"help"}, &out, &errOut); code != 0 {
+		t.Fatalf("help: exit %d %s", code, errOut.String())
+	}
+	help, at := out.String(), 0
+	for _, c := range commands {
+		if !strings.HasPrefix(c.help, "  riftflow "+c.names[0]+" ") {
+			t.Errorf("command %q: usage lines %q do not name it", c.names[0], c.help)
+		}
+		i := strings.Index(help[at:], c.help)
+		if i < 0 {
+			t.Errorf("command %q: its usage lines are not in the help after the previous command's", c.names[0])
+			continue
+		}
+		at += i + len(c.help)
+	}
+	out.Reset()
+	if code := Main([]string{"--version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "riftflow ") {
+		t.Errorf("--version: exit %d %q", code, out.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := Main([]string{"no-such-command"}, &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), `unknown command "no-such-command"`) || !strings.Contains(errOut.String(), "Usage:") {
+		t.Errorf("an unknown command: exit %d %q", code, errOut.String())
+	}
+}
