@@ -104,3 +104,41 @@ func (v winVal) unsettled(t int64) (int, []settleVal) {
 	}
 	return n, later
 }
+
+// release settles, synchronously, every token this process holds unsent
+// and every settlement still pending (Shared.Close): a process that stops
+// returns its leases, so the next KV window does not carry them as
+// requests in flight (winVal.carryOut). Write failures are logged by
+// settleOne; the tokens are then carried once, as a crashed process's.
+func (st *kvStore) release() {
+	type job struct {
+		key     string
+		epoch   int64
+		settled settleVal
+	}
+	var jobs []job
+	st.e.mu.Lock()
+	now := st.e.now()
+	_, offErr := st.clock()
+	t := now.Add(offErr + time.Millisecond - 1).UnixMilli()
+	for _, r := range st.e.routes {
+		for _, b := range append([]*bucket{r.app}, r.order...) {
+			for _, w := range b.windows {
+				sv := w.kv.pend
+				if n := w.held(); n > 0 {
+					w.kv.leased = 0
+					sv.N += n
+					sv.T = max(sv.T, t)
+				}
+				w.kv.pend = settleVal{}
+				if sv.N > 0 && w.kv.epoch != 0 {
+					jobs = append(jobs, job{st.winKey(b, w), w.kv.epoch, sv})
+				}
+			}
+		}
+	}
+	st.e.mu.Unlock()
+	for _, j := range jobs {
+		st.settleOne(j.key, j.epoch, j.settled)
+	}
+}

@@ -189,9 +189,12 @@ func (s *Shared) Acquire(ctx context.Context, c riot.Call) (riot.Permit, error) 
 // (window counts are the key's global counts as last read from KV).
 func (s *Shared) Snapshot() []BucketState { return s.e.snapshot() }
 
-// Close stops the KV watcher and writes this process's counters a last
-// time. Permits already granted stay valid.
+// Close returns the tokens this process holds unsent to the key's KV
+// windows (settled, so no other process counts them as in flight), stops
+// the KV watcher and writes this process's counters a last time. Permits
+// already granted stay valid.
 func (s *Shared) Close() {
+	s.st.release()
 	s.cancel()
 	<-s.done
 	<-s.statsDone

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -183,6 +182,35 @@ func TestSharedClearKeyRejection(t *testing.T) {
 // carries them once (winVal.carryOut) and b gets the rest of it; the
 // window after that has the whole budget.
 func TestSharedCrashedLeaseReturns(t *testing.T) {
+	// a crashes: it stays silent (Close would return its lease).
+	leased, drain := leaseAndLeave(t, func(*Shared) {})
+	// a's 20 cancelled permits went back to its lease: unsettled.
+	unsettled := leased - 1
+	if got := drain(); got != 40-unsettled {
+		t.Errorf("b got %d in the next window, want the %d that a's unsettled lease leaves", got, 40-unsettled)
+	}
+	if got := drain(); got != 40 {
+		t.Errorf("b got %d in the window after, want 40: a crashed lease is carried once", got)
+	}
+}
+
+// TestSharedClosedLeaseReturns: as TestSharedCrashedLeaseReturns, but a
+// stops with Close, which settles the tokens it holds unsent: the next
+// window has the whole budget.
+func TestSharedClosedLeaseReturns(t *testing.T) {
+	_, drain := leaseAndLeave(t, (*Shared).Close)
+	if got := drain(); got != 40 {
+		t.Errorf("b got %d in the window after a closed, want 40: a closed lease is not carried", got)
+	}
+}
+
+// leaseAndLeave shares a 40 per 2 s key between a and b: a leases a batch
+// for 20 waiters, gives the permits back to its own lease (as if never
+// sent) and leaves through leave. It checks that b gets only the rest of
+// that window, and returns the KV window's count after a's leases and a
+// drain that waits for the next window and counts what b is granted in it.
+func leaseAndLeave(t *testing.T, leave func(a *Shared)) (leased int, drain func() int) {
+	t.Helper()
 	newJS := startNATS(t)
 	o := SharedOptions{MaxLease: 30, LeaseDivisor: 1, Options: Options{MaxWait: 500 * time.Millisecond}}
 	a := newShared(t, newJS(), o)
@@ -198,8 +226,6 @@ func TestSharedCrashedLeaseReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Done(200, h)
-	// 20 concurrent waiters on a: it leases a batch, then gives the
-	// permits back to its own lease (as if never sent) and crashes.
 	perms := make(chan riot.Permit, 20)
 	for range 20 {
 		go func() {
@@ -217,16 +243,8 @@ func TestSharedCrashedLeaseReturns(t *testing.T) {
 	for _, p := range held {
 		p.Cancel()
 	}
-	a.Close()
-	ent, err := a.st.kv.Get(ctx, "k0123abcd.asia.win.app.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wv winVal
-	if err := json.Unmarshal(ent.Value(), &wv); err != nil {
-		t.Fatal(err)
-	}
-	leased := wv.Granted
+	leave(a)
+	leased = readWindow(t, b, "k0123abcd.asia.win.app.2").Granted
 	if leased < 21 || leased > 40 {
 		t.Fatalf("KV granted after a's leases = %d, want 21..40", leased)
 	}
@@ -236,40 +254,26 @@ func TestSharedCrashedLeaseReturns(t *testing.T) {
 			break
 		}
 	}
-	got := 0
-	for {
-		p, err := b.Acquire(ctx, getMatch)
-		if err != nil {
-			if !isRateLimited(err) {
-				t.Fatal(err)
-			}
-			break
-		}
-		got++
-		p.Done(200, nil)
-	}
-	if got != 40-leased {
-		t.Errorf("b got %d in a's window, want the %d a had not leased", got, 40-leased)
-	}
-	// a's 20 cancelled permits went back to its lease: unsettled.
-	unsettled := leased - 1
-	drain := func() int {
-		time.Sleep(2200 * time.Millisecond)
+	take := func() int {
 		n := 0
 		for {
 			p, err := b.Acquire(ctx, getMatch)
 			if err != nil {
+				if !isRateLimited(err) {
+					t.Fatal(err)
+				}
 				return n
 			}
 			n++
 			p.Done(200, nil)
 		}
 	}
-	if got := drain(); got != 40-unsettled {
-		t.Errorf("b got %d in the next window, want the %d that a's unsettled lease leaves", got, 40-unsettled)
+	if got := take(); got != 40-leased {
+		t.Errorf("b got %d in a's window, want the %d a had not leased", got, 40-leased)
 	}
-	if got := drain(); got != 40 {
-		t.Errorf("b got %d in the window after, want 40: a crashed lease is carried once", got)
+	return leased, func() int {
+		time.Sleep(2200 * time.Millisecond)
+		return take()
 	}
 }
 
