@@ -31,7 +31,7 @@ func TestDueRetriesAfterPages(t *testing.T) {
 	var after *store.DueFetch
 	pages := 0
 	for {
-		due, err := s.DueRetriesAfter(ctx, time.Now().Add(time.Hour), after, 3)
+		due, err := s.DueRetriesAfter(ctx, time.Now(), time.Now().Add(time.Hour), after, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

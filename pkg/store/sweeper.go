@@ -21,8 +21,9 @@ type DueFetch struct {
 	ListedBy              string // request id that listed it, "" if unknown
 	// Since is the row's last attempt (or, never tried, its last update),
 	// or the end of its hold when that is later (Hold: the fetch waits in
-	// a message schedule until then): with MatchID and Kind, the key
-	// DueRetriesAfter pages by.
+	// a message schedule until then), on the caller's clock
+	// (DueRetriesAfter): with MatchID and Kind, the key DueRetriesAfter
+	// pages by.
 	Since time.Time
 }
 
@@ -30,17 +31,30 @@ type DueFetch struct {
 // unfetched whose last attempt (or, never tried, last update) and hold
 // (Hold) both end before olderThan, oldest first: a fetch waiting in a
 // message schedule is not due before its schedule fires. It never returns a final row
-// (success, permanently_unfetchable, outside_retention_window).
+// (success, permanently_unfetchable, outside_retention_window). olderThan
+// and the rows' Since are on this host's clock (DueRetriesAfter with
+// time.Now).
 func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) (_ []DueFetch, err error) {
 	defer classified(&err)
-	return s.DueRetriesAfter(ctx, olderThan, nil, limit)
+	return s.DueRetriesAfter(ctx, time.Now(), olderThan, nil, limit)
 }
 
 // DueRetriesAfter is DueRetries resumed after the row after (nil: from the
 // start), in the order (Since, MatchID, Kind): a caller that does not change
 // the rows it is given (the retry-sweeper only re-publishes them) pages
 // through every due row, not the first page again and again.
-func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *DueFetch, limit int) (_ []DueFetch, err error) {
+//
+// now is the caller's clock, read for this call, and olderThan and every
+// Since are on it. A ledger row holds times of two clocks: the stages'
+// (last_attempt_at and fetched_at: the fetcher's attempt; held_until: the
+// fetcher's schedule or the sweeper's re-publish) and the database's own
+// (updated_at, stamped by now(): the last update of a row never tried,
+// such as the lister's unfetched row). The database's are moved onto the
+// caller's clock by its offset from the database's (now less now()), so a
+// caller whose clock is set apart from the database's (skewed, or jumped)
+// sees a row listed a moment ago as a moment old, not as old as the
+// offset.
+func (s *Store) DueRetriesAfter(ctx context.Context, now, olderThan time.Time, after *DueFetch, limit int) (_ []DueFetch, err error) {
 	defer classified(&err)
 	since, mid, kind := time.Time{}, "", ""
 	if after != nil {
@@ -51,25 +65,26 @@ func (s *Store) DueRetriesAfter(ctx context.Context, olderThan time.Time, after 
 	// fetcher died between the two) is due as an unfetched timeline, or its
 	// sync would wait for ever.
 	rows, err := s.pool.Query(ctx, `
-WITH due AS (
+WITH clock AS (SELECT $6::timestamptz - now() AS offset_),
+due AS (
   SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation,
          coalesce(listed_by_request, '') AS listed_by,
-         greatest(coalesce(last_attempt_at, updated_at), held_until) AS since
-  FROM match_fetches
+         greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) AS since
+  FROM match_fetches, clock
   WHERE status IN ('temporary_failure', 'unfetched')
-    AND greatest(coalesce(last_attempt_at, updated_at), held_until) < $1
+    AND greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) < $1
   UNION ALL
   SELECT m.match_id, 'timeline', 'unfetched', 0, 0, 0, m.game_creation,
-         coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at)
-  FROM match_fetches m
-  WHERE m.kind = 'match' AND m.status = 'success' AND coalesce(m.fetched_at, m.updated_at) < $1
+         coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at + clock.offset_)
+  FROM match_fetches m, clock
+  WHERE m.kind = 'match' AND m.status = 'success' AND coalesce(m.fetched_at, m.updated_at + clock.offset_) < $1
     AND NOT EXISTS (SELECT 1 FROM match_fetches t WHERE t.match_id = m.match_id AND t.kind = 'timeline')
 )
 SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation, listed_by, since
 FROM due
 WHERE $3::timestamptz IS NULL OR (since, match_id, kind) > ($3, $4, $5)
 ORDER BY since, match_id, kind
-LIMIT $2`, olderThan, limit, ts(since), mid, kind)
+LIMIT $2`, olderThan, limit, ts(since), mid, kind, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: due retries: %w", err)
 	}

@@ -37,8 +37,11 @@ func TestSweeperLeavesFetchesWhoseResultWaits(t *testing.T) {
 		lost        = "NA1_9902" // tried once (503); nothing waits for it
 		interactive = "NA1_9903" // listed, never tried; its result waits on the interactive subject
 	)
+	// Listed 30 min before the sweep: the database stamps a listing on its
+	// own clock, which a sweeper clock set 30 min on does not age.
 	for _, id := range []string{claimed, interactive} {
-		if _, err := e.DB.Exec(ctx, `INSERT INTO match_fetches (match_id, kind, status) VALUES ($1, 'match', 'unfetched')`, id); err != nil {
+		if _, err := e.DB.Exec(ctx, `INSERT INTO match_fetches (match_id, kind, status, updated_at)
+VALUES ($1, 'match', 'unfetched', now() - interval '30 minutes')`, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -180,8 +183,8 @@ type movingStore struct {
 	calls int
 }
 
-func (m *movingStore) DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error) {
-	due, err := m.Store.DueRetriesAfter(ctx, olderThan, after, limit)
+func (m *movingStore) DueRetriesAfter(ctx context.Context, now, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error) {
+	due, err := m.Store.DueRetriesAfter(ctx, now, olderThan, after, limit)
 	m.calls++
 	m.after(m.calls)
 	return due, err

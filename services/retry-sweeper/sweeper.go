@@ -69,7 +69,10 @@ import (
 
 // Store is the part of pkg/store the sweeper uses.
 type Store interface {
-	DueRetriesAfter(ctx context.Context, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
+	// DueRetriesAfter's now is the sweeper's clock (Deps.Now) at the call:
+	// olderThan and the rows' Since are on it, as are the queue floors
+	// they are checked against (queueFloor).
+	DueRetriesAfter(ctx context.Context, now, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
 	SettlePending(ctx context.Context, minFailures int) (store.BatchResult, error)
@@ -352,7 +355,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
 	}
 	for !rep.ResultsBehind && !rep.Capped {
-		due, err := s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize)
+		due, err := s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize)
 		if err != nil {
 			return rep, err
 		}
@@ -363,7 +366,7 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			if snap, err = s.snapshot(ctx); err != nil {
 				return rep, err
 			}
-			if due, err = s.d.Store.DueRetriesAfter(ctx, cutoff, after, s.cfg.BatchSize); err != nil {
+			if due, err = s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize); err != nil {
 				return rep, err
 			}
 		}
@@ -609,9 +612,9 @@ func (s *Service) waitingResults(ctx context.Context) (map[fetchKey]struct{}, er
 // queueFloor is what a region's fetch queue still holds.
 type queueFloor struct {
 	queued bool // some command for the region is still in the stream
-	// oldest is the publish time of the oldest one on this host's clock
-	// (Now less its age on the server's clock), comparable with the
-	// ledger's times, which hosts write.
+	// oldest is the publish time of the oldest one on the sweeper's clock
+	// (Now less its age on the server's clock), comparable with the due
+	// rows' Since, which Store.DueRetriesAfter gives on the same clock.
 	oldest time.Time
 }
 

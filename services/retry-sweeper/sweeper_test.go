@@ -266,3 +266,41 @@ func takeFetches(e *stagetest.Env, n int) []bus.FetchCommand {
 	}
 	return got
 }
+
+// A sweeper whose clock is 2 h ahead of the database's and the NATS
+// server's (a clock jump on the services' hosts) does not re-publish a
+// listed match whose command still waits in FETCH: the row's listing time,
+// stamped by the database, is compared with the queue's floor on the
+// sweeper's clock, so the command, published as the row was written, is
+// seen as queued. Compared on two clocks, the row looked 2 h older than the
+// command and was fetched twice. Once the command has left the queue, the
+// row, stale by then, is re-published.
+func TestSweeperClockAheadOfDatabase(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	inf, ctx := e.Process, t.Context()
+	const id = "NA1_9970"
+	// Listed a minute ago (the database's clock), its command queued then.
+	if _, err := e.DB.Exec(ctx, `INSERT INTO match_fetches (match_id, kind, status, updated_at)
+VALUES ($1, 'match', 'unfetched', now() - interval '1 minute')`, id); err != nil {
+		t.Fatal(err)
+	}
+	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1},
+		jetstream.WithMsgID(id))
+	s := newSweeper(e, retrysweeper.Config{StaleAfter: 5 * time.Second, QueueSlack: 10 * time.Minute,
+		FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, func() time.Time { return time.Now().Add(2 * time.Hour) })
+	rep, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fetchQueue(e); len(got) != 1 || got[0].MatchID != id || rep.Republished != 0 || rep.StillQueued != 1 {
+		t.Fatalf("sweep 2 h ahead with %s's command queued: FETCH held %+v (report %+v), want its command once, 1 still queued",
+			id, got, rep)
+	}
+	// fetchQueue took the command: the row, a minute old, is re-published.
+	if rep, err = s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainFetchQueue(e); len(got) != 1 || got[0].MatchID != id || rep.Republished != 1 {
+		t.Fatalf("sweep with the queue empty: FETCH held %+v (report %+v), want %s re-published", got, rep, id)
+	}
+}
