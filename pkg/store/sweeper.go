@@ -25,6 +25,13 @@ type DueFetch struct {
 	// (DueRetriesAfter): with MatchID and Kind, the key DueRetriesAfter
 	// pages by.
 	Since time.Time
+	// Written is the row's last write (for the timeline of a stored match
+	// without a timeline row: its match row's), stamped by the database
+	// and moved onto the caller's clock (DueRetriesAfter). It is not
+	// before the event that queued the fetch's command (the listing, the
+	// attempt whose outcome it stores), and unlike the stages' times a
+	// jump of their clocks since then does not move it.
+	Written time.Time
 }
 
 // DueRetries returns up to limit ledger rows in temporary_failure or
@@ -45,7 +52,7 @@ func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) 
 // through every due row, not the first page again and again.
 //
 // now is the caller's clock, read for this call, and olderThan and every
-// Since are on it. A ledger row holds times of two clocks: the stages'
+// Since and Written are on it. A ledger row holds times of two clocks: the stages'
 // (last_attempt_at and fetched_at: the fetcher's attempt; held_until: the
 // fetcher's schedule or the sweeper's re-publish) and the database's own
 // (updated_at, stamped by now(): the last update of a row never tried,
@@ -69,18 +76,20 @@ WITH clock AS (SELECT $6::timestamptz - now() AS offset_),
 due AS (
   SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation,
          coalesce(listed_by_request, '') AS listed_by,
-         greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) AS since
+         greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) AS since,
+         updated_at + clock.offset_ AS written
   FROM match_fetches, clock
   WHERE status IN ('temporary_failure', 'unfetched')
     AND greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) < $1
   UNION ALL
   SELECT m.match_id, 'timeline', 'unfetched', 0, 0, 0, m.game_creation,
-         coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at + clock.offset_)
+         coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at + clock.offset_),
+         m.updated_at + clock.offset_
   FROM match_fetches m, clock
   WHERE m.kind = 'match' AND m.status = 'success' AND coalesce(m.fetched_at, m.updated_at + clock.offset_) < $1
     AND NOT EXISTS (SELECT 1 FROM match_fetches t WHERE t.match_id = m.match_id AND t.kind = 'timeline')
 )
-SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation, listed_by, since
+SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation, listed_by, since, written
 FROM due
 WHERE $3::timestamptz IS NULL OR (since, match_id, kind) > ($3, $4, $5)
 ORDER BY since, match_id, kind
@@ -91,7 +100,7 @@ LIMIT $2`, olderThan, limit, ts(since), mid, kind, now)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DueFetch, error) {
 		var d DueFetch
 		var gc *time.Time
-		err := r.Scan(&d.MatchID, &d.Kind, &d.Status, &d.Attempt, &d.RetryCount, &d.NotFound, &gc, &d.ListedBy, &d.Since)
+		err := r.Scan(&d.MatchID, &d.Kind, &d.Status, &d.Attempt, &d.RetryCount, &d.NotFound, &gc, &d.ListedBy, &d.Since, &d.Written)
 		d.GameCreation = deref(gc)
 		return d, err
 	})

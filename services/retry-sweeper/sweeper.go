@@ -13,8 +13,9 @@
 //     with Nats-Msg-Id "<match>/<kind>/sweep/a<N>" so replicas and repeats
 //     dedupe; but not while their command may still be queued: a row is
 //     only re-published when the region's queue in the FETCH work-queue
-//     stream holds no message published before the row's last attempt +
-//     QueueSlack (a long backlog is not fetched twice), and nor while a
+//     stream holds no message published before the row's last attempt
+//     (or last write, when later) + QueueSlack (a long backlog is not
+//     fetched twice), and nor while a
 //     FetchResult of its fetch waits in the FETCHED work queue (the
 //     fetch is done and only its ledger write is late: the persister cut
 //     off from NATS or failing on a full disk);
@@ -70,8 +71,8 @@ import (
 // Store is the part of pkg/store the sweeper uses.
 type Store interface {
 	// DueRetriesAfter's now is the sweeper's clock (Deps.Now) at the call:
-	// olderThan and the rows' Since are on it, as are the queue floors
-	// they are checked against (queueFloor).
+	// olderThan and the rows' Since and Written are on it, as are the
+	// queue floors they are checked against (queueFloor).
 	DueRetriesAfter(ctx context.Context, now, olderThan time.Time, after *store.DueFetch, limit int) ([]store.DueFetch, error)
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
@@ -457,7 +458,15 @@ func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time,
 		}
 		snap.floors[region] = fl
 	}
-	if fl.queued && !f.Since.Add(s.cfg.QueueSlack).Before(fl.oldest) {
+	// The row's last event: its last attempt or hold (Since, on the
+	// stages' clock), or its last write (Written, stamped by the
+	// database), whichever is later; a jump of the stages' clock since
+	// the attempt makes Since look older, never Written.
+	last := f.Since
+	if f.Written.After(last) {
+		last = f.Written
+	}
+	if fl.queued && !last.Add(s.cfg.QueueSlack).Before(fl.oldest) {
 		// Its command may still be waiting in the queue: fetching
 		// it twice would spend the rate budget twice.
 		rep.StillQueued++
@@ -614,7 +623,8 @@ type queueFloor struct {
 	queued bool // some command for the region is still in the stream
 	// oldest is the publish time of the oldest one on the sweeper's clock
 	// (Now less its age on the server's clock), comparable with the due
-	// rows' Since, which Store.DueRetriesAfter gives on the same clock.
+	// rows' Since and Written, which Store.DueRetriesAfter gives on the
+	// same clock.
 	oldest time.Time
 }
 

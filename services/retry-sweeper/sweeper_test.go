@@ -45,6 +45,11 @@ func leavesQueuedCommands(t *testing.T, skew time.Duration) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
+	// Each row was written when its attempt was stored: as long ago, on
+	// the database's clock.
+	if _, err := e.DB.Exec(ctx, `UPDATE match_fetches SET updated_at = now() - ($1::timestamptz - last_attempt_at)`, now); err != nil {
+		t.Fatal(err)
+	}
 	// queued's retry waits in the americas queue, behind a backlog,
 	// published within QueueSlack of its attempt.
 	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: queued, Kind: bus.KindMatch, Region: "americas", Attempt: 2},
@@ -267,40 +272,54 @@ func takeFetches(e *stagetest.Env, n int) []bus.FetchCommand {
 	return got
 }
 
-// A sweeper whose clock is 2 h ahead of the database's and the NATS
+// A sweeper whose clock jumped 2 h ahead of the database's and the NATS
 // server's (a clock jump on the services' hosts) does not re-publish a
-// listed match whose command still waits in FETCH: the row's listing time,
-// stamped by the database, is compared with the queue's floor on the
-// sweeper's clock, so the command, published as the row was written, is
-// seen as queued. Compared on two clocks, the row looked 2 h older than the
-// command and was fetched twice. Once the command has left the queue, the
-// row, stale by then, is re-published.
-func TestSweeperClockAheadOfDatabase(t *testing.T) {
+// fetch whose command still waits in FETCH: a listed match (its listing
+// stamped by the database) and the timeline of a match the fetcher
+// fetched just before the jump (its fetched_at on the services' clock
+// before the jump). Each row's last event is compared with the queue's
+// floor on one clock: the database's stamp of the row moved onto the
+// sweeper's clock, not the services' time from before the jump, so the
+// commands, queued as the rows were written, are seen as queued. Once the
+// commands have left the queue, the rows, stale by then, are re-published.
+func TestSweeperClockJumpedAheadOfLedger(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	inf, ctx := e.Process, t.Context()
-	const id = "NA1_9970"
-	// Listed a minute ago (the database's clock), its command queued then.
+	const listed, stored = "NA1_9970", "NA1_9971"
+	// listed a minute ago (the database's clock), its command queued then.
 	if _, err := e.DB.Exec(ctx, `INSERT INTO match_fetches (match_id, kind, status, updated_at)
-VALUES ($1, 'match', 'unfetched', now() - interval '1 minute')`, id); err != nil {
+VALUES ($1, 'match', 'unfetched', now() - interval '1 minute')`, listed); err != nil {
 		t.Fatal(err)
 	}
-	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1},
-		jetstream.WithMsgID(id))
+	e.Publish(inf.Subjects.Fetch("americas"), bus.FetchCommand{MatchID: listed, Kind: bus.KindMatch, Region: "americas", Attempt: 1},
+		jetstream.WithMsgID(listed))
+	// stored's match fetched and stored a moment ago, its timeline queued.
+	if _, err := e.Store.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
+		{MatchID: stored, Kind: "match", Status: "success", Attempt: 1, HTTPStatus: 200, AttemptedAt: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	timeline := bus.FetchCommand{MatchID: stored, Kind: bus.KindTimeline, Region: "americas", Attempt: 1}
+	e.Publish(inf.Subjects.Fetch("americas"), timeline, jetstream.WithMsgID(bus.FetchMsgID(timeline)))
+	// Then the services' clock jumps 2 h.
 	s := newSweeper(e, retrysweeper.Config{StaleAfter: 5 * time.Second, QueueSlack: 10 * time.Minute,
 		FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}, func() time.Time { return time.Now().Add(2 * time.Hour) })
 	rep, err := s.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fetchQueue(e); len(got) != 1 || got[0].MatchID != id || rep.Republished != 0 || rep.StillQueued != 1 {
-		t.Fatalf("sweep 2 h ahead with %s's command queued: FETCH held %+v (report %+v), want its command once, 1 still queued",
-			id, got, rep)
+	if got := fetchQueue(e); len(got) != 2 || rep.Republished != 0 || rep.StillQueued != 2 {
+		t.Fatalf("sweep 2 h ahead with both commands queued: FETCH held %+v (report %+v), want the 2 commands, 2 still queued",
+			got, rep)
 	}
-	// fetchQueue took the command: the row, a minute old, is re-published.
+	// fetchQueue took the commands: the rows are re-published.
 	if rep, err = s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := drainFetchQueue(e); len(got) != 1 || got[0].MatchID != id || rep.Republished != 1 {
-		t.Fatalf("sweep with the queue empty: FETCH held %+v (report %+v), want %s re-published", got, rep, id)
+	got := map[string]bus.Kind{}
+	for _, c := range drainFetchQueue(e) {
+		got[c.MatchID] = c.Kind
+	}
+	if len(got) != 2 || got[listed] != bus.KindMatch || got[stored] != bus.KindTimeline || rep.Republished != 2 {
+		t.Fatalf("sweep with the queue empty: re-published %v (report %+v), want %s and %s's timeline", got, rep, listed, stored)
 	}
 }
