@@ -13,10 +13,7 @@ import (
 	"github.com/riftflow/riftflow/services/riftflow/stack"
 )
 
-type apiCall = apitest.Response
-
 var (
-	send          = apitest.Send
 	call          = apitest.Call
 	jsonCall      = apitest.JSONCall
 	sseEvents     = apitest.SSEEvents
