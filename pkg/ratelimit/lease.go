@@ -79,9 +79,6 @@ func (st *kvStore) lease(r *route, b *bucket) {
 	for i, j := range jobs {
 		res := &results[i]
 		res.stored, res.tokens, res.err = st.leaseOne(j)
-		if v := res.stored; res.err == nil && v.Start == v.Ep && v.Carried > 0 && v.Granted-v.Carried == res.tokens {
-			e.o.Logger.Debug("ratelimit: new window counts requests of earlier ones", "key", j.key, "carried", v.Carried, "replaced_epoch", v.Prev, "own_carry", j.carry, "tokens", res.tokens)
-		}
 	}
 	if share != "" {
 		st.shareLimits(b, share, probed, pause)
@@ -204,6 +201,9 @@ func (st *kvStore) fresh(j *leaseJob, prev *winVal, now time.Time, ms int64) (ne
 	}
 	seeded := max(j.seedIn+own+carried, j.seedCount)
 	tokens = st.leaseSize(j.want, j.limit-seeded)
+	if carried > 0 {
+		st.e.o.Logger.Debug("ratelimit: new window counts requests of the one it replaces", "key", j.key, "carried", carried, "replaced_epoch", from, "seeded", seeded)
+	}
 	next = winVal{Start: now.UnixMilli(), Limit: j.limit, Granted: seeded + tokens, Margin: ms, Ep: now.UnixMilli(), Prev: from, Carried: seeded}
 	if j.seedIn > 0 {
 		// Requests sent before the limits were known, answered: Riot's

@@ -36,23 +36,26 @@ func (st *kvStore) addSettled(b *bucket, w *window, n int, now time.Time) {
 // keep a token it could have freed.
 const settleBatch = 5 * time.Millisecond
 
+// settleJob is one settlement write: sv to the KV window at key, if it
+// is still of epoch epoch (the one the tokens were leased from).
+type settleJob struct {
+	key     string
+	epoch   int64
+	settled settleVal
+}
+
 // settle writes b's pending settlements (kvWindow.pend) to their KV windows
 // until none is left; b.kv.settling is set. A write that fails, or finds the
 // KV window in another epoch, drops them: an unsettled token only makes a
 // later roll keep more (the safe side), and a new epoch starts from zero.
 func (st *kvStore) settle(b *bucket) {
-	type job struct {
-		key     string // the KV window
-		epoch   int64  // its epoch when the tokens were leased
-		settled settleVal
-	}
 	for {
 		time.Sleep(settleBatch) // gather the answers of one burst into one write
 		st.e.mu.Lock()
-		var jobs []job
+		var jobs []settleJob
 		for _, w := range b.windows {
 			if w.kv.pend.N > 0 {
-				jobs = append(jobs, job{st.winKey(b, w), w.kv.epoch, w.kv.pend})
+				jobs = append(jobs, settleJob{st.winKey(b, w), w.kv.epoch, w.kv.pend})
 				w.kv.pend = settleVal{}
 			}
 		}
@@ -111,12 +114,7 @@ func (v winVal) unsettled(t int64) (int, []settleVal) {
 // requests in flight (winVal.carryOut). Write failures are logged by
 // settleOne; the tokens are then carried once, as a crashed process's.
 func (st *kvStore) release() {
-	type job struct {
-		key     string
-		epoch   int64
-		settled settleVal
-	}
-	var jobs []job
+	var jobs []settleJob
 	st.e.mu.Lock()
 	now := st.e.now()
 	_, offErr := st.clock()
@@ -132,7 +130,7 @@ func (st *kvStore) release() {
 				}
 				w.kv.pend = settleVal{}
 				if sv.N > 0 && w.kv.epoch != 0 {
-					jobs = append(jobs, job{st.winKey(b, w), w.kv.epoch, sv})
+					jobs = append(jobs, settleJob{st.winKey(b, w), w.kv.epoch, sv})
 				}
 			}
 		}

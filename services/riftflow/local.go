@@ -2,8 +2,6 @@ package riftflow
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -119,12 +117,8 @@ func connectCLI(ctx context.Context, name string, stderr io.Writer) (config.Env,
 	return env, log, nc, js, err
 }
 
-// randHex is n random bytes in hex (request ids, the simulator's key).
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+// randHex is n random bytes in hex (stack.RandHex).
+var randHex = stack.RandHex
 
 func localUser() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {

@@ -240,7 +240,7 @@ func (st *Stack) startRiot(o Options, env *config.Env) error {
 		return nil
 	}
 	so := o.Sim
-	so.APIKey = "RGAPI-sim-" + randHex(8)
+	so.APIKey = "RGAPI-sim-" + RandHex(8)
 	if so.FixturesDir == "" {
 		so.FixturesDir = sim.FindFixtures()
 	}
@@ -386,7 +386,7 @@ func NewUsers(set *streams.Set) (*Users, error) {
 	}
 	u := &Users{Password: map[string]string{}}
 	for _, p := range perms {
-		pw := randHex(32)
+		pw := RandHex(32)
 		redact.Register(pw)
 		u.Password[p.User] = pw
 		sp := &server.Permissions{Subscribe: &server.SubjectPermission{Allow: p.Subscribe}}
@@ -483,7 +483,9 @@ func WriteFile(dir, name, content string) {
 	_ = os.WriteFile(filepath.Join(dir, name), []byte(content+"\n"), 0o600)
 }
 
-func randHex(n int) string {
+// RandHex is n random bytes in hex: request ids, generated keys and
+// passwords of the local stack and the CLI.
+func RandHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
