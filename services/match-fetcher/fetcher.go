@@ -177,9 +177,10 @@ type Service struct {
 	cfg Config
 	d   Deps
 
-	attempts metric.Int64Counter
-	ledger   ledgerGate
-	policy   fetchpolicy.Policy
+	attempts    metric.Int64Counter
+	ledger      ledgerGate
+	policy      fetchpolicy.Policy
+	redelivered *redeliveries
 }
 
 // New checks deps and fills defaults.
@@ -190,7 +191,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	config.Defaults(&cfg)
 	config.Fill(&cfg, Config{PublishPatience: DefaultPublishPatience, KeyRejectedDelay: 5 * time.Minute, CallTimeout: 20 * time.Second})
 	d.Base.Fill("match-fetcher")
-	s := &Service{cfg: cfg, d: d, policy: cfg.Policy()}
+	s := &Service{cfg: cfg, d: d, policy: cfg.Policy(), redelivered: newRedeliveries()}
 	s.attempts, _ = otel.Meter("riftflow/match-fetcher").Int64Counter("riftflow.fetch.outcomes",
 		metric.WithDescription("Fetch outcomes by kind and outcome (success, temporary_failure, permanently_unfetchable, outside_retention_window, rescheduled)"))
 	return s, nil
@@ -236,7 +237,7 @@ func (s *Service) Run(ctx context.Context) error {
 // Handle processes one FetchCommand: Ack, or the error handle returned,
 // settled by its kind.
 func (s *Service) Handle(ctx context.Context, d natsx.Delivery) natsx.Result {
-	return natsx.Fail(s.handle(ctx, d))
+	return natsx.Fail(s.handleOnce(ctx, d))
 }
 
 // handle runs the FetchCommand d carries. Its error settles d by its kind:
