@@ -52,15 +52,16 @@ func (s *Store) DueRetries(ctx context.Context, olderThan time.Time, limit int) 
 // through every due row, not the first page again and again.
 //
 // now is the caller's clock, read for this call, and olderThan and every
-// Since and Written are on it. A ledger row holds times of two clocks: the stages'
-// (last_attempt_at and fetched_at: the fetcher's attempt; held_until: the
-// fetcher's schedule or the sweeper's re-publish) and the database's own
-// (updated_at, stamped by now(): the last update of a row never tried,
-// such as the lister's unfetched row). The database's are moved onto the
-// caller's clock by its offset from the database's (now less now()), so a
-// caller whose clock is set apart from the database's (skewed, or jumped)
-// sees a row listed a moment ago as a moment old, not as old as the
-// offset.
+// Since and Written are on it. A ledger row holds times of two clocks: the
+// stages' (last_attempt_at and fetched_at: the fetcher's attempt) and the
+// database's own (updated_at, stamped by now(): the last update of a row
+// never tried, such as the lister's unfetched row; held_until, the end of
+// the fetcher's schedule or the sweeper's re-publish, Hold). The
+// database's are moved onto the caller's clock by its offset from the
+// database's (now less now()), so a caller whose clock is set apart from
+// the database's (skewed, or jumped) sees a row listed a moment ago as a
+// moment old, not as old as the offset, and a hold as long as it was
+// made.
 func (s *Store) DueRetriesAfter(ctx context.Context, now, olderThan time.Time, after *DueFetch, limit int) (_ []DueFetch, err error) {
 	defer classified(&err)
 	since, mid, kind := time.Time{}, "", ""
@@ -76,11 +77,11 @@ WITH clock AS (SELECT $6::timestamptz - now() AS offset_),
 due AS (
   SELECT match_id, kind, status, attempt, retry_count, not_found, game_creation,
          coalesce(listed_by_request, '') AS listed_by,
-         greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) AS since,
+         greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until + clock.offset_) AS since,
          updated_at + clock.offset_ AS written
   FROM match_fetches, clock
   WHERE status IN ('temporary_failure', 'unfetched')
-    AND greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until) < $1
+    AND greatest(coalesce(last_attempt_at, updated_at + clock.offset_), held_until + clock.offset_) < $1
   UNION ALL
   SELECT m.match_id, 'timeline', 'unfetched', 0, 0, 0, m.game_creation,
          coalesce(m.listed_by_request, ''), coalesce(m.fetched_at, m.updated_at + clock.offset_),
@@ -185,11 +186,17 @@ func (s *Store) MarkPermanent(ctx context.Context, matchID, kind, reason string,
 
 // StuckSyncs returns the accounts syncing without progress since
 // noProgressSince (last_progress_at, else sync_started_at).
-func (s *Store) StuckSyncs(ctx context.Context, noProgressSince time.Time) (_ []Account, err error) {
+//
+// now is the caller's clock, read for this call, and noProgressSince and
+// the accounts' times (SyncStartedAt, LastProgressAt, LastSyncedAt) are on
+// it: the database stamps them (now()), and they are moved onto the
+// caller's clock by its offset from the database's, as in RunningSyncs.
+func (s *Store) StuckSyncs(ctx context.Context, now, noProgressSince time.Time) (_ []Account, err error) {
 	defer classified(&err)
-	return s.queryAccounts(ctx, "stuck syncs", `SELECT `+accountCols+` FROM accounts
-WHERE sync_status = 'syncing' AND coalesce(last_progress_at, sync_started_at, updated_at) < $1
-ORDER BY last_progress_at`, noProgressSince)
+	return s.queryAccounts(ctx, "stuck syncs", `WITH clock AS (SELECT $2::timestamptz - now() AS offset_)
+SELECT `+accountColsMoved("clock.offset_")+` FROM accounts, clock
+WHERE sync_status = 'syncing' AND coalesce(last_progress_at, sync_started_at, updated_at) + clock.offset_ < $1
+ORDER BY last_progress_at`, noProgressSince, now)
 }
 
 // ResetSync moves the account from syncing back to pending, only while it is

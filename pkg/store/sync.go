@@ -28,19 +28,30 @@ type Account struct {
 	Active                   bool
 }
 
-const accountCols = `puuid, game_name, tag_line, platform, region, sync_status, sync_progress, sync_total,
-coalesce(sync_request_id, ''), coalesce(sync_error, ''), sync_started_at, last_progress_at, last_synced_at, active`
+const accountCols = accountColsHead + `sync_started_at, last_progress_at, last_synced_at, active`
+
+// accountColsHead is accountCols up to its times.
+const accountColsHead = `puuid, game_name, tag_line, platform, region, sync_status, sync_progress, sync_total,
+coalesce(sync_request_id, ''), coalesce(sync_error, ''), `
+
+// accountColsMoved is accountCols with its times (stamped by the
+// database) moved by off, an SQL interval expression: the offset of a
+// caller's clock from the database's.
+func accountColsMoved(off string) string {
+	return accountColsHead + `sync_started_at + ` + off + `, last_progress_at + ` + off + `, last_synced_at + ` + off + `, active`
+}
 
 // queryAccounts is queryRows of accounts: sql selects accountCols.
 func (s *Store) queryAccounts(ctx context.Context, what, sql string, args ...any) ([]Account, error) {
 	return queryRows(ctx, s, what, func(r pgx.CollectableRow) (Account, error) { return scanAccount(r) }, sql, args...)
 }
 
-func scanAccount(r pgx.Row) (Account, error) {
+// scanAccount scans accountCols, then into more the columns after them.
+func scanAccount(r pgx.Row, more ...any) (Account, error) {
 	var a Account
 	var started, progress, synced *time.Time
-	err := r.Scan(&a.PUUID, &a.GameName, &a.TagLine, &a.Platform, &a.Region, &a.SyncStatus, &a.SyncProgress,
-		&a.SyncTotal, &a.SyncRequestID, &a.SyncError, &started, &progress, &synced, &a.Active)
+	err := r.Scan(append([]any{&a.PUUID, &a.GameName, &a.TagLine, &a.Platform, &a.Region, &a.SyncStatus, &a.SyncProgress,
+		&a.SyncTotal, &a.SyncRequestID, &a.SyncError, &started, &progress, &synced, &a.Active}, more...)...)
 	a.SyncStartedAt, a.LastProgressAt, a.LastSyncedAt = deref(started), deref(progress), deref(synced)
 	return a, err
 }
@@ -389,30 +400,43 @@ type AccountStatus struct {
 	// queue. While the account is not syncing, the oldest is its sync:
 	// SyncStatus "pending", SyncRequestID its id.
 	Queued []Queued
+	// SyncedAge is how long ago LastSyncedAt was when it was read, on the
+	// database's clock, which stamped it: a caller's clock may be set
+	// apart from the database's, so it judges an account's freshness by
+	// this age, never by its own time less LastSyncedAt. 0 when never
+	// synced.
+	SyncedAge time.Duration `json:"-"`
 }
+
+// syncedAgeCol is the column after accountCols that AccountStatus and
+// AccountByRiotID read into AccountStatus.SyncedAge (seconds).
+const syncedAgeCol = `, coalesce(extract(epoch FROM now() - last_synced_at)::float8, 0)`
 
 // AccountStatus returns the status of the account puuid; ErrNotFound when
 // there is no such account.
 func (s *Store) AccountStatus(ctx context.Context, puuid string) (_ AccountStatus, err error) {
 	defer classified(&err)
-	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts WHERE puuid = $1`, puuid))
-	return s.accountStatus(ctx, a, err, puuid, "")
+	var age float64
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+syncedAgeCol+` FROM accounts WHERE puuid = $1`, puuid), &age)
+	return s.accountStatus(ctx, a, age, err, puuid, "")
 }
 
 // AccountByRiotID is AccountStatus looked up by Riot ID (game name and tag
 // line, case-insensitive).
 func (s *Store) AccountByRiotID(ctx context.Context, gameName, tagLine string) (_ AccountStatus, err error) {
 	defer classified(&err)
-	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+` FROM accounts
+	var age float64
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountCols+syncedAgeCol+` FROM accounts
 WHERE lower(game_name) = lower($1) AND lower(tag_line) = lower($2)
-ORDER BY updated_at DESC LIMIT 1`, gameName, tagLine))
-	return s.accountStatus(ctx, a, err, "", gameName+"#"+tagLine)
+ORDER BY updated_at DESC LIMIT 1`, gameName, tagLine), &age)
+	return s.accountStatus(ctx, a, age, err, "", gameName+"#"+tagLine)
 }
 
 // accountStatus completes the account a read by puuid or riotID (err: the
-// read's error) with its counts, ledger and queued requests. An account
-// not stored yet with a queued request is pending (withQueue).
-func (s *Store) accountStatus(ctx context.Context, a Account, err error, puuid, riotID string) (AccountStatus, error) {
+// read's error; syncedAge: its SyncedAge in seconds) with its counts,
+// ledger and queued requests. An account not stored yet with a queued
+// request is pending (withQueue).
+func (s *Store) accountStatus(ctx context.Context, a Account, syncedAge float64, err error, puuid, riotID string) (AccountStatus, error) {
 	key := puuid + riotID
 	if errors.Is(err, pgx.ErrNoRows) {
 		q, platform, qerr := s.queued(ctx, puuid, riotID)
@@ -430,7 +454,7 @@ func (s *Store) accountStatus(ctx context.Context, a Account, err error, puuid, 
 	if err != nil {
 		return AccountStatus{}, fmt.Errorf("store: account %s: %w", key, err)
 	}
-	st := AccountStatus{Account: a, Ledger: map[string]int{}}
+	st := AccountStatus{Account: a, Ledger: map[string]int{}, SyncedAge: time.Duration(syncedAge * float64(time.Second))}
 	err = s.pool.QueryRow(ctx, `
 WITH mine AS (SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1)
 SELECT (SELECT count(*)::int FROM mine),
@@ -468,7 +492,8 @@ GROUP BY 1`, a.PUUID)
 // done.
 type RunningSync struct {
 	PUUID, RequestID, Region string
-	// LastProgress is the sync's last progress (else its start).
+	// LastProgress is the sync's last progress (else its start), stamped
+	// by the database and moved onto the caller's clock (RunningSyncs).
 	LastProgress time.Time
 }
 
@@ -477,14 +502,22 @@ type RunningSync struct {
 // retry-sweeper keeps their PUUID locks alive while they are healthy. A
 // sync waiting only for its lister (nothing claimed yet) is the lister's to
 // keep alive.
-func (s *Store) RunningSyncs(ctx context.Context) (_ []RunningSync, err error) {
+//
+// now is the caller's clock, read for this call. A sync's times are the
+// database's (now() of the write that began it or moved its progress);
+// each LastProgress is moved onto the caller's clock by its offset from
+// the database's (now less now()), so a caller whose clock is set apart
+// from the database's (skewed, or jumped) sees a sync that progressed a
+// moment ago as a moment old, not as old as the offset.
+func (s *Store) RunningSyncs(ctx context.Context, now time.Time) (_ []RunningSync, err error) {
 	defer classified(&err)
-	rows, err := s.pool.Query(ctx, `SELECT a.puuid, a.sync_request_id, a.region,
-  coalesce(a.last_progress_at, a.sync_started_at, a.updated_at)
-FROM accounts a
+	rows, err := s.pool.Query(ctx, `WITH clock AS (SELECT $1::timestamptz - now() AS offset_)
+SELECT a.puuid, a.sync_request_id, a.region,
+  coalesce(a.last_progress_at, a.sync_started_at, a.updated_at) + clock.offset_
+FROM accounts a, clock
 WHERE a.sync_status = 'syncing' AND a.sync_request_id IS NOT NULL
   AND EXISTS (SELECT 1 FROM sync_matches s WHERE s.request_id = a.sync_request_id AND NOT s.done)
-ORDER BY a.puuid`)
+ORDER BY a.puuid`, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: running syncs: %w", err)
 	}

@@ -181,7 +181,7 @@ func TestSweeperQueries(t *testing.T) {
 		t.Errorf("nothing is older than t0, got %+v", due)
 	}
 
-	stuck, err := s.StuckSyncs(ctx, time.Now().Add(time.Hour))
+	stuck, err := s.StuckSyncs(ctx, time.Now(), time.Now().Add(time.Hour))
 	if err != nil || len(stuck) != 1 || stuck[0].PUUID != "me" {
 		t.Fatalf("stuck = %+v, %v", stuck, err)
 	}

@@ -280,7 +280,7 @@ func (s *Service) handle(ctx context.Context, d natsx.Delivery) error {
 
 	// The ledger, before any request: a fetch already final, or held by
 	// another command's schedule, costs no Riot call (holds.go).
-	if why := s.notNeeded(ctx, cmd, now); why != "" {
+	if why := s.notNeeded(ctx, cmd); why != "" {
 		s.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(cmd.Kind)), attribute.String("outcome", "not_needed")))
 		s.d.Logger.InfoContext(ctx, "fetch command not needed, no Riot call", "match_id", cmd.MatchID, "kind", cmd.Kind,
 			"attempt", cmd.Attempt, "why", why)

@@ -36,7 +36,9 @@ import (
 // nothing.
 type Ledger interface {
 	FetchState(ctx context.Context, matchID, kind string) (store.FetchState, error)
-	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	// Hold's d is the schedule's delay from now: the ledger keeps holds
+	// on its own clock, which the fetchers' clocks may be set apart from.
+	Hold(ctx context.Context, matchID, kind string, d time.Duration, by string) error
 }
 
 // LedgerTimeout bounds one ledger read or write; after a failure the
@@ -54,8 +56,9 @@ func (g *ledgerGate) open() bool { return time.Now().UnixNano() >= g.downUntil.L
 func (g *ledgerGate) failed() { g.downUntil.Store(time.Now().Add(LedgerPause).UnixNano()) }
 
 // notNeeded returns why cmd needs no Riot call ("" when it does): its
-// fetch is final, or held by another command's schedule until after now.
-func (s *Service) notNeeded(ctx context.Context, cmd bus.FetchCommand, now time.Time) string {
+// fetch is final, or held by another command's schedule that has not
+// fired yet (on the ledger's clock: store.FetchState.HeldFor).
+func (s *Service) notNeeded(ctx context.Context, cmd bus.FetchCommand) string {
 	if s.d.Ledger == nil || !s.ledger.open() {
 		return ""
 	}
@@ -72,21 +75,22 @@ func (s *Service) notNeeded(ctx context.Context, cmd bus.FetchCommand, now time.
 	if st.Final() && !cmd.Force {
 		return "already " + st.Status
 	}
-	if st.HeldBy != "" && st.HeldBy != cmd.Hold && (cmd.PrevHold == "" || st.HeldBy != cmd.PrevHold) && st.HeldUntil.After(now) {
-		return fmt.Sprintf("held by schedule %s until %s", st.HeldBy, st.HeldUntil.UTC().Format(time.RFC3339))
+	if st.HeldBy != "" && st.HeldBy != cmd.Hold && (cmd.PrevHold == "" || st.HeldBy != cmd.PrevHold) && st.HeldFor > 0 {
+		return fmt.Sprintf("held by schedule %s for another %s", st.HeldBy, st.HeldFor.Round(time.Second))
 	}
 	return ""
 }
 
-// hold records cmd's schedule (cmd.Hold, firing at at) as its fetch's
-// hold; a failure is logged and otherwise ignored (see Ledger).
+// hold records cmd's schedule (cmd.Hold, firing at at, on the services'
+// clock) as its fetch's hold, by its delay from now; a failure is logged
+// and otherwise ignored (see Ledger).
 func (s *Service) hold(ctx context.Context, cmd bus.FetchCommand, at time.Time) {
 	if s.d.Ledger == nil || !s.ledger.open() {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, LedgerTimeout)
 	defer cancel()
-	if err := s.d.Ledger.Hold(lctx, cmd.MatchID, string(cmd.Kind), at, cmd.Hold); err != nil && ctx.Err() == nil {
+	if err := s.d.Ledger.Hold(lctx, cmd.MatchID, string(cmd.Kind), at.Sub(s.d.Now()), cmd.Hold); err != nil && ctx.Err() == nil {
 		s.ledger.failed()
 		s.d.Logger.WarnContext(ctx, "could not record the fetch's hold; the retry-sweeper may re-publish it", "match_id", cmd.MatchID, "err", err)
 	}

@@ -77,10 +77,14 @@ type Store interface {
 	MarkPermanent(ctx context.Context, matchID, kind, reason string, attempt int) (store.BatchResult, error)
 	PersistBatch(ctx context.Context, b store.Batch) (store.BatchResult, error)
 	SettlePending(ctx context.Context, minFailures int) (store.BatchResult, error)
-	RunningSyncs(ctx context.Context) ([]store.RunningSync, error)
-	StuckSyncs(ctx context.Context, noProgressSince time.Time) ([]store.Account, error)
+	// RunningSyncs' and StuckSyncs' now is the sweeper's clock at the
+	// call: the syncs' times (LastProgress, LastProgressAt, SyncStartedAt)
+	// and noProgressSince are on it, as are the queue floors they are
+	// checked against (healthy).
+	RunningSyncs(ctx context.Context, now time.Time) ([]store.RunningSync, error)
+	StuckSyncs(ctx context.Context, now, noProgressSince time.Time) ([]store.Account, error)
 	ResetSync(ctx context.Context, puuid, requestID string) error
-	Hold(ctx context.Context, matchID, kind string, until time.Time, by string) error
+	Hold(ctx context.Context, matchID, kind string, d time.Duration, by string) error
 	Ping(ctx context.Context) error
 	// RejectQueued ends a refused request's pending job (HandleRejection).
 	RejectQueued(ctx context.Context, requestID, reason string, code int) (bool, error)
@@ -236,7 +240,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 // with the count.
 func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 	qctx, cancel := context.WithTimeout(ctx, s.renewTimeout())
-	running, err := s.d.Store.RunningSyncs(qctx)
+	running, err := s.d.Store.RunningSyncs(qctx, s.d.Now())
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil || fault.KindOf(err) != fault.Transient {
@@ -264,10 +268,12 @@ func (s *Service) RenewLocks(ctx context.Context) (int, error) {
 func (s *Service) renewTimeout() time.Duration { return max(s.cfg.LockTTL/3, 100*time.Millisecond) }
 
 // healthy reports whether a sync on region whose last progress was at last
-// is still at work: it progressed within StuckAfter, or the region's FETCH
-// stream still holds a fetch command or retry schedule published before
-// last + QueueSlack (its matches may be waiting behind a backlog or for a
-// retry). floors caches the region's queue across calls.
+// (on the sweeper's clock: the database's stamp moved onto it by
+// RunningSyncs or StuckSyncs) is still at work: it progressed within
+// StuckAfter, or the region's FETCH stream still holds a fetch command or
+// retry schedule published before last + QueueSlack (its matches may be
+// waiting behind a backlog or for a retry; queueFloor, on the same
+// clock). floors caches the region's queue across calls.
 func (s *Service) healthy(ctx context.Context, region string, last time.Time, floors map[string]queueFloor) (bool, error) {
 	if s.d.Now().Sub(last) < s.cfg.StuckAfter {
 		return true, nil
@@ -495,7 +501,7 @@ func (s *Service) sweepRow(ctx context.Context, f store.DueFetch, now time.Time,
 	// again for StaleAfter, and then only once the queue has moved
 	// past this command (QueueSlack), so a command still waiting
 	// behind a backlog is not re-published every sweep.
-	if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, now, "sweep/"+id); err != nil {
+	if err := s.d.Store.Hold(ctx, f.MatchID, f.Kind, 0, "sweep/"+id); err != nil {
 		s.d.Logger.WarnContext(ctx, "could not record the re-publish in the ledger", "match_id", f.MatchID, "err", err)
 	}
 	rep.Republished++
@@ -671,7 +677,7 @@ func (s *Service) life() syncjob.Lifecycle {
 // recover resets syncs stuck in syncing with no live lock and no progress
 // for StuckAfter, and queues them again (design 001 crash recovery).
 func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
-	stuck, err := s.d.Store.StuckSyncs(ctx, now.Add(-s.cfg.StuckAfter))
+	stuck, err := s.d.Store.StuckSyncs(ctx, s.d.Now(), now.Add(-s.cfg.StuckAfter))
 	if err != nil {
 		return 0, err
 	}

@@ -171,30 +171,29 @@ func TestSweeperRepublishesAtMost100PerRun(t *testing.T) {
 func TestSweeperLeavesHeldFetch(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	st, ctx := e.Store, t.Context()
-	now := time.Now()
 	const id = "NA1_9700"
 	if _, err := st.PersistBatch(ctx, store.Batch{Ledger: []store.LedgerUpdate{
-		{MatchID: id, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: now.Add(-3 * time.Hour)},
+		{MatchID: id, Kind: "match", Status: "temporary_failure", Attempt: 1, HTTPStatus: 503, Error: "503", AttemptedAt: time.Now().Add(-3 * time.Hour)},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Hold(ctx, id, "match", now.Add(time.Hour), "token-1"); err != nil {
-		t.Fatal(err)
-	}
-	at := now
 	s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: time.Second, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
-		func() time.Time { return at })
+		time.Now)
+	// The hold as the sweep finds it: its schedule fires in an hour, fired
+	// 5 minutes ago, fired 11 minutes ago.
 	for _, tc := range []struct {
-		at   time.Time
-		want int
-	}{{now, 0}, {now.Add(time.Hour + 5*time.Minute), 0}, {now.Add(time.Hour + 11*time.Minute), 1}} {
-		at = tc.at
+		fires time.Duration
+		want  int
+	}{{time.Hour, 0}, {-5 * time.Minute, 0}, {-11 * time.Minute, 1}} {
+		if err := st.Hold(ctx, id, "match", tc.fires, "token-1"); err != nil {
+			t.Fatal(err)
+		}
 		rep, err := s.Sweep(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rep.Republished != tc.want {
-			t.Fatalf("sweep at hold%+v: %+v, want %d re-published", tc.at.Sub(now.Add(time.Hour)), rep, tc.want)
+			t.Fatalf("sweep with the hold's schedule firing in %v: %+v, want %d re-published", tc.fires, rep, tc.want)
 		}
 	}
 }

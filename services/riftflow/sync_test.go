@@ -210,7 +210,7 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 	}
 	ev := watch(t, h)
 	waitFor(t, "no progress for SYNC_STUCK_AFTER", time.Minute, func() bool {
-		stuck, err := inf.Store.StuckSyncs(ctx, clk.Now().Add(-2*time.Second))
+		stuck, err := inf.Store.StuckSyncs(ctx, clk.Now(), clk.Now().Add(-2*time.Second))
 		return err == nil && len(stuck) == 1
 	})
 

@@ -225,7 +225,9 @@ func (a *API) postLogin(w http.ResponseWriter, r *http.Request) {
 	case s.SyncStatus == syncjob.Syncing || s.SyncStatus == syncjob.Pending && len(s.Queued) > 0:
 		writeJSON(w, http.StatusOK, map[string]any{"status": s.SyncStatus, "request_id": s.SyncRequestID})
 		return
-	case !s.LastSyncedAt.IsZero() && a.now().Sub(s.LastSyncedAt) < a.StaleAfter:
+	case !s.LastSyncedAt.IsZero() && s.SyncedAge < a.StaleAfter:
+		// The age on the database's clock, which stamped the sync's end:
+		// the API's clock may be set apart from it.
 		writeJSON(w, http.StatusOK, map[string]any{"status": "fresh", "last_synced_at": s.LastSyncedAt})
 		return
 	}
