@@ -40,6 +40,7 @@ import (
 	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -680,7 +681,7 @@ func (e *chaosEnv) ingestAll(from, to int) {
 			Platform: "na1", Mode: bus.ModeFull, LookbackDays: 60, Count: e.o.perPlayer, Trigger: "test"}
 		for {
 			ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
-			err := publishRequest(ctx, e.nc, e.subj, req)
+			err := stack.PublishIngest(ctx, e.nc, e.subj, req)
 			cancel()
 			if err == nil {
 				break

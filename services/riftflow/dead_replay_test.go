@@ -181,7 +181,7 @@ func TestClearKeyRejectionCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := printRateLimit(ctx, as(streams.UserCLI), "kfetcher", &out, false); err != nil {
+	if err := PrintRateLimit(ctx, as(streams.UserCLI), "kfetcher", &out, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "clear-key-rejection") {

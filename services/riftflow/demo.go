@@ -50,7 +50,7 @@ func runDemo(ctx context.Context, st *stack.Stack, plan []stack.Phase, out io.Wr
 				i+1, len(plan), ph.At.Format(time.DateOnly), ph.Mode, ph.Matches)
 		}
 		req.Mode, req.RequestID = ph.Mode, "demo-"+randHex(6)
-		ev, err := publishAndWait(ctx, st.Infra.NC, st.Infra.Subjects, req, out)
+		ev, err := stack.IngestAndWait(ctx, st.Infra.NC, st.Infra.Subjects, req, out)
 		if err != nil {
 			return err
 		}

@@ -170,7 +170,7 @@ func (h *harness) ingest(req bus.IngestRequest, timeout time.Duration) (bus.Prog
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, timeout)
 	defer cancel()
-	return publishAndWait(ctx, h.st.Infra.NC, h.st.Infra.Subjects, req, io.Discard)
+	return stack.IngestAndWait(ctx, h.st.Infra.NC, h.st.Infra.Subjects, req, io.Discard)
 }
 
 func (h *harness) demo() sim.Player {
@@ -342,7 +342,7 @@ func publishReq(t *testing.T, h *harness, req bus.IngestRequest) {
 	if err := req.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
+	if err := stack.PublishIngest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, req); err != nil {
 		t.Fatal(err)
 	}
 }

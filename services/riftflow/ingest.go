@@ -2,24 +2,20 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
-	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 )
 
 // cmdIngest is `riftflow ingest`: it publishes an ingest request on
@@ -84,7 +80,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	subj := bus.Subjects{Prefix: env.NATS.SubjectPrefix}
 	queueInJobLog(ctx, env, req, out)
 	if !*wait {
-		if err := publishRequest(ctx, nc, subj, req); err != nil {
+		if err := stack.PublishIngest(ctx, nc, subj, req); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
@@ -92,7 +88,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	ev, err := publishAndWait(ctx, nc, subj, req, out)
+	ev, err := stack.IngestAndWait(ctx, nc, subj, req, out)
 	if err != nil {
 		return err
 	}
@@ -119,69 +115,5 @@ func queueInJobLog(ctx context.Context, env config.Env, req bus.IngestRequest, o
 	}
 	if err != nil {
 		fmt.Fprintf(out, "note: request %s not recorded as pending in the job log: %v\n", req.RequestID, redact.String(err.Error()))
-	}
-}
-
-func publishRequest(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	m := nats.NewMsg(subj.IngestFor(req.Priority))
-	m.Data = data
-	m.Header.Set(nats.MsgIdHdr, bus.IngestMsgID(req.RequestID))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	// A producer span, whose context travels in the headers: the root of
-	// the request's trace.
-	_, err = natsx.PublishMsg(ctx, js, m)
-	return err
-}
-
-// publishAndWait publishes req on lol.ingest.request and follows its
-// progress events and rejections until the sync completes or fails.
-func publishAndWait(ctx context.Context, nc *nats.Conn, subj bus.Subjects, req bus.IngestRequest, out io.Writer) (bus.ProgressEvent, error) {
-	events := make(chan *nats.Msg, 256)
-	sub1, err := nc.ChanSubscribe(subj.ProgressAll(), events)
-	if err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	defer sub1.Unsubscribe()
-	sub2, err := nc.ChanSubscribe(subj.IngestRejected(), events)
-	if err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	defer sub2.Unsubscribe()
-	if err := publishRequest(ctx, nc, subj, req); err != nil {
-		return bus.ProgressEvent{}, err
-	}
-	fmt.Fprintf(out, "request %s published on %s\n", req.RequestID, subj.IngestFor(req.Priority))
-	last := -1
-	for {
-		select {
-		case <-ctx.Done():
-			return bus.ProgressEvent{}, fmt.Errorf("waiting for request %s: %w", req.RequestID, ctx.Err())
-		case m := <-events:
-			if m.Subject == subj.IngestRejected() {
-				var r bus.Rejection
-				if json.Unmarshal(m.Data, &r) == nil && r.RequestID == req.RequestID {
-					return bus.ProgressEvent{}, fmt.Errorf("rejected (%d): %s", r.Code, r.Reason)
-				}
-				continue
-			}
-			var ev bus.ProgressEvent
-			if json.Unmarshal(m.Data, &ev) != nil || ev.RequestID != req.RequestID {
-				continue
-			}
-			if ev.Progress != last || syncjob.Status(ev.Status) != syncjob.Syncing {
-				fmt.Fprintf(out, "  %-9s %d/%d matches\n", ev.Status, ev.Progress, ev.Total)
-				last = ev.Progress
-			}
-			if syncjob.Status(ev.Status).Finished() {
-				return ev, nil
-			}
-		}
 	}
 }

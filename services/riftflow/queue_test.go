@@ -20,6 +20,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -61,7 +62,7 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	env := h.st.Infra.Env
 	env.Postgres.URL = config.Secret(h.st.DBURL)
 	queueInJobLog(h.ctx, env, cli, io.Discard)
-	if err := publishRequest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, cli); err != nil {
+	if err := stack.PublishIngest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, cli); err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, cli.RequestID)

@@ -19,8 +19,10 @@ import (
 	"github.com/riftflow/riftflow/streams"
 )
 
-// printRateLimit prints the state of keyID ("" for every key) from KV.
-func printRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, out io.Writer, asJSON bool) error {
+// PrintRateLimit prints what `riftflow status --ratelimit` shows: the
+// shared limiter's state of keyID ("" for every key) from the ratelimit KV
+// bucket of js, as text or, with asJSON, as JSON.
+func PrintRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, out io.Writer, asJSON bool) error {
 	kv, err := js.KeyValue(ctx, "ratelimit")
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		fmt.Fprintln(out, "rate limit: no shared state yet (KV bucket ratelimit missing)")

@@ -311,7 +311,7 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 		t.Errorf("/metrics: riftflow_ratelimit_key_rejected_total{status=\"403\"} = %v, want at least 1", total)
 	}
 	var out bytes.Buffer
-	if err := printRateLimit(p.h.ctx, p.h.st.Infra.JS, riotclient.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
+	if err := PrintRateLimit(p.h.ctx, p.h.st.Infra.JS, riotclient.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "Riot answered 403") ||

@@ -36,6 +36,7 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
 )
 
 // soakPlan is the shape of one soak run, scaled from its length.
@@ -346,7 +347,7 @@ func (s *soak) drive(ctx context.Context) {
 			// ends: a request that may have reached the stream counts.
 			for {
 				pctx, cancel := context.WithTimeout(s.e.ctx, 5*time.Second)
-				err := publishRequest(pctx, s.e.nc, s.e.subj, req)
+				err := stack.PublishIngest(pctx, s.e.nc, s.e.subj, req)
 				cancel()
 				if err == nil {
 					break

@@ -132,7 +132,7 @@ func cmdStatusRateLimit(ctx context.Context, env config.Env, out io.Writer, asJS
 	if env.Riot.APIKey != "" {
 		keyID = riotclient.KeyID(env.Riot.APIKey.Reveal())
 	}
-	return printRateLimit(ctx, js, keyID, out, asJSON)
+	return PrintRateLimit(ctx, js, keyID, out, asJSON)
 }
 
 // printJobs is `riftflow status --jobs`: the job log as a table or JSON.
