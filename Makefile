@@ -4,8 +4,8 @@ GO ?= go
 BIN := bin
 SERVICES := resolver matchid-lister match-fetcher persister retry-sweeper
 # Every module of the go.work workspace.
-MODULES := pkg internal streams migrations deploy $(addprefix services/,$(SERVICES) riftflow)
-# Per module: services/riftflow holds the short chaos suite and the 3-minute soak.
+MODULES := pkg internal streams migrations deploy $(addprefix services/,$(SERVICES) riftflow) e2e
+# Per module: e2e holds the short chaos suite and the 3-minute soak.
 TEST_TIMEOUT ?= 45m
 FUZZTIME ?= 10s
 # make test fuzzes each target for a count of executions, not a duration:
@@ -52,7 +52,7 @@ run: build
 ## TEST_LOGS, each printed as it ends.
 ## Fails when any of them fails. Starts Postgres itself when DATABASE_URL is unset.
 TEST_LOGS ?= $(CURDIR)/.data/test
-# services/riftflow's go test is two jobs: the tests matching APART_TESTS
+# e2e's go test is two jobs: the tests matching APART_TESTS
 # (the chaos cases, the soak and the secrets check: separate service
 # processes, t.Parallel, APART_PARALLEL at once) and every other test
 # (-skip of the same pattern), so the slow half runs beside the rest; they
@@ -60,7 +60,7 @@ TEST_LOGS ?= $(CURDIR)/.data/test
 # loaded machine (load ≥ 20) TestChaosNATSRestart and TestSecretsNeverLeak
 # then exceeded their per-match Riot call bound (a second call with no
 # failure), so the default runs them in turn.
-APART_MODULE := services/riftflow
+APART_MODULE := e2e
 APART_TESTS := ^Test(Chaos|Soak|SecretsNeverLeak)
 APART_PARALLEL ?= 1
 test:
@@ -143,7 +143,7 @@ $(BENCHSTAT):
 
 ## bench-budget: the pipeline rate-limit benchmarks against the simulator (≈ 15 min)
 bench-budget:
-	cd services/riftflow && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee ../../bench-budget.out
+	cd e2e && $(GO) test -run '^$$' -bench PipelineBudget -benchtime 1x -timeout 30m . | grep -v harness_test | tee ../bench-budget.out
 
 ## bench-pipeline: the pipeline as separate processes (bin/natsnode and the
 ## five service binaries, Postgres on DATABASE admin URL
@@ -157,7 +157,7 @@ BENCH_PIPELINE_MATCHES ?= 500
 bench-pipeline: build
 	$(GOBUILD) -o $(BIN)/natsnode ./internal/cmd/natsnode
 	mkdir -p $(BENCH_PIPELINE_OUT)
-	cd services/riftflow && BENCH_BIN=$(CURDIR)/$(BIN) BENCH_PIPELINE_OUT=$(BENCH_PIPELINE_OUT) \
+	cd e2e && BENCH_BIN=$(CURDIR)/$(BIN) BENCH_PIPELINE_OUT=$(BENCH_PIPELINE_OUT) \
 		BENCH_PIPELINE_PLAYERS=$(BENCH_PIPELINE_PLAYERS) BENCH_PIPELINE_MATCHES=$(BENCH_PIPELINE_MATCHES) \
 		$(GO) test -run '^$$' -bench PipelineProcesses -benchtime 1x -timeout 90m -v . 2>&1 | grep -v 'harness_test' | tee $(BENCH_PIPELINE_OUT)/bench.out
 
@@ -179,7 +179,7 @@ BENCH_LIMIT_OUT ?= $(CURDIR)/.data/bench-limit
 BENCH_LIMIT_WINDOWS ?= 5
 bench-limit:
 	mkdir -p $(BENCH_LIMIT_OUT)
-	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
+	cd e2e && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitProcesses -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/bench.out
 
 ## bench-limit-fetchers: the real match-fetcher binary, BENCH_LIMIT_N (2,8)
 ## processes, in the whole pipeline as OS processes against the simulator on
@@ -188,7 +188,7 @@ bench-limit:
 ## BENCH_LIMIT_HOGS as for bench-limit (~8 min per N).
 bench-limit-fetchers:
 	mkdir -p $(BENCH_LIMIT_OUT)
-	cd services/riftflow && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
+	cd e2e && BENCH_LIMIT_WINDOWS=$(BENCH_LIMIT_WINDOWS) BENCH_LIMIT_OUT=$(BENCH_LIMIT_OUT) $(GO) test -run '^$$' -bench LimitMatchFetchers -benchtime 1x -timeout 2h . | tee $(BENCH_LIMIT_OUT)/fetchers.out
 
 ## fuzz: every fuzz target in turn for FUZZTIME (make test runs 20000x each beside the tests; try FUZZTIME=5m);
 ## a spec is <dir under pkg/>:<target>, so ../services/riftflow/api names the HTTP API's package
@@ -212,7 +212,7 @@ fuzz:
 
 ## chaos: the full fault-injection suite (a short version runs in make test)
 chaos:
-	set -o pipefail; cd services/riftflow && RIFTFLOW_CHAOS=full $(GO) test -count=1 -timeout 180m -run Chaos -v . | grep -v -E "^\s+time=|^\s+harness_test"
+	set -o pipefail; cd e2e && RIFTFLOW_CHAOS=full $(GO) test -count=1 -timeout 180m -run Chaos -v . | grep -v -E "^\s+time=|^\s+harness_test"
 
 ## soak: the whole pipeline as separate processes (2 of each service, a
 ## 3-node NATS cluster, a private Postgres) on the simulator with Riot
@@ -227,7 +227,7 @@ SOAK_TIMEOUT ?= 4h
 .PHONY: soak
 soak:
 	mkdir -p $(SOAK_OUT)
-	set -o pipefail; cd services/riftflow && SOAK=$(SOAK) SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) \
+	set -o pipefail; cd e2e && SOAK=$(SOAK) SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) \
 		-run '^TestSoak$$' -v . 2>&1 | grep -v -E "^\s+time=|^\s+harness_test" | tee $(SOAK_OUT)/soak.out
 
 ## images: one container image per binary (riftflow/<binary>:$(VERSION)) from the
@@ -272,7 +272,7 @@ tools:
 
 ## check: gofmt, go vet, staticcheck and govulncheck over every module; fails on findings
 check: tools
-	@echo "=== gofmt"; out=$$(gofmt -l pkg internal services streams deploy migrations); \
+	@echo "=== gofmt"; out=$$(gofmt -l pkg internal services streams deploy migrations e2e); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@$(MAKE) --no-print-directory vet
 	@set -e; for m in $(MODULES); do echo "=== staticcheck $$m"; (cd $$m && $(TOOLS)/staticcheck ./...); done
@@ -294,7 +294,7 @@ vulncheck: tools
 lint: check
 
 fmt:
-	gofmt -l -w pkg internal services streams deploy migrations
+	gofmt -l -w pkg internal services streams deploy migrations e2e
 
 clean:
 	rm -rf $(BIN) .data bench.out

@@ -71,6 +71,21 @@ func JetStream(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	return s, nc, js
 }
 
+// Remaining is what consumer of stream on js has not acknowledged yet:
+// its pending messages and those in flight.
+func Remaining(t testing.TB, js jetstream.JetStream, stream, consumer string) int {
+	t.Helper()
+	c, err := js.Consumer(t.Context(), stream, consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.NumPending) + info.NumAckPending
+}
+
 // Issue makes a P-256 key and a certificate of it from tmpl, signed by
 // parentKey as parent, or by the new key itself when parent is nil (a CA,
 // or a self-signed server certificate): for a test server that serves TLS.

@@ -18,6 +18,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -95,30 +96,30 @@ func streamsMentioning(t *testing.T, ctx context.Context, js jetstream.JetStream
 // rewritten out of its MatchDto and TimelineDto; a dead letter about
 // someone else stays; the answer says what was removed.
 func TestForgetLeavesNoTrace(t *testing.T) {
-	h, p := syncedHarness(t, 3)
-	ctx, inf := h.ctx, h.st.Infra
+	h, p := stacktest.Synced(t, 3)
+	ctx, inf := h.Ctx, h.St.Infra
 	kept := p.Matches[0].ID
 	var other string
-	if err := h.db.QueryRow(ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
+	if err := h.DB.QueryRow(ctx, `SELECT puuid FROM match_participants WHERE match_id = $1 AND puuid <> $2 AND puuid <> 'BOT' LIMIT 1`,
 		kept, p.PUUID).Scan(&other); err != nil {
 		t.Fatal(err)
 	}
 	if err := inf.Store.UpsertAccount(ctx, store.Account{PUUID: other, Platform: "na1", Region: "americas", Active: true}); err != nil {
 		t.Fatal(err)
 	}
-	if h.count(`SELECT count(*) FROM match_timelines WHERE match_id = $1`, kept) == 0 {
+	if h.Count(`SELECT count(*) FROM match_timelines WHERE match_id = $1`, kept) == 0 {
 		// The synthetic players' timelines are not stored: give the kept
 		// match one shaped as Riot's, naming both players.
 		tl := fmt.Sprintf(`{"metadata":{"matchId":%q,"participants":[%q,%q]},"info":{"frameInterval":60000,"participants":[{"participantId":1,"puuid":%q},{"participantId":2,"puuid":%q}]}}`,
 			kept, p.PUUID, other, p.PUUID, other)
-		if _, err := h.db.Exec(ctx, `INSERT INTO match_timelines (match_id, raw) VALUES ($1, $2::text::json)`, kept, tl); err != nil {
+		if _, err := h.DB.Exec(ctx, `INSERT INTO match_timelines (match_id, raw) VALUES ($1, $2::text::json)`, kept, tl); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := inf.Store.UpsertLeagueEntries(ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: "RANKED_SOLO_5x5", SnapshotDate: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, inf, api.ScopeAdmin)
+	srv := stacktest.APIServer(t, inf, api.ScopeAdmin)
 	for _, path := range []string{"/v1/matches/" + kept, "/v1/matches/" + kept + "/timeline", "/v1/players/" + p.PUUID + "/matches",
 		"/v1/players/" + p.PUUID + "/ranks", "/v1/players/" + p.PUUID + "/reports"} {
 		if resp, body := getFrom(t, srv.URL+path); resp.StatusCode != 200 {
@@ -162,7 +163,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 		t.Fatal("no stream holds the player before forget: the check below would prove nothing")
 	}
 
-	participants := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, kept)
+	participants := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, kept)
 	var res api.ForgetResult
 	if code, body := jsonCall(t, srv.URL, "DELETE", "/v1/admin/accounts/"+p.PUUID, "", &res); code != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", code, body)
@@ -194,7 +195,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	if resp.StatusCode != 200 || !json.Valid(body) || bytes.Contains(body, []byte(p.PUUID)) || !bytes.Contains(body, []byte(other)) {
 		t.Errorf("kept timeline after forget: %d %s", resp.StatusCode, body)
 	}
-	if n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, kept); n != participants-1 {
+	if n := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, kept); n != participants-1 {
 		t.Errorf("kept match: %d participant rows, want %d (the player's gone)", n, participants-1)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/telemetry"
 	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/services/riftflow/stack"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -70,7 +71,7 @@ func TestNATSPermissions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole stack under per-service NATS users: skipped under -short")
 	}
-	for k, v := range fastEnv {
+	for k, v := range stacktest.FastEnv {
 		t.Setenv(k, v)
 	}
 	dir := t.TempDir()
@@ -106,7 +107,7 @@ func TestNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newAPI(st.Infra).Mount(st.Infra.Ops)
+	stacktest.NewAPI(st.Infra).Mount(st.Infra.Ops)
 	base := serveLoopback(t, api.NewServer(ctx, st.Infra.Ops.Handler(), log, api.DefaultTimeouts))
 
 	// Local tools' files hold credentials: owner-only.

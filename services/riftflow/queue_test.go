@@ -21,6 +21,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
 	"github.com/riftflow/riftflow/services/riftflow/stack"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -32,15 +33,15 @@ import (
 // off. An account that was synced shows its new request pending too, and
 // a queued request the resolver refuses ends rejected.
 func TestQueuedSyncIsVisible(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
 	pause, srv := pauseSwitch(t, h)
 	do := func(method, path, body string, out any) int {
 		t.Helper()
 		code, _ := jsonCall(t, srv.URL, method, path, body, out)
 		return code
 	}
-	p1, p2, p3 := synthPlayer(t, h, 1), synthPlayer(t, h, 2), synthPlayer(t, h, 3)
+	p1, p2, p3 := stacktest.SynthPlayer(t, h, 1), stacktest.SynthPlayer(t, h, 2), stacktest.SynthPlayer(t, h, 3)
 
 	pause(true)
 	var ids []string
@@ -59,10 +60,10 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	if err := cli.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	env := h.st.Infra.Env
-	env.Postgres.URL = config.Secret(h.st.DBURL)
-	queueInJobLog(h.ctx, env, cli, io.Discard)
-	if err := stack.PublishIngest(h.ctx, h.st.Infra.NC, h.st.Infra.Subjects, cli); err != nil {
+	env := h.St.Infra.Env
+	env.Postgres.URL = config.Secret(h.St.DBURL)
+	queueInJobLog(h.Ctx, env, cli, io.Discard)
+	if err := stack.PublishIngest(h.Ctx, h.St.Infra.NC, h.St.Infra.Subjects, cli); err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, cli.RequestID)
@@ -90,7 +91,7 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 		acct.SyncRequestID != ids[0] || len(acct.Queued) != 1 || acct.Queued[0].Position != 1 {
 		t.Errorf("GET /v1/accounts/{never synced, queued}: %d %+v, want pending %s at 1", code, acct, ids[0])
 	}
-	t.Setenv("DATABASE_URL", h.st.DBURL)
+	t.Setenv("DATABASE_URL", h.St.DBURL)
 	for args, want := range map[string][]string{
 		"status --puuid " + p2.PUUID: {"pending, 0/0 matches, request " + ids[1], "#2 in the interactive queue"},
 		"status --jobs":              {"pending #3", cli.RequestID},
@@ -100,11 +101,11 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 
 	pause(false)
 	for _, id := range ids {
-		waitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
-			return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, id) == 1
+		stacktest.WaitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
+			return h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, id) == 1
 		})
 	}
-	h.waitIdle(20 * time.Second)
+	h.WaitIdle(20 * time.Second)
 
 	// A synced account with a new request queued: pending again, with
 	// its last sync kept.
@@ -121,10 +122,10 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 		t.Errorf("GET /v1/accounts/{synced, queued}: %d %+v, want pending %s with its last sync", code, acct, again.RequestID)
 	}
 	pause(false)
-	waitFor(t, "the second request to complete", 2*time.Minute, func() bool {
-		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, again.RequestID) == 1
+	stacktest.WaitFor(t, "the second request to complete", 2*time.Minute, func() bool {
+		return h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, again.RequestID) == 1
 	})
-	if s, err := h.st.Infra.Store.AccountStatus(h.ctx, p1.PUUID); err != nil || s.SyncStatus != "completed" || len(s.Queued) != 0 {
+	if s, err := h.St.Infra.Store.AccountStatus(h.Ctx, p1.PUUID); err != nil || s.SyncStatus != "completed" || len(s.Queued) != 0 {
 		t.Errorf("after the queued sync ran: %+v %v, want completed, nothing queued", s, err)
 	}
 
@@ -136,8 +137,8 @@ func TestQueuedSyncIsVisible(t *testing.T) {
 	if code := do("POST", "/v1/sync", `{"riot_id":"Nobody Here#0000","platform":"na1"}`, &unknown); code != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync for an unknown Riot ID: %d", code)
 	}
-	waitFor(t, "the refused request's job to end rejected", 30*time.Second, func() bool {
-		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'rejected' AND error LIKE '%no Riot account%'`, unknown.RequestID) == 1
+	stacktest.WaitFor(t, "the refused request's job to end rejected", 30*time.Second, func() bool {
+		return h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'rejected' AND error LIKE '%no Riot account%'`, unknown.RequestID) == 1
 	})
 	// A client that asks later hears the outcome, with the resolver's code.
 	events := sseEvents(t, srv.URL+"/v1/sync/"+unknown.RequestID+"/events", "", 30*time.Second)
@@ -201,14 +202,14 @@ func TestStatusSchedules(t *testing.T) {
 // it). Once the switch is off and a resolver runs, each completes under
 // the same job.
 func TestNATSRequestIsVisible(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true, env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
+	h := stacktest.Start(t, stacktest.Options{NoRun: true, Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 3, MatchesPerPlayer: 3}}})
 	pause, srv := pauseSwitch(t, h)
-	p1, p2 := synthPlayer(t, h, 1), synthPlayer(t, h, 2)
+	p1, p2 := stacktest.SynthPlayer(t, h, 1), stacktest.SynthPlayer(t, h, 2)
 	// Every service but the resolver, under the pause switch.
 	pause(true)
-	run, stop := context.WithCancel(h.st.Infra.HoldContext(h.ctx))
-	done := make(chan error, len(h.st.Services))
+	run, stop := context.WithCancel(h.St.Infra.HoldContext(h.Ctx))
+	done := make(chan error, len(h.St.Services))
 	running := 0
 	start := func(s app.Service) {
 		running++
@@ -220,12 +221,12 @@ func TestNATSRequestIsVisible(t *testing.T) {
 			<-done
 		}
 	})
-	for _, s := range h.st.Services[1:] {
+	for _, s := range h.St.Services[1:] {
 		start(s)
 	}
 	publish := func(body string) uint64 {
 		t.Helper()
-		ack, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), []byte(body))
+		ack, err := h.St.Infra.JS.Publish(h.Ctx, h.St.Infra.Subjects.IngestRequest(), []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +237,7 @@ func TestNATSRequestIsVisible(t *testing.T) {
 		var jobs struct {
 			Jobs []api.Job `json:"jobs"`
 		}
-		waitFor(t, what+": GET /v1/jobs shows the requests pending", 20*time.Second, func() bool {
+		stacktest.WaitFor(t, what+": GET /v1/jobs shows the requests pending", 20*time.Second, func() bool {
 			jobs.Jobs = nil
 			if code, _ := jsonCall(t, srv.URL, "GET", "/v1/jobs?type=sync&status=pending", "", &jobs); code != 200 {
 				return false
@@ -257,11 +258,11 @@ func TestNATSRequestIsVisible(t *testing.T) {
 	}
 
 	seq := publish(fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p1.PUUID))
-	ingest, err := h.st.Infra.JS.Stream(h.ctx, streams.StreamIngest)
+	ingest, err := h.St.Infra.JS.Stream(h.Ctx, streams.StreamIngest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := ingest.GetMsg(h.ctx, seq)
+	raw, err := ingest.GetMsg(h.Ctx, seq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestNATSRequestIsVisible(t *testing.T) {
 	publish(fmt.Sprintf(`{"request_id":"nats-riot","riot_id":%q,"platform":"na1","mode":"full","lookback_days":30}`, riotID))
 	time.Sleep(time.Second) // pull rounds of every running service
 	pending("no resolver", map[string]int{anon: 1, "nats-riot": 2})
-	t.Setenv("DATABASE_URL", h.st.DBURL)
+	t.Setenv("DATABASE_URL", h.St.DBURL)
 	for args, want := range map[string][]string{
 		"status --puuid " + p1.PUUID: {"pending, 0/0 matches, request " + anon, "#1 in the interactive queue"},
 		"status --jobs":              {"pending #1", anon, "pending #2", "nats-riot"},
@@ -294,13 +295,13 @@ func TestNATSRequestIsVisible(t *testing.T) {
 	}
 
 	// A resolver starts: both complete, under the jobs shown pending.
-	start(h.st.Services[0])
+	start(h.St.Services[0])
 	for id, puuid := range map[string]string{anon: p1.PUUID, "nats-riot": p2.PUUID} {
-		waitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
-			return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND puuid = $2 AND status = 'completed'`, id, puuid) == 1
+		stacktest.WaitFor(t, "request "+id+" to complete", 2*time.Minute, func() bool {
+			return h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND puuid = $2 AND status = 'completed'`, id, puuid) == 1
 		})
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'sync'`); n != 2 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE type = 'sync'`); n != 2 {
 		t.Errorf("%d sync jobs, want the 2 requests' own", n)
 	}
 }
@@ -310,24 +311,24 @@ func TestNATSRequestIsVisible(t *testing.T) {
 // ignores it: a replica that accepted its requests before the switch
 // reached it. The replica gets its own copy of the Process, so the
 // services' switch stays.
-func pauseSwitch(t *testing.T, h *harness) (pause func(on bool), srv *httptest.Server) {
+func pauseSwitch(t *testing.T, h *stacktest.Harness) (pause func(on bool), srv *httptest.Server) {
 	t.Helper()
-	kv, err := h.st.Infra.KV(h.ctx, streams.BucketControl)
+	kv, err := h.St.Infra.KV(h.Ctx, streams.BucketControl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pause = func(on bool) {
 		t.Helper()
-		if err := control.Set(h.ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
+		if err := control.Set(h.Ctx, kv, control.State{Paused: on, Reason: "queue test", By: "test"}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.st.Infra.Pause.Paused() == on })
+		stacktest.WaitFor(t, fmt.Sprintf("the services to see paused=%v", on), 10*time.Second, func() bool { return h.St.Infra.Pause.Paused() == on })
 	}
-	proc := *h.st.Infra.Process
+	proc := *h.St.Infra.Process
 	proc.Pause = nil
-	unpaused := *h.st.Infra
+	unpaused := *h.St.Infra
 	unpaused.Process = &proc
-	return pause, apiServer(t, &unpaused, api.ScopeAdmin)
+	return pause, stacktest.APIServer(t, &unpaused, api.ScopeAdmin)
 }
 
 // cliShows runs the CLI (Main) with the words of args and fails the test

@@ -12,6 +12,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 )
 
 // TestReadAPI: after a sync, every stored match and timeline is served
@@ -20,8 +21,8 @@ import (
 // come from the in-process cache once read; a player's matches page
 // newest first through an opaque cursor; errors are problem+json.
 func TestReadAPI(t *testing.T) {
-	h, p := syncedHarness(t, 5)
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
+	h, p := stacktest.Synced(t, 5)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
 	get := func(path string, hdr ...string) (*http.Response, []byte) {
 		t.Helper()
 		return getFrom(t, srv.URL+path, hdr...)
@@ -30,7 +31,7 @@ func TestReadAPI(t *testing.T) {
 		var x, y any
 		return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 	}
-	rows, _ := h.db.Query(h.ctx, `SELECT match_id, EXISTS (SELECT 1 FROM match_timelines t WHERE t.match_id = m.match_id) FROM matches m`)
+	rows, _ := h.DB.Query(h.Ctx, `SELECT match_id, EXISTS (SELECT 1 FROM match_timelines t WHERE t.match_id = m.match_id) FROM matches m`)
 	type stored struct {
 		id       string
 		timeline bool
@@ -45,7 +46,7 @@ func TestReadAPI(t *testing.T) {
 		t.Fatalf("%d stored matches, want 5", len(all))
 	}
 	for _, s := range all {
-		_, want, err := h.st.Infra.Riot.Match(h.ctx, riot.Americas, s.id)
+		_, want, err := h.St.Infra.Riot.Match(h.Ctx, riot.Americas, s.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestReadAPI(t *testing.T) {
 		if !s.timeline {
 			continue
 		}
-		_, wantTL, err := h.st.Infra.Riot.Timeline(h.ctx, riot.Americas, s.id)
+		_, wantTL, err := h.St.Infra.Riot.Timeline(h.Ctx, riot.Americas, s.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +72,7 @@ func TestReadAPI(t *testing.T) {
 		}
 	}
 	// Read once, served from the cache even when the row is gone.
-	if _, err := h.db.Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, all[0].id); err != nil {
+	if _, err := h.DB.Exec(h.Ctx, `DELETE FROM matches WHERE match_id = $1`, all[0].id); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := get("/v1/matches/" + all[0].id); resp.StatusCode != 200 {
@@ -103,12 +104,12 @@ func TestReadAPI(t *testing.T) {
 		t.Errorf("paged matches %v, want newest first %v", ids, want)
 	}
 	// riftflow show reads the same.
-	t.Setenv("DATABASE_URL", h.st.Infra.Env.Postgres.URL.Reveal())
+	t.Setenv("DATABASE_URL", h.St.Infra.Env.Postgres.URL.Reveal())
 	var out, errOut bytes.Buffer
 	if rc := Main([]string{"show", "--match", all[1].id}, &out, &errOut); rc != 0 {
 		t.Fatalf("riftflow show: %d %s", rc, errOut.String())
 	}
-	if _, want, _ := h.st.Infra.Riot.Match(h.ctx, riot.Americas, all[1].id); !jsonEqual(out.Bytes(), want) {
+	if _, want, _ := h.St.Infra.Riot.Match(h.Ctx, riot.Americas, all[1].id); !jsonEqual(out.Bytes(), want) {
 		t.Error("riftflow show --match differs from Riot's MatchDto")
 	}
 	out.Reset()
@@ -130,8 +131,8 @@ func TestReadAPI(t *testing.T) {
 // (304 on If-None-Match) and design 002's 5-minute Cache-Control; bad
 // paging is 400; `riftflow show --ranks` and `--reports` print the same.
 func TestPlayerRanksAndReports(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	st := h.st.Infra.Store
+	h := stacktest.Start(t, stacktest.Options{NoRun: true})
+	st := h.St.Infra.Store
 	const p, other = "puuid-ranks-player", "puuid-someone-else"
 	day0 := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	var entries []store.LeagueEntry
@@ -142,21 +143,21 @@ func TestPlayerRanksAndReports(t *testing.T) {
 		}
 	}
 	entries = append(entries, store.LeagueEntry{PUUID: other, QueueType: "RANKED_SOLO_5x5", SnapshotDate: day0.AddDate(0, 0, 9), Tier: "IRON"})
-	if err := st.UpsertLeagueEntries(h.ctx, entries); err != nil {
+	if err := st.UpsertLeagueEntries(h.Ctx, entries); err != nil {
 		t.Fatal(err)
 	}
 	lp := 17
 	for w := 0; w < 3; w++ {
-		if err := st.SaveWeeklyReport(h.ctx, store.WeeklyReport{PUUID: p, WeekStart: day0.AddDate(0, 0, -7*w),
+		if err := st.SaveWeeklyReport(h.Ctx, store.WeeklyReport{PUUID: p, WeekStart: day0.AddDate(0, 0, -7*w),
 			WeeklyStats: store.WeeklyStats{Games: w + 1, Wins: w, TopChampions: []store.ChampionStat{{ChampionName: "Ahri", Games: w + 1}}},
 			LPChange:    &lp}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.SaveWeeklyReport(h.ctx, store.WeeklyReport{PUUID: other, WeekStart: day0.AddDate(0, 0, 7)}); err != nil {
+	if err := st.SaveWeeklyReport(h.Ctx, store.WeeklyReport{PUUID: other, WeekStart: day0.AddDate(0, 0, 7)}); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, api.ScopeRead)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeRead)
 	// The pages as the API answers them.
 	type ranksPage struct {
 		Ranks []store.RankSnapshot `json:"ranks"`
@@ -214,10 +215,10 @@ func TestPlayerRanksAndReports(t *testing.T) {
 	}
 
 	// riftflow show reads the same (the player must have an account row).
-	if err := st.UpsertAccount(h.ctx, store.Account{PUUID: p, Platform: "na1"}); err != nil {
+	if err := st.UpsertAccount(h.Ctx, store.Account{PUUID: p, Platform: "na1"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("DATABASE_URL", h.st.Infra.Env.Postgres.URL.Reveal())
+	t.Setenv("DATABASE_URL", h.St.Infra.Env.Postgres.URL.Reveal())
 	for flag, n := range map[string]int{"--ranks": 6, "--reports": 3} {
 		var out, errOut bytes.Buffer
 		if rc := Main([]string{"show", "--puuid", p, flag}, &out, &errOut); rc != 0 {

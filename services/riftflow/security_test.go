@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/riftflow/riftflow/internal/natsembed"
+	"github.com/riftflow/riftflow/internal/stagetest"
 )
 
 // Issue 27 finding 10: `riftflow up` with a database of the user's
@@ -55,7 +56,7 @@ func TestUpBannerHidesNATSPassword(t *testing.T) {
 	r, w := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- Run(ctx, Invocation{Args: []string{"up", "--simulator", "--http-addr", freeAddr(t)}, Stdout: w, Stderr: testWriter{t}})
+		done <- Run(ctx, Invocation{Args: []string{"up", "--simulator", "--http-addr", freeAddr(t)}, Stdout: w, Stderr: stagetest.Writer(t)})
 		w.Close()
 	}()
 	sc := bufio.NewScanner(r)

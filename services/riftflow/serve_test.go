@@ -46,7 +46,7 @@ func TestServeHasTheAPIServerLimits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- Run(ctx, Invocation{Args: []string{"serve"}, Stdout: io.Discard, Stderr: testWriter{t}})
+		done <- Run(ctx, Invocation{Args: []string{"serve"}, Stdout: io.Discard, Stderr: stagetest.Writer(t)})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	base := "http://" + addr

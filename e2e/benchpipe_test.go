@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // make bench-pipeline: the pipeline's throughput and memory against a
 // reference, in one run. See docs/throughput.md for what it measures and

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"context"
@@ -8,10 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -23,16 +25,16 @@ import (
 // interactive calls first.
 func TestInteractiveBeatsBackfill(t *testing.T) {
 	const backlog = 400
-	h := startHarness(t, harnessOptions{sim: sim.Options{
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{
 		Limits:    sim.RateLimits{App: "10:1,600:60"},
 		Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: backlog},
 	}})
-	js := h.st.Infra.JS
+	js := h.St.Infra.JS
 	for i := range backlog {
 		id := fmt.Sprintf("NA1_%d", sim.SyntheticGameIDBase+i)
 		cmd := bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: "americas", Attempt: 1,
 			Priority: bus.Background, RequestID: "backfill"}
-		if _, err := js.PublishAsync(h.st.Infra.Subjects.FetchFor("americas", bus.Background), mustJSON(cmd), jetstream.WithMsgID(id)); err != nil {
+		if _, err := js.PublishAsync(h.St.Infra.Subjects.FetchFor("americas", bus.Background), mustJSON(cmd), jetstream.WithMsgID(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +44,7 @@ func TestInteractiveBeatsBackfill(t *testing.T) {
 		t.Fatal("backlog publish did not complete")
 	}
 	backfill := func() int {
-		return h.count(`SELECT count(*) FROM matches WHERE match_id LIKE $1`, fmt.Sprintf("NA1_%d%%", sim.SyntheticGameIDBase/1_000_000_000))
+		return h.Count(`SELECT count(*) FROM matches WHERE match_id LIKE $1`, fmt.Sprintf("NA1_%d%%", sim.SyntheticGameIDBase/1_000_000_000))
 	}
 	// The backlog is being worked before the user arrives.
 	deadline := time.Now().Add(20 * time.Second)
@@ -53,8 +55,8 @@ func TestInteractiveBeatsBackfill(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	p := h.demo() // on na1: the same americas budget as the backlog
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+	p := h.Demo() // on na1: the same americas budget as the backlog
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
 		Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total == 0 {
 		t.Fatalf("interactive sync: %+v %v", ev, err)
@@ -80,15 +82,15 @@ func TestInteractiveBeatsBackfill(t *testing.T) {
 // backlog is stored: it was real work in the same process.
 func TestInteractiveFirstAtEveryStage(t *testing.T) {
 	const players, matchesEach, results = 120, 2, 200
-	h := startHarness(t, harnessOptions{sim: sim.Options{
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{
 		Limits: sim.RateLimits{App: "10:1,600:60"},
 		// One more synthetic player: the user, whose matches all exist.
 		Synthetic: sim.Synthetic{Players: players + 1, MatchesPerPlayer: matchesEach},
 	}})
-	ctx := h.ctx
-	js := h.st.Infra.JS
-	subj := h.st.Infra.Subjects
-	ctl, err := h.st.Infra.KV(ctx, streams.BucketControl)
+	ctx := h.Ctx
+	js := h.St.Infra.JS
+	subj := h.St.Infra.Subjects
+	ctl, err := h.St.Infra.KV(ctx, streams.BucketControl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 	}
 	// Persister: background fetch results whose ledger rows a transaction
 	// of the test holds (an uncommitted insert of the same keys).
-	tx, err := h.db.Begin(ctx)
+	tx, err := h.DB.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 		{streams.StreamFetched, streams.ConsumerPersister, results},
 	}
 	for _, s := range stages {
-		if n := remaining(t, h.st.Infra.JS, s.stream, s.consumer); n != s.backlog {
+		if n := natstest.Remaining(t, h.St.Infra.JS, s.stream, s.consumer); n != s.backlog {
 			t.Fatalf("%s: %d queued before the run, want %d", s.consumer, n, s.backlog)
 		}
 	}
@@ -153,13 +155,13 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The user: on na1, the same americas budget as the backlog.
-	ev, err := h.ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(players + 1).String(), Platform: "na1",
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: sim.SyntheticRiotID(players + 1).String(), Platform: "na1",
 		Mode: bus.ModeLatest, Count: matchesEach, Priority: bus.Interactive}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total == 0 {
 		t.Fatalf("interactive sync: %+v %v", ev, err)
 	}
 	for _, s := range stages {
-		n := remaining(t, h.st.Infra.JS, s.stream, s.consumer)
+		n := natstest.Remaining(t, h.St.Infra.JS, s.stream, s.consumer)
 		t.Logf("%s: the interactive sync (%d matches) completed with %d of %d backfill messages still queued", s.consumer, ev.Total, n, s.backlog)
 		want := s.backlog / 2
 		if s.consumer == streams.ConsumerPersister {
@@ -169,7 +171,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 			t.Errorf("%s: only %d of %d backfill messages left (want ≥ %d): the interactive sync waited behind the backfill", s.consumer, n, s.backlog, want)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`); n != 0 {
 		t.Errorf("%d backfill results stored while their rows were held", n)
 	}
 	// Released, the persister's backlog is stored.
@@ -177,7 +179,7 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	for h.count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`) < results {
+	for h.Count(`SELECT count(*) FROM match_fetches WHERE match_id LIKE 'NA1_8%'`) < results {
 		if time.Now().After(deadline) {
 			t.Fatal("the persister's backlog was not stored after the hold ended")
 		}
@@ -190,18 +192,4 @@ func publishPrio(t *testing.T, js jetstream.JetStream, subject string, v any, ms
 	if _, err := js.Publish(t.Context(), subject, mustJSON(v), jetstream.WithMsgID(msgID)); err != nil {
 		t.Fatalf("%s: %v", subject, err)
 	}
-}
-
-// remaining is what a consumer has not settled yet: pending plus in flight.
-func remaining(t *testing.T, js jetstream.JetStream, stream, consumer string) int {
-	t.Helper()
-	c, err := js.Consumer(t.Context(), stream, consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(info.NumPending) + info.NumAckPending
 }

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The soak (make soak SOAK=60m; make test runs SOAK=3m): the whole
 // pipeline as separate processes (two of each of the five services, a

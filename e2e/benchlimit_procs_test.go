@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"context"
@@ -142,7 +142,7 @@ func runLimitCases(tb testing.TB, cases []benchlimit.Case, par int, out string) 
 	bin := filepath.Join(os.TempDir(), "riftflow-bench-limit-bin", strconv.Itoa(os.Getpid()))
 	tb.Cleanup(func() { os.RemoveAll(bin) })
 	_, self, _, _ := runtime.Caller(0)
-	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "..", "internal"), bin); err != nil {
+	if err := benchlimit.Build(context.Background(), filepath.Join(filepath.Dir(self), "..", "internal"), bin); err != nil {
 		tb.Fatal(err)
 	}
 	env := benchlimit.Env{BinDir: bin, OutDir: out, Log: os.Stderr, CPUQuotaUS: envInt(tb, "BENCH_LIMIT_CPU_QUOTA_US", 0)}

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // Hostile input from Riot: per-match-ID poison (not JSON), truncated and
 // oversized bodies from the simulator, plus schema-drifted payloads served
@@ -19,6 +19,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 )
 
 // driftFixtures builds a fixtures folder that links every file of src and
@@ -163,17 +164,17 @@ func TestHostileRiotPayloads(t *testing.T) {
 		id := fmt.Sprintf("NA1_%d", sim.SyntheticGameIDBase+j*3)
 		kinds[id], faults.Match[id] = k, sim.MatchFault{Kind: k}
 	}
-	h := startHarness(t, harnessOptions{sim: sim.Options{FixturesDir: driftFixtures(t, src, driftBy), NoEmbedded: true, Faults: faults,
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{FixturesDir: driftFixtures(t, src, driftBy), NoEmbedded: true, Faults: faults,
 		Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 12, Platform: "na1"}},
 		// The sweeper completes a sync whose truncated match is pending.
-		env: map[string]string{"SWEEP_INTERVAL": "1s"}})
-	truth = h.st.Sim.Truth()
+		Env: map[string]string{"SWEEP_INTERVAL": "1s"}})
+	truth = h.St.Sim.Truth()
 	players = append(players, truth.Players[sim.SyntheticPUUID("na1", 1)])
 
 	var ids []string
 	want := map[string]int{}
 	for _, p := range players {
-		ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull,
+		ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull,
 			LookbackDays: 730, Count: 1000}, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -188,19 +189,19 @@ func TestHostileRiotPayloads(t *testing.T) {
 			}
 		}
 	}
-	h.waitIdle(30 * time.Second)
+	h.WaitIdle(30 * time.Second)
 	select {
-	case err := <-h.done:
-		h.done <- err
+	case err := <-h.Done:
+		h.Done <- err
 		t.Fatalf("services stopped during hostile input: %v", err)
 	default:
 	}
 
-	ledger := readLedger(t, h.ctx, h.db, "match_id", "kind = 'match'")
+	ledger := readLedger(t, h.Ctx, h.DB, "match_id", "kind = 'match'")
 	stored, rejected, pending := 0, 0, 0
 	for _, id := range ids {
 		r := ledger[id]
-		n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, id)
+		n := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, id)
 		kind := kinds[id]
 		switch {
 		case r.status == "success":
@@ -216,7 +217,7 @@ func TestHostileRiotPayloads(t *testing.T) {
 			if kind == "" {
 				t.Errorf("%s: a normal match was rejected: %s", id, r.reason)
 			}
-			if n != 0 || h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, id) != 0 {
+			if n != 0 || h.Count(`SELECT count(*) FROM matches WHERE match_id = $1`, id) != 0 {
 				t.Errorf("%s rejected but has rows", id)
 			}
 		case r.status == "temporary_failure" && strings.Contains(r.reason, "left to the retry-sweeper"):
@@ -233,15 +234,15 @@ func TestHostileRiotPayloads(t *testing.T) {
 			t.Logf("%-15s %s → %s %s", kind, id, r.status, r.reason)
 		}
 	}
-	t.Logf("%d matches: %d stored, %d rejected with a reason, %d pending; sim faults %v", len(ids), stored, rejected, pending, h.st.Sim.Stats().Faults)
-	if h.st.Sim.Stats().Faults[sim.FaultPoison] == 0 || h.st.Sim.Stats().Faults[sim.FaultOversized] == 0 {
-		t.Errorf("per-match faults not served: %v", h.st.Sim.Stats().Faults)
+	t.Logf("%d matches: %d stored, %d rejected with a reason, %d pending; sim faults %v", len(ids), stored, rejected, pending, h.St.Sim.Stats().Faults)
+	if h.St.Sim.Stats().Faults[sim.FaultPoison] == 0 || h.St.Sim.Stats().Faults[sim.FaultOversized] == 0 {
+		t.Errorf("per-match faults not served: %v", h.St.Sim.Stats().Faults)
 	}
 
 	// The pipeline still works after the hostile payloads: a second, latest
 	// sync completes.
 	p := players[0]
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeLatest}, time.Minute)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeLatest}, time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("sync after hostile payloads: %+v %v", ev, err)
 	}

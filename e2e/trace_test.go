@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"encoding/xml"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/telemetry/telemetrytest"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -31,11 +33,11 @@ func TestOneTracePerRequest(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "")
 	t.Setenv("OTEL_SERVICE_NAME", "")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
-	h := startHarness(t, harnessOptions{})
-	p := h.demo()
+	h := stacktest.Start(t, stacktest.Options{})
+	p := h.Demo()
 	const count = 3
-	reqID := "trace-" + randHex(6)
-	ev, err := h.ingest(bus.IngestRequest{RequestID: reqID, RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+	reqID := "trace-" + stack.RandHex(6)
+	ev, err := h.Ingest(bus.IngestRequest{RequestID: reqID, RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
 		Mode: bus.ModeFull, LookbackDays: 730, Count: count}, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -43,12 +45,12 @@ func TestOneTracePerRequest(t *testing.T) {
 	if ev.Status != "completed" || ev.Total == 0 {
 		t.Fatalf("final event %+v, want completed with matches", ev)
 	}
-	h.waitIdle(10 * time.Second)
-	if err := h.st.Infra.Tel.ForceFlush(h.ctx); err != nil {
+	h.WaitIdle(10 * time.Second)
+	if err := h.St.Infra.Tel.ForceFlush(h.Ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	subj := h.st.Infra.Subjects
+	subj := h.St.Infra.Subjects
 	// The root: the test's publish on lol.ingest.request (a producer span
 	// made by natsx.PublishMsg, as `riftflow ingest` and POST /v1/ingest do).
 	var root telemetrytest.Span

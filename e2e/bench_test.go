@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // Pipeline rate-limit benchmarks (measured, not asserted); the
 // figures are in docs/rate-limiting.md. Run with `make bench` or
 //
-//	cd services/riftflow && go test -run '^$' -bench PipelineBudget -benchtime 1x
+//	cd e2e && go test -run '^$' -bench PipelineBudget -benchtime 1x
 //
 // Setup per case: the whole pipeline in-process (embedded NATS, a fresh
 // Postgres database, the simulator) with the stack's own fetcher replaced
@@ -68,9 +68,9 @@ func benchPipeline(b *testing.B, faults sim.Faults) {
 							Method: map[string]string{sim.MethodMatch: "2000:10", sim.MethodTimeline: "2000:10"}},
 							Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per}, Faults: faults}})
 					p.backlog(b, ids, bus.Background)
-					s := p.h.st.Sim
+					s := p.h.St.Sim
 					waitUntil(b, 60*time.Second, "warm-up", func() bool { return routeRequests(s.Stats(), "americas") >= 100 })
-					stored := func() int { return p.h.count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`) }
+					stored := func() int { return p.h.Count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`) }
 					// Sample the stored count every 250 ms, so that stored/min
 					// can be read over the same whole windows as "used".
 					type sample struct {

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // More chaos scenarios on separate processes: two replicas of every
 // service with kill -9 of each process and a rolling restart, a full disk

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"bytes"
@@ -23,6 +23,9 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/services/riftflow"
+	"github.com/riftflow/riftflow/services/riftflow/stack"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -33,30 +36,31 @@ type fetchRow struct {
 	LastError                     string
 }
 
-func (h *harness) row(matchID, kind string) (fetchRow, bool) {
-	h.t.Helper()
+// fetchRowOf is the match_fetches row of matchID and kind, if there is one.
+func fetchRowOf(h *stacktest.Harness, matchID, kind string) (fetchRow, bool) {
+	h.T.Helper()
 	var r fetchRow
-	err := h.db.QueryRow(h.ctx, `SELECT status, attempt, retry_count, not_found, coalesce(last_error, '')
+	err := h.DB.QueryRow(h.Ctx, `SELECT status, attempt, retry_count, not_found, coalesce(last_error, '')
 FROM match_fetches WHERE match_id = $1 AND kind = $2`, matchID, kind).Scan(&r.Status, &r.Attempt, &r.RetryCount, &r.NotFound, &r.LastError)
 	return r, err == nil
 }
 
 // waitFinal waits until the match ledger row of every id is final and, when
 // it is success, its timeline row too.
-func (h *harness) waitFinal(timeout time.Duration, ids ...string) {
-	h.t.Helper()
+func waitFinal(h *stacktest.Harness, timeout time.Duration, ids ...string) {
+	h.T.Helper()
 	final := func(s string) bool { return bus.Outcome(s).Final() }
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		done := true
 		for _, id := range ids {
-			m, ok := h.row(id, "match")
+			m, ok := fetchRowOf(h, id, "match")
 			if !ok || !final(m.Status) {
 				done = false
 				break
 			}
 			if m.Status == "success" {
-				if tl, ok := h.row(id, "timeline"); !ok || !final(tl.Status) {
+				if tl, ok := fetchRowOf(h, id, "timeline"); !ok || !final(tl.Status) {
 					done = false
 					break
 				}
@@ -68,37 +72,37 @@ func (h *harness) waitFinal(timeout time.Duration, ids ...string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, id := range ids {
-		m, _ := h.row(id, "match")
-		tl, _ := h.row(id, "timeline")
-		h.t.Logf("%s: match %+v timeline %+v", id, m, tl)
+		m, _ := fetchRowOf(h, id, "match")
+		tl, _ := fetchRowOf(h, id, "timeline")
+		h.T.Logf("%s: match %+v timeline %+v", id, m, tl)
 	}
-	h.t.Fatalf("ledger not final for %v within %v", ids, timeout)
+	h.T.Fatalf("ledger not final for %v within %v", ids, timeout)
 }
 
 // publishFetch publishes a FetchCommand (attempt 1) for each id, as the
 // lister would, without a sync around it.
-func (h *harness) publishFetch(cmds ...bus.FetchCommand) {
-	h.t.Helper()
+func publishFetch(h *stacktest.Harness, cmds ...bus.FetchCommand) {
+	h.T.Helper()
 	for _, c := range cmds {
 		_, region, err := riot.ParseMatchID(c.MatchID)
 		if err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		c.Region, c.Attempt = string(region), max(c.Attempt, 1)
 		if c.Kind == "" {
 			c.Kind = bus.KindMatch
 		}
-		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.Fetch(c.Region), c, jetstream.WithMsgID(c.MatchID)); err != nil {
-			h.t.Fatal(err)
+		if _, err := natsx.Publish(h.Ctx, h.St.Infra.JS, h.St.Infra.Subjects.Fetch(c.Region), c, jetstream.WithMsgID(c.MatchID)); err != nil {
+			h.T.Fatal(err)
 		}
 	}
 }
 
 // fetchable returns n matches the simulator serves (getMatch 200) created
 // within maxAge of its clock, newest first, with a timeline when withTimeline.
-func fetchable(t *testing.T, h *harness, n int, maxAge time.Duration, withTimeline bool) []sim.MatchTruth {
+func fetchable(t *testing.T, h *stacktest.Harness, n int, maxAge time.Duration, withTimeline bool) []sim.MatchTruth {
 	t.Helper()
-	truth := h.st.Sim.Truth()
+	truth := h.St.Sim.Truth()
 	seen := map[string]bool{}
 	var out []sim.MatchTruth
 	for _, p := range truth.Players {
@@ -122,38 +126,38 @@ func fetchable(t *testing.T, h *harness, n int, maxAge time.Duration, withTimeli
 // success with retry_count N and attempt N+1; each 503 was one attempt (the
 // simulator saw exactly N 503s for it) and one ledger update.
 func TestLedgerFlaky503sRecover(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	ms := fetchable(t, h, 3, 300*24*time.Hour, true)
 	flaky := map[string]int{ms[0].ID: 2, ms[1].ID: 3} // ms[2] is clean
 	f := sim.Faults{Match: map[string]sim.MatchFault{}}
 	for id, n := range flaky {
 		f.Match[id] = sim.MatchFault{Kind: sim.FaultUnavailableN, N: n}
 	}
-	if err := h.st.Sim.SetFaults(f); err != nil {
+	if err := h.St.Sim.SetFaults(f); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for _, m := range ms {
 		ids = append(ids, m.ID)
-		h.publishFetch(bus.FetchCommand{MatchID: m.ID})
+		publishFetch(h, bus.FetchCommand{MatchID: m.ID})
 	}
-	h.waitFinal(20*time.Second, ids...)
+	waitFinal(h, 20*time.Second, ids...)
 	for _, m := range ms {
 		want := flaky[m.ID]
-		r, _ := h.row(m.ID, "match")
+		r, _ := fetchRowOf(h, m.ID, "match")
 		if r.Status != "success" || r.RetryCount != want || r.Attempt != want+1 || r.LastError != "" {
 			t.Errorf("%s match ledger %+v, want success after %d failed attempts", m.ID, r, want)
 		}
 		// The same fault hits the timeline: N 503s, then success.
-		tl, _ := h.row(m.ID, "timeline")
+		tl, _ := fetchRowOf(h, m.ID, "timeline")
 		if tl.Status != "success" || tl.RetryCount != want {
 			t.Errorf("%s timeline ledger %+v, want success after %d failed attempts", m.ID, tl, want)
 		}
-		if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, m.ID); n != 1 {
+		if n := h.Count(`SELECT count(*) FROM matches WHERE match_id = $1`, m.ID); n != 1 {
 			t.Errorf("%s: %d matches rows", m.ID, n)
 		}
 	}
-	h.wantAnswers(sim.MethodMatch, map[int]int64{503: 5, 200: 3})
+	wantAnswers(h, sim.MethodMatch, map[int]int64{503: 5, 200: 3})
 }
 
 // TestLedger404sAndPoison: an ID that always 404s ends permanently
@@ -163,47 +167,47 @@ func TestLedgerFlaky503sRecover(t *testing.T) {
 // --failures` lists both with reasons and counts by status, and
 // visible_matches hides permanently unfetchable matches.
 func TestLedger404sAndPoison(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	ms := fetchable(t, h, 3, 300*24*time.Hour, true)
 	gone, poison, clean := ms[0].ID, ms[1].ID, ms[2].ID
-	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{
+	if err := h.St.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{
 		gone: {Kind: sim.FaultNotFound}, poison: {Kind: sim.FaultPoison}}}); err != nil {
 		t.Fatal(err)
 	}
 	// Listed in a window well inside retention: a 404 is "not there (yet)".
-	listed := time.UnixMilli(h.st.Sim.Truth().Now).Add(-300 * 24 * time.Hour).Unix()
-	h.publishFetch(bus.FetchCommand{MatchID: gone, ListedAfterS: listed}, bus.FetchCommand{MatchID: poison, ListedAfterS: listed},
+	listed := time.UnixMilli(h.St.Sim.Truth().Now).Add(-300 * 24 * time.Hour).Unix()
+	publishFetch(h, bus.FetchCommand{MatchID: gone, ListedAfterS: listed}, bus.FetchCommand{MatchID: poison, ListedAfterS: listed},
 		bus.FetchCommand{MatchID: clean, ListedAfterS: listed})
-	h.waitFinal(30*time.Second, gone, poison, clean)
+	waitFinal(h, 30*time.Second, gone, poison, clean)
 
-	r, _ := h.row(gone, "match")
+	r, _ := fetchRowOf(h, gone, "match")
 	if r.Status != "permanently_unfetchable" || r.RetryCount != 5 || r.Attempt != 5 || r.NotFound != 5 ||
 		!strings.Contains(r.LastError, "gave up after 5 attempts") {
 		t.Errorf("always-404 ledger %+v", r)
 	}
-	st := h.st.Sim.Stats()
+	st := h.St.Sim.Stats()
 	if got := st.MethodCount(sim.MethodMatch, 404); got != 5 {
 		t.Errorf("getMatch 404s = %d, want exactly 5 (one per attempt)", got)
 	}
-	p, _ := h.row(poison, "match")
+	p, _ := fetchRowOf(h, poison, "match")
 	if p.Status != "permanently_unfetchable" || p.Attempt != 1 || p.LastError == "" {
 		t.Errorf("poison ledger %+v", p)
 	}
 	if st.Faults["poison"] != 1 {
 		t.Errorf("poison payload served %d times, want 1", st.Faults["poison"])
 	}
-	if c, _ := h.row(clean, "match"); c.Status != "success" {
+	if c, _ := fetchRowOf(h, clean, "match"); c.Status != "success" {
 		t.Errorf("clean match behind the poison: %+v", c)
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != 1 {
 		t.Errorf("%d matches stored, want 1 (the clean one)", n)
 	}
-	h.waitIdle(10 * time.Second) // nothing blocks the stream
+	h.WaitIdle(10 * time.Second) // nothing blocks the stream
 
 	// The operator's view.
-	t.Setenv("DATABASE_URL", h.st.DBURL)
+	t.Setenv("DATABASE_URL", h.St.DBURL)
 	var out, errOut bytes.Buffer
-	if code := Main([]string{"status", "--failures"}, &out, &errOut); code != 0 {
+	if code := riftflow.Main([]string{"status", "--failures"}, &out, &errOut); code != 0 {
 		t.Fatalf("status --failures exit %d: %s", code, errOut.String())
 	}
 	text := out.String()
@@ -218,7 +222,7 @@ func TestLedger404sAndPoison(t *testing.T) {
 		Failures []store.Failure `json:"failures"`
 	}
 	out.Reset()
-	if code := Main([]string{"status", "--failures", "--json"}, &out, &errOut); code != 0 {
+	if code := riftflow.Main([]string{"status", "--failures", "--json"}, &out, &errOut); code != 0 {
 		t.Fatalf("status --failures --json exit %d: %s", code, errOut.String())
 	}
 	if err := json.Unmarshal(out.Bytes(), &js); err != nil {
@@ -231,17 +235,17 @@ func TestLedger404sAndPoison(t *testing.T) {
 	// visible_matches hides a stored match whose fetch is permanently
 	// unfetchable (an operator override here; matches rows exist only for
 	// fetched matches otherwise).
-	if n := h.count(`SELECT count(*) FROM visible_matches`); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM visible_matches`); n != 1 {
 		t.Fatalf("visible_matches = %d, want 1", n)
 	}
-	if _, err := h.db.Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
+	if _, err := h.DB.Exec(h.Ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
 WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.count(`SELECT count(*) FROM visible_matches`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM visible_matches`); n != 0 {
 		t.Errorf("visible_matches shows a permanently unfetchable match")
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != 1 {
 		t.Errorf("the admin path (matches) must still show it")
 	}
 }
@@ -269,9 +273,9 @@ func TestLedgerRetentionNeverRequested(t *testing.T) {
 	shift := probe.Shift() - (400*24*time.Hour - age)
 	probe.Close()
 
-	h := startHarness(t, harnessOptions{sim: sim.Options{Shift: shift}})
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{Shift: shift}})
 	p, listed := richestPlayer(t, h, 730)
-	truth := h.st.Sim.Truth()
+	truth := h.St.Sim.Truth()
 	// The oldest dated match older than 730 days, of anyone. Undated ones
 	// (gameCreation 0: aborted or ghost games) never expire, so they are
 	// skipped; picking the oldest keeps the choice independent of map order.
@@ -287,26 +291,26 @@ func TestLedgerRetentionNeverRequested(t *testing.T) {
 	if old.ID == "" {
 		t.Fatal("no match older than 730 days after re-dating: test premise broken")
 	}
-	h.publishFetch(bus.FetchCommand{MatchID: old.ID, GameCreationMs: old.GameCreation})
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, time.Minute)
+	publishFetch(h, bus.FetchCommand{MatchID: old.ID, GameCreationMs: old.GameCreation})
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != len(listed) {
 		t.Fatalf("sync: %+v %v (want %d matches)", ev, err, len(listed))
 	}
-	h.waitFinal(10*time.Second, old.ID)
-	h.waitIdle(10 * time.Second)
+	waitFinal(h, 10*time.Second, old.ID)
+	h.WaitIdle(10 * time.Second)
 
 	for _, m := range listed {
-		if r, _ := h.row(m.ID, "match"); r.Status != "success" {
+		if r, _ := fetchRowOf(h, m.ID, "match"); r.Status != "success" {
 			t.Errorf("%s match %+v, want success", m.ID, r)
 		}
-		if r, _ := h.row(m.ID, "timeline"); r.Status != "outside_retention_window" || r.Attempt != 1 || r.RetryCount != 0 {
+		if r, _ := fetchRowOf(h, m.ID, "timeline"); r.Status != "outside_retention_window" || r.Attempt != 1 || r.RetryCount != 0 {
 			t.Errorf("%s timeline %+v, want outside_retention_window without a failed attempt", m.ID, r)
 		}
 	}
-	if r, _ := h.row(old.ID, "match"); r.Status != "outside_retention_window" || !strings.Contains(r.LastError, "keeps matches 730 days") {
+	if r, _ := fetchRowOf(h, old.ID, "match"); r.Status != "outside_retention_window" || !strings.Contains(r.LastError, "keeps matches 730 days") {
 		t.Errorf("old match %+v", r)
 	}
-	st := h.st.Sim.Stats()
+	st := h.St.Sim.Stats()
 	timelineCalls := int64(0)
 	for _, ms := range st.Requests {
 		for _, n := range ms[sim.MethodTimeline] {
@@ -319,7 +323,7 @@ func TestLedgerRetentionNeverRequested(t *testing.T) {
 	if got, total := st.MethodCount(sim.MethodMatch, 200), st.MethodCount(sim.MethodMatch, 404); got != int64(len(listed)) || total != 0 {
 		t.Errorf("getMatch: %d 200s (want %d), %d 404s (want 0): the old match was requested", got, len(listed), total)
 	}
-	if n := h.count(`SELECT count(*) FROM match_timelines`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM match_timelines`); n != 0 {
 		t.Errorf("%d timelines stored", n)
 	}
 }
@@ -330,7 +334,7 @@ func TestLedgerRetentionNeverRequested(t *testing.T) {
 // on the same NATS and database: every match is stored exactly once and
 // fetched from Riot once.
 func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
+	h := stacktest.Start(t, stacktest.Options{NoRun: true})
 	p, listed := richestPlayer(t, h, 300)
 	withTL := 0
 	for _, m := range listed {
@@ -338,17 +342,17 @@ func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
 			withTL++
 		}
 	}
-	ctx1, cancel1 := context.WithCancel(h.ctx)
+	ctx1, cancel1 := context.WithCancel(h.Ctx)
 	g, gctx := errgroup.WithContext(ctx1)
-	for _, s := range h.st.Services[:3] { // resolver, lister, fetcher
+	for _, s := range h.St.Services[:3] { // resolver, lister, fetcher
 		g.Go(func() error { return s.Run(gctx) })
 	}
-	req := bus.IngestRequest{RequestID: "crash-" + randHex(4), PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull,
+	req := bus.IngestRequest{RequestID: "crash-" + stack.RandHex(4), PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull,
 		LookbackDays: 300, Count: 1000, Trigger: "test"}
-	if _, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), mustJSON(req)); err != nil {
+	if _, err := h.St.Infra.JS.Publish(h.Ctx, h.St.Infra.Subjects.IngestRequest(), mustJSON(req)); err != nil {
 		t.Fatal(err)
 	}
-	fetched, err := h.st.Infra.JS.Stream(h.ctx, streams.StreamFetched)
+	fetched, err := h.St.Infra.JS.Stream(h.Ctx, streams.StreamFetched)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +361,7 @@ func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
 	// + timelines of the matches that have one.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		info, err := fetched.Info(h.ctx)
+		info, err := fetched.Info(h.Ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,34 +377,34 @@ func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != 0 {
 		t.Fatalf("%d matches stored without a persister", n)
 	}
 	// Restart: everything, persister included.
-	ctx2, cancel2 := context.WithCancel(h.ctx)
+	ctx2, cancel2 := context.WithCancel(h.Ctx)
 	done := make(chan error, 1)
-	go func() { done <- h.st.Run(ctx2) }()
+	go func() { done <- h.St.Run(ctx2) }()
 	defer func() { cancel2(); <-done }()
-	h.waitFinal(30*time.Second, idsOf(listed)...)
-	h.waitIdle(10 * time.Second)
-	if n := h.count(`SELECT count(*) FROM matches`); n != len(listed) {
+	waitFinal(h, 30*time.Second, idsOf(listed)...)
+	h.WaitIdle(10 * time.Second)
+	if n := h.Count(`SELECT count(*) FROM matches`); n != len(listed) {
 		t.Errorf("%d matches stored, want %d", n, len(listed))
 	}
 	for _, m := range listed {
-		if n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, m.ID); n != m.Participants {
+		if n := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, m.ID); n != m.Participants {
 			t.Errorf("%s: %d participants, want %d", m.ID, n, m.Participants)
 		}
-		if r, _ := h.row(m.ID, "match"); r.Status != "success" || r.Attempt != 1 || r.RetryCount != 0 {
+		if r, _ := fetchRowOf(h, m.ID, "match"); r.Status != "success" || r.Attempt != 1 || r.RetryCount != 0 {
 			t.Errorf("%s ledger %+v, want success at attempt 1", m.ID, r)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM match_timelines`); n != withTL {
+	if n := h.Count(`SELECT count(*) FROM match_timelines`); n != withTL {
 		t.Errorf("%d timelines, want %d", n, withTL)
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
 		t.Errorf("getMatch 200s = %d, want %d: a crash made the pipeline fetch again", got, len(listed))
 	}
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, p.PUUID); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, p.PUUID); n != 1 {
 		t.Error("the sync did not complete after the restart")
 	}
 }
@@ -413,9 +417,9 @@ func TestLedgerCrashBetweenFetchAndPersist(t *testing.T) {
 // row at the attempt limit becomes permanent, which completes its sync:
 // progress is published and the sync lock released.
 func TestLedgerSweeper(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	st, inf := h.st.Infra.Store, h.st.Infra
-	ctx := h.ctx
+	h := stacktest.Start(t, stacktest.Options{NoRun: true})
+	st, inf := h.St.Infra.Store, h.St.Infra
+	ctx := h.Ctx
 	now := time.Now()
 	var ledger []store.LedgerUpdate
 	temp := []string{"NA1_9001", "NA1_9002", "NA1_9003", "NA1_9004"}
@@ -469,7 +473,7 @@ func TestLedgerSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	progress, stopCapture := h.capture(inf.Subjects.Progress(puuid))
+	progress, stopCapture := capture(h, inf.Subjects.Progress(puuid))
 	defer stopCapture()
 
 	var clock struct {
@@ -566,16 +570,16 @@ func TestLedgerSweeper(t *testing.T) {
 			t.Errorf("%s: re-published %+v, want %s attempt %d", id, c, kind, a)
 		}
 	}
-	if r, _ := h.row("NA1_9101", "match"); r.Status != "permanently_unfetchable" {
+	if r, _ := fetchRowOf(h, "NA1_9101", "match"); r.Status != "permanently_unfetchable" {
 		t.Errorf("permanent row changed: %+v", r)
 	}
-	if r, _ := h.row("NA1_9200", "match"); r.Status != "permanently_unfetchable" || !strings.Contains(r.LastError, "sweeper") {
+	if r, _ := fetchRowOf(h, "NA1_9200", "match"); r.Status != "permanently_unfetchable" || !strings.Contains(r.LastError, "sweeper") {
 		t.Errorf("row at the attempt limit after five 404s: %+v", r)
 	}
-	if r, _ := h.row("NA1_9201", "match"); r.Status != "temporary_failure" {
+	if r, _ := fetchRowOf(h, "NA1_9201", "match"); r.Status != "temporary_failure" {
 		t.Errorf("row at the attempt limit after five 500s: %+v, want temporary_failure (never final)", r)
 	}
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid2); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid2); n != 1 {
 		t.Error("the sync waiting only for a pending fetch did not complete")
 	}
 	// Pending, it waits StaleAfter·2 after its first sweep retry, at most
@@ -587,7 +591,7 @@ func TestLedgerSweeper(t *testing.T) {
 		t.Errorf("PendingDelay(40) = %s, want the 6h cap", d)
 	}
 	// The sweeper finished the sync: progress published, lock released.
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed'`, puuid); n != 1 {
 		t.Error("sync not completed")
 	}
 	if _, err := synclock.Get(ctx, locks, puuid); err == nil {
@@ -629,14 +633,14 @@ func TestLedgerSweeper(t *testing.T) {
 // serves in this test) becomes a ledger entry through the running
 // retry-sweeper's advisory consumer, and is removed from FETCH.
 func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"FETCHER_REGIONS": "americas,asia,europe"}})
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"FETCHER_REGIONS": "americas,asia,europe"}})
 	const id = "OC1_777001"
-	h.publishFetch(bus.FetchCommand{MatchID: id, Attempt: 2})
-	cons, err := h.st.Infra.JS.Consumer(h.ctx, streams.StreamFetch, streams.FetcherConsumer("sea"))
+	publishFetch(h, bus.FetchCommand{MatchID: id, Attempt: 2})
+	cons, err := h.St.Infra.JS.Consumer(h.Ctx, streams.StreamFetch, streams.FetcherConsumer("sea"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := cons.Info(h.ctx)
+	info, err := cons.Info(h.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,14 +666,14 @@ func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
 			t.Fatalf("delivered beyond MaxDeliver: %s", m.Subject())
 		}
 	}
-	if as, err := h.st.Infra.JS.Stream(h.ctx, streams.StreamAdvisories); err == nil {
-		ai, _ := as.Info(h.ctx)
+	if as, err := h.St.Infra.JS.Stream(h.Ctx, streams.StreamAdvisories); err == nil {
+		ai, _ := as.Info(h.Ctx)
 		t.Logf("ADVISORIES holds %d messages", ai.State.Msgs)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	var r fetchRow
 	for time.Now().Before(deadline) {
-		if r, _ = h.row(id, "match"); r.Status != "" {
+		if r, _ = fetchRowOf(h, id, "match"); r.Status != "" {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -679,9 +683,9 @@ func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
 	}
 	// The exhausted message is deleted from the work queue.
 	for time.Now().Before(deadline) {
-		if info, err = cons.Info(h.ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-			st, _ := h.st.Infra.JS.Stream(h.ctx, streams.StreamFetch)
-			si, _ := st.Info(h.ctx, jetstream.WithSubjectFilter(h.st.Infra.Subjects.Fetch("sea")))
+		if info, err = cons.Info(h.Ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			st, _ := h.St.Infra.JS.Stream(h.Ctx, streams.StreamFetch)
+			si, _ := st.Info(h.Ctx, jetstream.WithSubjectFilter(h.St.Infra.Subjects.Fetch("sea")))
 			if si != nil && len(si.State.Subjects) == 0 {
 				return
 			}
@@ -704,50 +708,50 @@ func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
 // FETCHED and FETCH still held inside their duplicate windows, so the rows
 // stayed open (TestChaosPostgresCrashOutage).
 func TestLedgerRecoversLostCommits(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SWEEP_INTERVAL": "1s"}})
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SWEEP_INTERVAL": "1s"}})
 	ms := fetchable(t, h, 2, 300*24*time.Hour, true)
 	gone, clean := ms[0].ID, ms[1].ID
-	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{gone: {Kind: sim.FaultNotFound}}}); err != nil {
+	if err := h.St.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{gone: {Kind: sim.FaultNotFound}}}); err != nil {
 		t.Fatal(err)
 	}
-	listed := time.UnixMilli(h.st.Sim.Truth().Now).Add(-300 * 24 * time.Hour).Unix()
-	h.publishFetch(bus.FetchCommand{MatchID: gone, ListedAfterS: listed}, bus.FetchCommand{MatchID: clean, ListedAfterS: listed})
-	h.waitFinal(30*time.Second, gone, clean)
-	h.waitIdle(10 * time.Second)
-	if r, _ := h.row(gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
+	listed := time.UnixMilli(h.St.Sim.Truth().Now).Add(-300 * 24 * time.Hour).Unix()
+	publishFetch(h, bus.FetchCommand{MatchID: gone, ListedAfterS: listed}, bus.FetchCommand{MatchID: clean, ListedAfterS: listed})
+	waitFinal(h, 30*time.Second, gone, clean)
+	h.WaitIdle(10 * time.Second)
+	if r, _ := fetchRowOf(h, gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
 		t.Fatalf("always-404 ledger %+v before the loss", r)
 	}
 
 	// The lost commits, an hour ago by the ledger's clock (stale for the
 	// sweeper).
-	pool := h.db
+	pool := h.DB
 	// Every column goes back, the fetcher's holds (written after those
 	// commits) too.
-	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'temporary_failure', attempt = 2, retry_count = 2,
+	if _, err := pool.Exec(h.Ctx, `UPDATE match_fetches SET status = 'temporary_failure', attempt = 2, retry_count = 2,
   not_found = 2, last_attempt_at = now() - interval '1 hour', held_until = NULL, held_by = NULL WHERE match_id = $1 AND kind = 'match'`, gone); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(h.ctx, `DELETE FROM matches WHERE match_id = $1`, clean); err != nil {
+	if _, err := pool.Exec(h.Ctx, `DELETE FROM matches WHERE match_id = $1`, clean); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(h.ctx, `UPDATE match_fetches SET status = 'unfetched', attempt = 0, fetched_at = NULL,
+	if _, err := pool.Exec(h.Ctx, `UPDATE match_fetches SET status = 'unfetched', attempt = 0, fetched_at = NULL,
   last_attempt_at = now() - interval '1 hour', updated_at = now() - interval '1 hour', held_until = NULL, held_by = NULL
   WHERE match_id = $1 AND kind = 'match'`, clean); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFinal(30*time.Second, gone, clean)
-	if r, _ := h.row(gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
+	waitFinal(h, 30*time.Second, gone, clean)
+	if r, _ := fetchRowOf(h, gone, "match"); r.Status != "permanently_unfetchable" || r.Attempt != 5 {
 		t.Errorf("always-404 ledger %+v after the sweeper, want permanently_unfetchable at attempt 5", r)
 	}
-	if r, _ := h.row(clean, "match"); r.Status != "success" {
+	if r, _ := fetchRowOf(h, clean, "match"); r.Status != "success" {
 		t.Errorf("clean match ledger %+v after the sweeper, want success", r)
 	}
-	if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, clean); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM matches WHERE match_id = $1`, clean); n != 1 {
 		t.Errorf("clean match: %d matches rows, want 1", n)
 	}
 	// Riot calls: 5 + the 3 attempts redone for the 404 chain; 2 for the
 	// clean match (the lost success is fetched once more).
-	h.wantAnswers(sim.MethodMatch, map[int]int64{404: 8, 200: 2})
+	wantAnswers(h, sim.MethodMatch, map[int]int64{404: 8, 200: 2})
 }
 
 // TestLedgerTransientNeverFinal: a match Riot answers 503 every time is
@@ -757,42 +761,42 @@ func TestLedgerRecoversLostCommits(t *testing.T) {
 // sync still ends, "completed with 1 match pending", and when Riot
 // recovers the sweeper's retry stores the match, once.
 func TestLedgerTransientNeverFinal(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SWEEP_INTERVAL": "1s", "SWEEP_STALE_AFTER": "2s",
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SWEEP_INTERVAL": "1s", "SWEEP_STALE_AFTER": "2s",
 		"SWEEP_QUEUE_SLACK": "2s", "SWEEP_RETRY_MAX": "4s"}})
 	p, listed := richestPlayer(t, h, 300)
 	down := listed[0]
-	if err := h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{down.ID: {Kind: sim.FaultUnavailableN, N: 1 << 30}}}); err != nil {
+	if err := h.St.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{down.ID: {Kind: sim.FaultUnavailableN, N: 1 << 30}}}); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ev.Status != "completed" || ev.Pending != 1 || ev.Total != len(listed) {
 		t.Fatalf("final event %+v, want completed with 1 of %d pending", ev, len(listed))
 	}
-	r, _ := h.row(down.ID, "match")
+	r, _ := fetchRowOf(h, down.ID, "match")
 	if r.Status != "temporary_failure" || r.RetryCount < 5 || !strings.Contains(r.LastError, "left to the retry-sweeper") {
 		t.Fatalf("ledger after the 503 streak: %+v, want temporary_failure left to the retry-sweeper", r)
 	}
-	if n := h.count(`SELECT count(*) FROM match_fetches WHERE status = 'permanently_unfetchable' AND http_status >= 500`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM match_fetches WHERE status = 'permanently_unfetchable' AND http_status >= 500`); n != 0 {
 		t.Errorf("%d fetches made final by a 5xx streak", n)
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 503); got < 5 {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 503); got < 5 {
 		t.Errorf("getMatch 503s = %d, want ≥ 5 (the in-process attempts)", got)
 	}
 	// Riot recovers: the sweeper's next retry stores the match.
-	if err := h.st.Sim.SetFaults(sim.Faults{}); err != nil {
+	if err := h.St.Sim.SetFaults(sim.Faults{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFinal(60*time.Second, down.ID)
-	if r, _ := h.row(down.ID, "match"); r.Status != "success" {
+	waitFinal(h, 60*time.Second, down.ID)
+	if r, _ := fetchRowOf(h, down.ID, "match"); r.Status != "success" {
 		t.Errorf("ledger after Riot recovered: %+v, want success", r)
 	}
-	if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, down.ID); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM matches WHERE match_id = $1`, down.ID); n != 1 {
 		t.Errorf("%d matches rows for the recovered match, want 1", n)
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
 		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, len(listed))
 	}
 }

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The three designs riftflow grew from (docs/designs.md): each design's
 // promises end to end, and the check that the docs' table names real tests.
@@ -21,6 +21,8 @@ import (
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/api/apitest"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -30,21 +32,21 @@ import (
 // match is fetched and stored; each run is logged as a retry job; a request
 // that selects nothing is a 400 problem+json.
 func TestDesign000Promises(t *testing.T) {
-	h, p := synthHarness(t, 1, 120, 1)
+	h, p := stacktest.Synthetic(t, 1, 120, 1)
 	// 120 matches an outage left permanently unfetchable.
-	if _, err := h.db.Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
+	if _, err := h.DB.Exec(h.Ctx, `INSERT INTO match_fetches (match_id, kind, status, attempt, retry_count, last_attempt_at)
 SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[]) id`, idsOf(p.Matches)); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
 	post := func(body string) (int, api.RetryResult, string) {
 		t.Helper()
 		var res api.RetryResult
-		code, ct := jsonCall(t, srv.URL, "POST", "/v1/admin/retry", body, &res)
+		code, ct := apitest.JSONCall(t, srv.URL, "POST", "/v1/admin/retry", body, &res)
 		return code, res, ct
 	}
 	stored := func() int {
-		return h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`)
+		return h.Count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`)
 	}
 
 	// All: the first run replays 100 (the cap), the second the other 20.
@@ -52,8 +54,8 @@ SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[
 	if code != http.StatusOK || len(res.Reopened) != 100 {
 		t.Fatalf("first run: %d, %d reopened, want 200 and 100 (design 000's cap)", code, len(res.Reopened))
 	}
-	waitFor(t, "100 replayed matches stored", 2*time.Minute, func() bool { return stored() == 100 })
-	if n := h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'permanently_unfetchable'`); n != 20 {
+	stacktest.WaitFor(t, "100 replayed matches stored", 2*time.Minute, func() bool { return stored() == 100 })
+	if n := h.Count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'permanently_unfetchable'`); n != 20 {
 		t.Errorf("%d still unfetchable after the first run, want 20", n)
 	}
 	// The second run takes the other 20 matches; it may also take timeline
@@ -69,19 +71,19 @@ SELECT id, 'match', 'permanently_unfetchable', 5, 5, now() FROM unnest($1::text[
 	if code != http.StatusOK || matchRows != 20 {
 		t.Fatalf("second run: %d, %d matches reopened (%d rows), want 20", code, matchRows, len(res.Reopened))
 	}
-	waitFor(t, "all 120 stored", 2*time.Minute, func() bool { return stored() == 120 })
-	if n := h.count(`SELECT count(*) FROM matches m JOIN match_participants pp USING (match_id) WHERE pp.puuid = $1`, p.PUUID); n != 120 {
+	stacktest.WaitFor(t, "all 120 stored", 2*time.Minute, func() bool { return stored() == 120 })
+	if n := h.Count(`SELECT count(*) FROM matches m JOIN match_participants pp USING (match_id) WHERE pp.puuid = $1`, p.PUUID); n != 120 {
 		t.Errorf("%d of the player's matches readable, want 120", n)
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'retry' AND status = 'completed'`); n != 2 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE type = 'retry' AND status = 'completed'`); n != 2 {
 		t.Errorf("%d retry jobs logged, want 2", n)
 	}
-	h.waitIdle(30 * time.Second)
+	h.WaitIdle(30 * time.Second)
 
 	// By match ID and by player: only what is selected is replayed.
 	mark := func(ids ...string) {
 		t.Helper()
-		if _, err := h.db.Exec(h.ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
+		if _, err := h.DB.Exec(h.Ctx, `UPDATE match_fetches SET status = 'permanently_unfetchable'
 WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +114,7 @@ WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 			t.Errorf("by player reopened %s, which was not unfetchable", r)
 		}
 	}
-	waitFor(t, "the two replays stored", time.Minute, func() bool { return stored() == 120 })
+	stacktest.WaitFor(t, "the two replays stored", time.Minute, func() bool { return stored() == 120 })
 
 	// Bad input: RFC 9457.
 	for _, body := range []string{`{}`, `{"all":true,"puuid":"x"}`, `{"match_ids":["nope"]}`, `{"bogus":1}`} {
@@ -130,16 +132,16 @@ WHERE kind = 'match' AND match_id = ANY($1)`, ids); err != nil {
 // Stale-sync recovery (an account left syncing by a dead lister is
 // resumed) is TestSyncKilledListerRecovers.
 func TestDesign001Promises(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 6}, Faults: slowTimelines(500 * time.Millisecond)}})
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 6}, Faults: slowTimelines(500 * time.Millisecond)}})
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
 	do := func(method, path, body string) (int, string, map[string]any) {
 		t.Helper()
 		var out map[string]any
-		code, ct := jsonCall(t, srv.URL, method, path, body, &out)
+		code, ct := apitest.JSONCall(t, srv.URL, method, path, body, &out)
 		return code, ct, out
 	}
-	p := synthPlayer(t, h, 1)
+	p := stacktest.SynthPlayer(t, h, 1)
 
 	// 409 while a sync runs.
 	code, _, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1","mode":"full","lookback_days":30}`, p.PUUID))
@@ -147,23 +149,23 @@ func TestDesign001Promises(t *testing.T) {
 		t.Fatalf("first sync: %d %v", code, out)
 	}
 	first := out["request_id"].(string)
-	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
-	waitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
-		v, err := synclock.Get(h.ctx, locks, p.PUUID)
+	locks, _ := h.St.Infra.Lock(h.Ctx, streams.BucketSyncLocks)
+	stacktest.WaitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
+		v, err := synclock.Get(h.Ctx, locks, p.PUUID)
 		return err == nil && v.RequestID == first
 	})
 	if code, _, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1"}`, p.PUUID)); code != http.StatusConflict {
 		t.Errorf("second sync while the first runs: %d %v, want 409", code, out)
 	}
-	waitFor(t, "the first sync", 2*time.Minute, func() bool {
-		return h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, first) == 1
+	stacktest.WaitFor(t, "the first sync", 2*time.Minute, func() bool {
+		return h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed'`, first) == 1
 	})
 
 	// The pause switch.
 	if code, _, out := do("PUT", "/v1/admin/pause", `{"paused":true,"reason":"maintenance","by":"test"}`); code != 200 {
 		t.Fatalf("pause: %d %v", code, out)
 	}
-	waitFor(t, "this process to see the switch", 10*time.Second, h.st.Infra.Pause.Paused)
+	stacktest.WaitFor(t, "this process to see the switch", 10*time.Second, h.St.Infra.Pause.Paused)
 	code, ct, out := do("POST", "/v1/sync", fmt.Sprintf(`{"puuid":%q,"platform":"na1"}`, p.PUUID))
 	if code != http.StatusServiceUnavailable || ct != "application/problem+json" || out["status"] != float64(503) ||
 		!strings.Contains(fmt.Sprint(out["detail"]), "maintenance") {
@@ -172,24 +174,24 @@ func TestDesign001Promises(t *testing.T) {
 	if code, _, _ := do("GET", "/v1/jobs", ""); code != 200 {
 		t.Errorf("GET /v1/jobs while paused: %d, want 200 (reads go on)", code)
 	}
-	p2 := synthPlayer(t, h, 2)
+	p2 := stacktest.SynthPlayer(t, h, 2)
 	publishReq(t, h, bus.IngestRequest{RequestID: "while-paused", PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30})
 	// Give the services several pull rounds: nothing may start. The
 	// request is visible as a pending job (issue 26 point 4), never
 	// running.
 	time.Sleep(3 * time.Second)
-	if n := h.count(`SELECT count(*) FROM jobs WHERE id = 'while-paused' AND status <> 'pending'`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE id = 'while-paused' AND status <> 'pending'`); n != 0 {
 		t.Fatalf("a request published while paused was processed (%d jobs rows not pending)", n)
 	}
 	if code, _, out := do("PUT", "/v1/admin/pause", `{"paused":false}`); code != 200 {
 		t.Fatalf("resume: %d %v", code, out)
 	}
-	waitFor(t, "the request held by the pause to complete", 2*time.Minute, func() bool {
-		return h.count(`SELECT count(*) FROM jobs WHERE id = 'while-paused' AND status = 'completed'`) == 1
+	stacktest.WaitFor(t, "the request held by the pause to complete", 2*time.Minute, func() bool {
+		return h.Count(`SELECT count(*) FROM jobs WHERE id = 'while-paused' AND status = 'completed'`) == 1
 	})
 
 	// The database down: 503 problem+json from every route but the switch.
-	srvDown := httptest.NewServer(withToken(t, h.st.Infra, newAPI(h.dbDown()).Handler(), api.ScopeAdmin))
+	srvDown := httptest.NewServer(stacktest.WithToken(t, h.St.Infra, stacktest.NewAPI(dbDown(h)).Handler(), api.ScopeAdmin))
 	defer srvDown.Close()
 	for _, path := range []string{"/v1/jobs", "/v1/accounts/" + p.PUUID} {
 		resp, err := srvDown.Client().Get(srvDown.URL + path)
@@ -204,16 +206,16 @@ func TestDesign001Promises(t *testing.T) {
 }
 
 // jobBy waits for the one sync job requested by who to finish, and returns it.
-func (h *harness) jobBy(t *testing.T, who string, timeout time.Duration) store.Job {
+func jobBy(h *stacktest.Harness, t *testing.T, who string, timeout time.Duration) store.Job {
 	t.Helper()
 	var job store.Job
-	waitFor(t, "the job requested by "+who+" to finish", timeout, func() bool {
+	stacktest.WaitFor(t, "the job requested by "+who+" to finish", timeout, func() bool {
 		var n int
-		err := h.db.QueryRow(h.ctx, `SELECT count(*) FROM jobs WHERE requested_by = $1`, who).Scan(&n)
+		err := h.DB.QueryRow(h.Ctx, `SELECT count(*) FROM jobs WHERE requested_by = $1`, who).Scan(&n)
 		if err != nil || n != 1 {
 			return false
 		}
-		jobs, err := h.st.Infra.Store.Jobs(h.ctx, store.JobFilter{Type: "sync"})
+		jobs, err := h.St.Infra.Store.Jobs(h.Ctx, store.JobFilter{Type: "sync"})
 		if err != nil {
 			return false
 		}
@@ -239,24 +241,24 @@ func TestDesign002Promises(t *testing.T) {
 	// of the player is older than INGESTION_LOOKBACK_DAYS (30).
 	clk := &offsetClock{}
 	clk.Set(60 * 24 * time.Hour)
-	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SCHEDULE_ENABLE": "false",
+	h := stacktest.Start(t, stacktest.Options{Now: clk.Now, Env: map[string]string{"SCHEDULE_ENABLE": "false",
 		"INGESTION_LOOKBACK_DAYS": "30"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 10}}})
-	p := synthPlayer(t, h, 1)
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 10}}})
+	p := stacktest.SynthPlayer(t, h, 1)
 
 	// 1. The exact design-002 payload on lol.ingest.request: no platform;
 	// the resolver finds it (account-v1 getActiveRegion) and the job says so.
 	payload := fmt.Sprintf(`{"puuid":%q,"count":3,"lookbackDays":30,"force":false,"requestedBy":"bot-7"}`, p.PUUID)
-	if _, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), []byte(payload)); err != nil {
+	if _, err := h.St.Infra.JS.Publish(h.Ctx, h.St.Infra.Subjects.IngestRequest(), []byte(payload)); err != nil {
 		t.Fatal(err)
 	}
-	job := h.jobBy(t, "bot-7", 2*time.Minute)
+	job := jobBy(h, t, "bot-7", 2*time.Minute)
 	if job.Status != "completed" {
 		t.Fatalf("design-002 payload: job %+v, want completed", job)
 	}
 	wantFoundPlatform(t, job, p.Platform)
 	stored := map[string]bool{}
-	rows, _ := h.db.Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, p.PUUID)
+	rows, _ := h.DB.Query(h.Ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, p.PUUID)
 	for rows.Next() {
 		var id string
 		rows.Scan(&id)
@@ -272,8 +274,8 @@ func TestDesign002Promises(t *testing.T) {
 	}
 
 	// 2. Over HTTP, the same payload: 202, and requestedBy on the job.
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
-	p2 := synthPlayer(t, h, 2)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
+	p2 := stacktest.SynthPlayer(t, h, 2)
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json", strings.NewReader(
 		fmt.Sprintf(`{"puuid":%q,"count":2,"lookbackDays":30,"force":false,"requestedBy":"web-ui"}`, p2.PUUID)))
 	if err != nil {
@@ -283,38 +285,38 @@ func TestDesign002Promises(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /v1/sync with the design-002 payload: %d, want 202", resp.StatusCode)
 	}
-	job = h.jobBy(t, "web-ui", 2*time.Minute)
+	job = jobBy(h, t, "web-ui", 2*time.Minute)
 	if job.Status != "completed" || job.PUUID != p2.PUUID {
 		t.Errorf("HTTP design-002 job: %+v", job)
 	}
 	wantFoundPlatform(t, job, p2.Platform)
-	if n := h.st.Sim.Stats().MethodCount(sim.MethodActiveRegion, 200); n != 2 {
+	if n := h.St.Sim.Stats().MethodCount(sim.MethodActiveRegion, 200); n != 2 {
 		t.Errorf("%d account-v1 getActiveRegion calls, want 2 (one per player)", n)
 	}
-	h.waitIdle(20 * time.Second)
+	h.WaitIdle(20 * time.Second)
 
 	// 3. force: a stored match is damaged, then a forced sync refetches the
 	// 3 stored matches (one of them answering 503 once) and overwrites it.
 	newest := p.Matches[0].ID
-	if _, err := h.db.Exec(h.ctx, `UPDATE match_participants SET kills = -1 WHERE match_id = $1`, newest); err != nil {
+	if _, err := h.DB.Exec(h.Ctx, `UPDATE match_participants SET kills = -1 WHERE match_id = $1`, newest); err != nil {
 		t.Fatal(err)
 	}
-	h.st.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{p.Matches[1].ID: {Kind: sim.FaultUnavailableN, N: 1}}})
-	before := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200)
+	h.St.Sim.SetFaults(sim.Faults{Match: map[string]sim.MatchFault{p.Matches[1].ID: {Kind: sim.FaultUnavailableN, N: 1}}})
+	before := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200)
 	ids := []string{p.Matches[0].ID, p.Matches[1].ID, p.Matches[2].ID}
-	retriesBefore := h.count(`SELECT coalesce(sum(retry_count), 0)::int FROM match_fetches WHERE match_id = ANY($1)`, ids)
+	retriesBefore := h.Count(`SELECT coalesce(sum(retry_count), 0)::int FROM match_fetches WHERE match_id = ANY($1)`, ids)
 	payload = fmt.Sprintf(`{"puuid":%q,"count":3,"lookbackDays":730,"force":true,"requestedBy":"ops","platform":"na1","mode":"full"}`, p.PUUID)
-	if _, err := h.st.Infra.JS.Publish(h.ctx, h.st.Infra.Subjects.IngestRequest(), []byte(payload)); err != nil {
+	if _, err := h.St.Infra.JS.Publish(h.Ctx, h.St.Infra.Subjects.IngestRequest(), []byte(payload)); err != nil {
 		t.Fatal(err)
 	}
-	job = h.jobBy(t, "ops", 40*time.Second)
+	job = jobBy(h, t, "ops", 40*time.Second)
 	if job.Status != "completed" {
 		t.Fatalf("forced sync: %+v", job)
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200) - before; got != 3 {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200) - before; got != 3 {
 		t.Errorf("forced sync fetched %d matches, want the 3 stored ones again", got)
 	}
-	if n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1 AND kills < 0`, newest); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1 AND kills < 0`, newest); n != 0 {
 		t.Errorf("forced sync left the damaged row (%d participants with kills -1)", n)
 	}
 	var detail struct {
@@ -327,11 +329,11 @@ func TestDesign002Promises(t *testing.T) {
 	}
 	// Every failed attempt of the job's fetches (the 503, and the
 	// simulator's 404s for timelines it lacks) is one retry of the job.
-	retried := h.count(`SELECT coalesce(sum(retry_count), 0)::int FROM match_fetches WHERE match_id = ANY($1)`, ids) - retriesBefore
+	retried := h.Count(`SELECT coalesce(sum(retry_count), 0)::int FROM match_fetches WHERE match_id = ANY($1)`, ids) - retriesBefore
 	if job.Retries < 1 || job.Retries != retried {
 		t.Errorf("job retries = %d, want the %d failed attempts of its fetches (at least the 503)", job.Retries, retried)
 	}
-	if !strings.Contains(h.logs.String(), "force: refetching and overwriting stored matches") {
+	if !strings.Contains(h.Logs.String(), "force: refetching and overwriting stored matches") {
 		t.Error("the lister did not log the forced refetch")
 	}
 }
@@ -359,18 +361,18 @@ func wantFoundPlatform(t *testing.T, job store.Job, platform string) {
 // for five minutes, each with an ETag.
 func TestDesign002Caches(t *testing.T) {
 	clk := &offsetClock{}
-	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 4}}})
-	p := synthPlayer(t, h, 1)
+	h := stacktest.Start(t, stacktest.Options{Now: clk.Now, Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 4}}})
+	p := stacktest.SynthPlayer(t, h, 1)
 	riotID := sim.SyntheticRiotID(1).String()
-	stats := func(method string) int64 { return h.st.Sim.Stats().MethodCount(method, 200) }
+	stats := func(method string) int64 { return h.St.Sim.Stats().MethodCount(method, 200) }
 	sync := func(what string) bus.ProgressEvent {
 		t.Helper()
-		ev, err := h.ingest(bus.IngestRequest{RiotID: riotID, Platform: "na1", Mode: bus.ModeLatest, Count: 10}, time.Minute)
+		ev, err := h.Ingest(bus.IngestRequest{RiotID: riotID, Platform: "na1", Mode: bus.ModeLatest, Count: 10}, time.Minute)
 		if err != nil || ev.Status != "completed" {
 			t.Fatalf("%s: %+v %v", what, ev, err)
 		}
-		h.waitIdle(20 * time.Second)
+		h.WaitIdle(20 * time.Second)
 		return ev
 	}
 
@@ -379,11 +381,11 @@ func TestDesign002Caches(t *testing.T) {
 	if n := stats(sim.MethodAccountByRiotID); n != 1 {
 		t.Fatalf("first sync: %d account-v1 by-riot-id calls, want 1", n)
 	}
-	kv, err := h.st.Infra.KV(h.ctx, streams.BucketRiotIDs)
+	kv, err := h.St.Infra.KV(h.Ctx, streams.BucketRiotIDs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := kv.Status(h.ctx); err != nil || st.TTL() != 24*time.Hour {
+	if st, err := kv.Status(h.Ctx); err != nil || st.TTL() != 24*time.Hour {
 		t.Errorf("riot-ids lifetime: %v %v, want 24h", st, err)
 	}
 	lists, matches := stats(sim.MethodMatchIDs), stats(sim.MethodMatch)
@@ -413,7 +415,7 @@ func TestDesign002Caches(t *testing.T) {
 	}
 
 	// The read API's lifetimes and validators.
-	srv := apiServer(t, h.st.Infra, api.ScopeRead)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeRead)
 	for path, cc := range map[string]string{
 		"/v1/matches/" + p.Matches[0].ID:      "public, max-age=86400",
 		"/v1/players/" + p.PUUID + "/matches": "public, max-age=300",
@@ -445,17 +447,17 @@ func TestDesign002Caches(t *testing.T) {
 // TestDesignsTableNamesRealTests: every test docs/designs.md names as
 // keeping a promise exists (a func Test… in some _test.go of the repo).
 func TestDesignsTableNamesRealTests(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/designs.md")
+	doc, err := os.ReadFile("../docs/designs.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defined := map[string]bool{}
 	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
-	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
+		if d.IsDir() && path != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {

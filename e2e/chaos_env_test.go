@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The chaos environment: the five services as separate OS processes built
 // from their cmd mains, an embedded NATS server (or a 3-node cluster) on
@@ -37,6 +37,7 @@ import (
 	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -280,7 +281,7 @@ type chaosEnv struct {
 	kills, natsRestarts, nodeLosses, pgRestarts, terms, undrained int
 }
 
-// chaosFastEnv compresses retry schedules, as fastEnv does for the harness,
+// chaosFastEnv compresses retry schedules, as stacktest.FastEnv does for stacktest.Start,
 // and makes recovery paths (sweeper, lock TTL) run within a test.
 var chaosFastEnv = map[string]string{
 	"FETCH_BACKOFF":           "1s,2s,2s,2s",
@@ -318,12 +319,12 @@ func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e := &chaosEnv{t: t, o: o, ctx: ctx, dir: t.TempDir(), procs: map[string]*chaosProc{}, subj: bus.Subjects{Prefix: "lol"}}
-	e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.log = slog.New(slog.NewTextHandler(stagetest.Writer(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	// Simulator.
 	e.key = o.apiKey
 	if e.key == "" {
-		e.key = "RGAPI-chaos-" + randHex(12)
+		e.key = "RGAPI-chaos-" + stack.RandHex(12)
 	}
 	fix := o.fixtures
 	if fix == "" {

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	matchfetcher "github.com/riftflow/riftflow/services/match-fetcher"
+	"github.com/riftflow/riftflow/services/riftflow"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -52,7 +54,7 @@ const (
 // pipeline is a harness running every service but the fetcher, plus n
 // fetcher instances.
 type pipeline struct {
-	h     *harness
+	h     *stacktest.Harness
 	procs []*fetcherProc
 	logs  *stagetest.Logs
 }
@@ -67,9 +69,9 @@ type pipelineOptions struct {
 
 func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	t.Helper()
-	h := startHarness(t, harnessOptions{sim: o.sim, noRun: true, env: map[string]string{"LOG_LEVEL": "info"}})
+	h := stacktest.Start(t, stacktest.Options{Sim: o.sim, NoRun: true, Env: map[string]string{"LOG_LEVEL": "info"}})
 	p := &pipeline{h: h, logs: &stagetest.Logs{}}
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(h.Ctx)
 	var wg sync.WaitGroup
 	run := func(name string, f func(context.Context) error) {
 		wg.Go(func() {
@@ -78,14 +80,14 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 			}
 		})
 	}
-	for _, s := range h.st.Services {
+	for _, s := range h.St.Services {
 		if _, isFetcher := s.(*matchfetcher.Service); isFetcher {
 			continue
 		}
 		run(fmt.Sprintf("%T", s), s.Run)
 	}
-	log := testLogger(t, p.logs)
-	env := h.st.Infra.Env
+	log := stacktest.Logger(t, p.logs)
+	env := h.St.Infra.Env
 	if o.concurrency <= 0 {
 		o.concurrency = 16
 	}
@@ -96,7 +98,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 	for i := range o.fetchers {
 		name := fmt.Sprintf("match-fetcher-%d", i)
 		plog := log.With("proc", name)
-		nc, js, err := connect.NATS(ctx, h.st.NATSConfig(streams.UserMatchFetcher), h.st.InProcess(), name, plog)
+		nc, js, err := connect.NATS(ctx, h.St.NATSConfig(streams.UserMatchFetcher), h.St.InProcess(), name, plog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +131,7 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 			cons[r] = c
 		}
 		svc, err := matchfetcher.New(matchfetcher.Config{Backoff: []time.Duration{time.Second}, Concurrency: o.concurrency},
-			matchfetcher.Deps{JS: js, Consumers: cons, Riot: client, Base: app.Base{Subjects: h.st.Infra.Subjects, Logger: plog}})
+			matchfetcher.Deps{JS: js, Consumers: cons, Riot: client, Base: app.Base{Subjects: h.St.Infra.Subjects, Logger: plog}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,14 +151,14 @@ func startPipeline(t testing.TB, o pipelineOptions) *pipeline {
 // backlog publishes one background FetchCommand per match ID.
 func (p *pipeline) backlog(t testing.TB, ids []string, prio bus.Priority) {
 	t.Helper()
-	js := p.h.st.Infra.JS
+	js := p.h.St.Infra.JS
 	for _, id := range ids {
 		_, r, err := riot.ParseMatchID(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		data := mustJSON(bus.FetchCommand{MatchID: id, Kind: bus.KindMatch, Region: string(r), Attempt: 1, Priority: prio, RequestID: "backlog"})
-		if _, err := js.PublishAsync(p.h.st.Infra.Subjects.Fetch(string(r)), data, jetstream.WithMsgID(id)); err != nil {
+		if _, err := js.PublishAsync(p.h.St.Infra.Subjects.Fetch(string(r)), data, jetstream.WithMsgID(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +224,7 @@ func TestSharedKeyNoViolations(t *testing.T) {
 	p := startPipeline(t, pipelineOptions{fetchers: 2, mode: modeShared,
 		sim: sim.Options{Limits: tightLimits, Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 600}}})
 	p.backlog(t, syntheticIDs(1, 600), bus.Background)
-	s := p.h.st.Sim
+	s := p.h.St.Sim
 	// Work until well past the first 1 s windows and the limits being learned.
 	waitUntil(t, 20*time.Second, "150 requests on americas", func() bool { return routeRequests(s.Stats(), "americas") >= 150 })
 	st := s.Stats()
@@ -259,11 +261,11 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 		sim: sim.Options{Limits: tightLimits, Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 600},
 			Blacklist: sim.Blacklist{Violations: 3, Duration: time.Hour}}})
 	p.backlog(t, syntheticIDs(1, 600), bus.Background)
-	s := p.h.st.Sim
+	s := p.h.St.Sim
 	waitUntil(t, 15*time.Second, "40 requests on americas", func() bool { return routeRequests(s.Stats(), "americas") >= 40 })
 
 	// The rogue: another program with the same key that ignores limits.
-	env := p.h.st.Infra.Env.Riot
+	env := p.h.St.Infra.Env.Riot
 	url := strings.Replace(env.BaseURL, "{route}", "americas", 1) + "/lol/match/v5/matches/NA1_" + fmt.Sprint(sim.SyntheticGameIDBase)
 	rogue := 0
 	for !s.Stats().Blacklisted {
@@ -287,7 +289,7 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 				return false
 			}
 		}
-		rej, _ := p.h.st.Infra.Limiter.(*ratelimit.Shared).KeyRejected()
+		rej, _ := p.h.St.Infra.Limiter.(*ratelimit.Shared).KeyRejected()
 		return rej
 	})
 	time.Sleep(500 * time.Millisecond) // requests already on the wire land
@@ -307,11 +309,11 @@ func TestKeyRejectedStopsEveryCaller(t *testing.T) {
 	if logs := p.logs.String(); !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "rejected") {
 		t.Errorf("no error-level log line about the rejected key:\n%s", tail(logs, 2000))
 	}
-	if total, _ := opsSum(scrapeOps(t, p.h.st.Infra.Ops.Handler()), "riftflow_ratelimit_key_rejected_total", map[string]string{"status": "403"}); total < 1 {
+	if total, _ := opsSum(scrapeOps(t, p.h.St.Infra.Ops.Handler()), "riftflow_ratelimit_key_rejected_total", map[string]string{"status": "403"}); total < 1 {
 		t.Errorf("/metrics: riftflow_ratelimit_key_rejected_total{status=\"403\"} = %v, want at least 1", total)
 	}
 	var out bytes.Buffer
-	if err := PrintRateLimit(p.h.ctx, p.h.st.Infra.JS, riotclient.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
+	if err := riftflow.PrintRateLimit(p.h.Ctx, p.h.St.Infra.JS, riotclient.KeyID(env.APIKey.Reveal()), &out, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "KEY REJECTED") || !strings.Contains(out.String(), "Riot answered 403") ||
@@ -330,8 +332,8 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 	p := startPipeline(t, pipelineOptions{fetchers: 2, mode: modeShared,
 		sim: sim.Options{Limits: sim.RateLimits{App: "20:1,300:60", AppByRoute: map[string]string{"asia": "5:30"}},
 			Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 400}}})
-	s := p.h.st.Sim
-	env := p.h.st.Infra.Env.Riot
+	s := p.h.St.Sim
+	env := p.h.St.Infra.Env.Riot
 	// Another user of the key spends asia's 30 s budget.
 	var asiaIDs []string
 	for _, pl := range s.Truth().Players {
@@ -357,19 +359,19 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 	p.backlog(t, asiaIDs, bus.Background)
 	p.backlog(t, syntheticIDs(1, 400), bus.Background)
 
-	js := p.h.st.Infra.JS
-	asiaCons, err := js.Consumer(p.h.ctx, streams.StreamFetch, streams.FetcherConsumer("asia"))
+	js := p.h.St.Infra.JS
+	asiaCons, err := js.Consumer(p.h.Ctx, streams.StreamFetch, streams.FetcherConsumer("asia"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetchStream, err := js.Stream(p.h.ctx, streams.StreamFetch)
+	fetchStream, err := js.Stream(p.h.Ctx, streams.StreamFetch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retrySubj := p.h.st.Infra.Subjects.FetchRetry("asia", "*")
+	retrySubj := p.h.St.Infra.Subjects.FetchRetry("asia", "*")
 	maxAckPending := 0
 	scheduled := func() int {
-		info, err := fetchStream.Info(p.h.ctx, jetstream.WithSubjectFilter(retrySubj))
+		info, err := fetchStream.Info(p.h.Ctx, jetstream.WithSubjectFilter(retrySubj))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,13 +383,13 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 	}
 	// Every asia fetch ends up rescheduled, while americas keeps storing.
 	waitUntil(t, 20*time.Second, "every asia fetch rescheduled and 30 americas matches stored", func() bool {
-		info, err := asiaCons.Info(p.h.ctx)
+		info, err := asiaCons.Info(p.h.Ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		maxAckPending = max(maxAckPending, info.NumAckPending)
 		return scheduled() >= len(asiaIDs) && info.NumPending == 0 && info.NumAckPending == 0 &&
-			p.h.count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`) >= 30
+			p.h.Count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`) >= 30
 	})
 	st := s.Stats()
 	// Before its first response a process knows no limits and sends one
@@ -418,7 +420,7 @@ func TestLongWaitDoesNotStall(t *testing.T) {
 		t.Errorf("asia consumer held %d ack-pending messages", maxAckPending)
 	}
 	t.Logf("asia: %d fetches rescheduled, max ack pending seen %d; americas matches stored %d; sim 429s %v",
-		scheduled(), maxAckPending, p.h.count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`), st.RateLimited)
+		scheduled(), maxAckPending, p.h.Count(`SELECT count(*) FROM matches WHERE match_id LIKE 'NA1_9%'`), st.RateLimited)
 }
 
 func tail(s string, n int) string {

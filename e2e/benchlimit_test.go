@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 // NATS node loss). N from BENCH_LIMIT_N (default "1,2,4,8").
 //
 //	make bench-limit
-//	cd services/riftflow && BENCH_LIMIT_N=8 go test -run '^$' -bench LimitProductionShape -benchtime 1x -timeout 2h .
+//	cd e2e && BENCH_LIMIT_N=8 go test -run '^$' -bench LimitProductionShape -benchtime 1x -timeout 2h .
 //
 // Metrics: used = requests the sim counted in the whole 60 s windows that
 // started after the warm-up ÷ what 2,500 per 60 s allows from the first
@@ -49,7 +49,7 @@ func BenchmarkLimitProductionShape(b *testing.B) {
 						// minute, then twice as long each time.
 						Blacklist: sim.Blacklist{Violations: 5, Period: time.Minute, Duration: time.Minute}}})
 				p.backlog(b, ids, bus.Background)
-				s := p.h.st.Sim
+				s := p.h.St.Sim
 				waitUntil(b, 2*time.Minute, "warm-up", func() bool { return routeRequests(s.Stats(), "americas") >= 100 })
 				t0 := time.Now()
 				// windows whole windows end when windows+1 have started.

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"encoding/json"
@@ -13,18 +13,19 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
 // TestEndToEnd runs one ingest request through the five services on the
 // recorded data and checks the exact rows the simulator's truth implies.
 func TestEndToEnd(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	const lookback = 730
 	p, listed := richestPlayer(t, h, lookback)
 	t.Logf("player %s#%s on %s: %d matches in the window", p.GameName, p.TagLine, p.Platform, len(listed))
 
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
 		Mode: bus.ModeFull, LookbackDays: lookback, Count: 1000}, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -32,9 +33,9 @@ func TestEndToEnd(t *testing.T) {
 	if ev.Status != "completed" || ev.Total != len(listed) || ev.Progress != ev.Total {
 		t.Fatalf("final event %+v, want completed %d/%d", ev, len(listed), len(listed))
 	}
-	h.waitIdle(10 * time.Second)
+	h.WaitIdle(10 * time.Second)
 
-	ledger := h.ledger()
+	ledger := ledger(h)
 	wantMatches, wantParts, wantTimelines := 0, 0, 0
 	for _, m := range listed {
 		if !m.MatchOK {
@@ -45,10 +46,10 @@ func TestEndToEnd(t *testing.T) {
 		if got := ledger[m.ID+"/match"]; got != "success" {
 			t.Errorf("%s match ledger = %q, want success", m.ID, got)
 		}
-		if n := h.count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, m.ID); n != m.Participants {
+		if n := h.Count(`SELECT count(*) FROM match_participants WHERE match_id = $1`, m.ID); n != m.Participants {
 			t.Errorf("%s: %d participant rows, want %d", m.ID, n, m.Participants)
 		}
-		age := time.Duration(h.st.Sim.Truth().Now-m.GameCreation) * time.Millisecond
+		age := time.Duration(h.St.Sim.Truth().Now-m.GameCreation) * time.Millisecond
 		want := "permanently_unfetchable" // no timeline in the recorded data: Riot-like 404s
 		switch {
 		case m.TimelineOK:
@@ -61,24 +62,24 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("%s timeline ledger = %q, want %q", m.ID, got, want)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != wantMatches {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != wantMatches {
 		t.Errorf("matches: %d rows, want %d", n, wantMatches)
 	}
-	if n := h.count(`SELECT count(*) FROM match_participants`); n != wantParts {
+	if n := h.Count(`SELECT count(*) FROM match_participants`); n != wantParts {
 		t.Errorf("match_participants: %d rows, want %d", n, wantParts)
 	}
-	if n := h.count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
+	if n := h.Count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
 		t.Errorf("match_timelines: %d rows, want %d", n, wantTimelines)
 	}
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_total = $2 AND sync_progress = $2`, p.PUUID, len(listed)); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_total = $2 AND sync_progress = $2`, p.PUUID, len(listed)); n != 1 {
 		t.Error("account not completed with the right totals")
 	}
 	// Normalized columns are filled from the MatchDto (epoch ms → timestamptz).
-	if n := h.count(`SELECT count(*) FROM matches WHERE game_creation IS NULL OR queue_id IS NULL OR patch = '' OR raw IS NULL`); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM matches WHERE game_creation IS NULL OR queue_id IS NULL OR patch = '' OR raw IS NULL`); n != 0 {
 		t.Errorf("%d matches with empty normalized columns", n)
 	}
 	// Each match was fetched once: no 429s, one getMatch per match.
-	st := h.st.Sim.Stats()
+	st := h.St.Sim.Stats()
 	if got := st.MethodCount(sim.MethodMatch, 200); got != int64(wantMatches) {
 		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, wantMatches)
 	}
@@ -86,25 +87,25 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("%d rate-limit violations", st.Violations)
 	}
 	// The lock is released on completion.
-	if _, err := h.st.Infra.JS.KeyValue(h.ctx, "sync-locks"); err == nil {
-		kv, _ := h.st.Infra.JS.KeyValue(h.ctx, "sync-locks")
-		if _, err := kv.Get(h.ctx, p.PUUID); err == nil {
+	if _, err := h.St.Infra.JS.KeyValue(h.Ctx, "sync-locks"); err == nil {
+		kv, _ := h.St.Infra.JS.KeyValue(h.Ctx, "sync-locks")
+		if _, err := kv.Get(h.Ctx, p.PUUID); err == nil {
 			t.Error("sync lock still held after completion")
 		}
 	}
 
 	// A second latest sync finds nothing new and stores nothing twice.
-	before := h.fingerprint()
-	requests := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200)
-	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeLatest}, time.Minute)
+	before := fingerprint(h)
+	requests := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200)
+	ev, err = h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeLatest}, time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 0 {
 		t.Fatalf("second sync: %+v %v", ev, err)
 	}
-	h.waitIdle(10 * time.Second)
-	if after := h.fingerprint(); after != before {
+	h.WaitIdle(10 * time.Second)
+	if after := fingerprint(h); after != before {
 		t.Error("a second sync changed stored rows")
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != requests {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != requests {
 		t.Errorf("second sync fetched %d matches again", got-requests)
 	}
 }
@@ -112,31 +113,31 @@ func TestEndToEnd(t *testing.T) {
 // TestReplayChangesNothing redelivers every fetch result the persister saw
 // and every fetch command the fetcher saw: no row changes.
 func TestReplayChangesNothing(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	p, _ := richestPlayer(t, h, 730)
-	subj := h.st.Infra.Subjects
-	got, stop := h.capture(subj.Fetched("*"), subj.Failed("*"), subj.FetchAll())
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
+	subj := h.St.Infra.Subjects
+	got, stop := capture(h, subj.Fetched("*"), subj.Failed("*"), subj.FetchAll())
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("%+v %v", ev, err)
 	}
-	h.waitIdle(10 * time.Second)
+	h.WaitIdle(10 * time.Second)
 	stop()
 	msgs := got()
 	if len(msgs) < 3 {
 		t.Fatalf("captured only %d messages", len(msgs))
 	}
-	before := h.fingerprint()
+	before := fingerprint(h)
 	for _, m := range msgs {
 		// A fresh message id, so JetStream's dedup does not hide the replay.
 		r := nats.NewMsg(m.Subject)
 		r.Data = m.Data
-		if _, err := h.st.Infra.JS.PublishMsg(h.ctx, r); err != nil {
+		if _, err := h.St.Infra.JS.PublishMsg(h.Ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.waitIdle(30 * time.Second)
-	if after := h.fingerprint(); after != before {
+	h.WaitIdle(30 * time.Second)
+	if after := fingerprint(h); after != before {
 		t.Errorf("replaying %d messages changed rows", len(msgs))
 	}
 }
@@ -145,7 +146,7 @@ func TestReplayChangesNothing(t *testing.T) {
 // exactly one sync runs (the other is rejected 409 or finds nothing new) and
 // each match is fetched once.
 func TestConcurrentRequestsFetchOnce(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	p, listed := richestPlayer(t, h, 730)
 	var wg sync.WaitGroup
 	results := make([]error, 2)
@@ -154,7 +155,7 @@ func TestConcurrentRequestsFetchOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			events[i], results[i] = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
+			events[i], results[i] = h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 2*time.Minute)
 		}()
 	}
 	wg.Wait()
@@ -172,11 +173,11 @@ func TestConcurrentRequestsFetchOnce(t *testing.T) {
 	if completed < 1 {
 		t.Fatal("no request completed")
 	}
-	h.waitIdle(10 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+	h.WaitIdle(10 * time.Second)
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
 		t.Errorf("getMatch 200s = %d, want %d: a match was fetched twice", got, len(listed))
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != len(listed) {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != len(listed) {
 		t.Errorf("%d matches stored, want %d", n, len(listed))
 	}
 	t.Logf("completed %d, rejected %d", completed, rejected)
@@ -185,10 +186,10 @@ func TestConcurrentRequestsFetchOnce(t *testing.T) {
 // TestBadIngestRequestRejected: malformed requests are terminated with a
 // reason on lol.ingest.rejected, and a good request behind them still runs.
 func TestBadIngestRequestRejected(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
-	subj := h.st.Infra.Subjects
+	h := stacktest.Start(t, stacktest.Options{})
+	subj := h.St.Infra.Subjects
 	rej := make(chan *nats.Msg, 16)
-	sub, err := h.st.Infra.NC.ChanSubscribe(subj.IngestRejected(), rej)
+	sub, err := h.St.Infra.NC.ChanSubscribe(subj.IngestRejected(), rej)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +202,12 @@ func TestBadIngestRequestRejected(t *testing.T) {
 		{`{"riot_id":"Nobody Here#ZZZ","platform":"na1"}`, "no Riot account"},
 	}
 	for _, b := range bad {
-		if _, err := h.st.Infra.JS.Publish(h.ctx, subj.IngestRequest(), []byte(b.body)); err != nil {
+		if _, err := h.St.Infra.JS.Publish(h.Ctx, subj.IngestRequest(), []byte(b.body)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p := h.demo()
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeLatest, LookbackDays: 730}, time.Minute)
+	p := h.Demo()
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform, Mode: bus.ModeLatest, LookbackDays: 730}, time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("good request behind bad ones: %+v %v", ev, err)
 	}
@@ -229,7 +230,7 @@ func TestBadIngestRequestRejected(t *testing.T) {
 		}
 	}
 	// Nothing is left behind: the bad messages were terminated.
-	h.waitIdle(5 * time.Second)
+	h.WaitIdle(5 * time.Second)
 }
 
 // TestLargePayloadsThroughObjectStore: with the inline limit at 1 KiB every
@@ -238,35 +239,35 @@ func TestBadIngestRequestRejected(t *testing.T) {
 // one getMatch per match (the old fetcher could not publish such a payload
 // and fetched it from Riot again on every delivery).
 func TestLargePayloadsThroughObjectStore(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"FETCH_INLINE_PAYLOAD_MAX": "1024"}})
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"FETCH_INLINE_PAYLOAD_MAX": "1024"}})
 	const lookback = 730
 	p, listed := richestPlayer(t, h, lookback)
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
 		Mode: bus.ModeFull, LookbackDays: lookback, Count: 1000}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != len(listed) {
 		t.Fatalf("ingest: %+v %v, want completed %d", ev, err, len(listed))
 	}
-	h.waitIdle(10 * time.Second)
+	h.WaitIdle(10 * time.Second)
 	wantTimelines := 0
 	for _, m := range listed {
 		if m.TimelineOK {
 			wantTimelines++
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != len(listed) {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != len(listed) {
 		t.Errorf("%d matches stored, want %d", n, len(listed))
 	}
-	if n := h.count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
+	if n := h.Count(`SELECT count(*) FROM match_timelines`); n != wantTimelines {
 		t.Errorf("%d timelines stored, want %d", n, wantTimelines)
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
 		t.Errorf("getMatch 200s = %d, want %d (one per match)", got, len(listed))
 	}
-	obs, err := h.st.Infra.JS.ObjectStore(h.ctx, streams.ObjectPayloads)
+	obs, err := h.St.Infra.JS.ObjectStore(h.Ctx, streams.ObjectPayloads)
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := obs.List(h.ctx)
+	list, err := obs.List(h.Ctx)
 	if err != nil || len(list) < len(listed)+wantTimelines {
 		t.Fatalf("%d payload objects (%v), want at least %d", len(list), err, len(listed)+wantTimelines)
 	}
@@ -276,10 +277,10 @@ func TestLargePayloadsThroughObjectStore(t *testing.T) {
 // travel through the resolver and the lister to match-v5's ids endpoint
 // (queue, type), so only matching matches are listed and fetched.
 func TestFiltersReachRiot(t *testing.T) {
-	h := startHarness(t, harnessOptions{})
+	h := stacktest.Start(t, stacktest.Options{})
 	p, listed := richestPlayer(t, h, 730)
 	// The queueId of each listed match, read from the simulator as a client would.
-	env := h.st.Infra.Env.Riot
+	env := h.St.Infra.Env.Riot
 	_, region, _ := riot.ParseMatchID(listed[0].ID)
 	byQueue := map[int]int{}
 	for _, m := range listed {
@@ -319,7 +320,7 @@ func TestFiltersReachRiot(t *testing.T) {
 	} {
 		r := base
 		r.Queue, r.Type = tc.queue, tc.typ
-		ev, err := h.ingest(r, time.Minute)
+		ev, err := h.Ingest(r, time.Minute)
 		if err != nil || ev.Status != "completed" {
 			t.Fatalf("%s: %+v %v", tc.name, ev, err)
 		}
@@ -327,10 +328,10 @@ func TestFiltersReachRiot(t *testing.T) {
 			t.Errorf("%s: %d matches listed, want %d", tc.name, ev.Total, tc.want)
 		}
 	}
-	if n := h.count(`SELECT count(*) FROM matches`); n != byQueue[q] {
+	if n := h.Count(`SELECT count(*) FROM matches`); n != byQueue[q] {
 		t.Errorf("%d matches stored, want the %d of queue %d", n, byQueue[q], q)
 	}
-	if n := h.count(`SELECT count(*) FROM matches WHERE queue_id <> $1`, q); n != 0 {
+	if n := h.Count(`SELECT count(*) FROM matches WHERE queue_id <> $1`, q); n != 0 {
 		t.Errorf("%d stored matches of another queue", n)
 	}
 }

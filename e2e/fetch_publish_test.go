@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -26,11 +27,11 @@ func TestFetchedPayloadNotRefetchedWhileResultsUnpublishable(t *testing.T) {
 }
 
 func unpublishableFor(t *testing.T, stream string) {
-	h := startHarness(t, harnessOptions{sim: sim.Options{
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{
 		Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6, Platform: "na1"}}})
-	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(h.Ctx, 30*time.Second)
 	defer cancel()
-	js := h.st.Infra.JS
+	js := h.St.Infra.JS
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func unpublishableFor(t *testing.T, stream string) {
 	off := cfg
 	off.Subjects = []string{"riftflow-test.withdrawn.>"}
 	withdraw := func() {
-		if _, err := js.UpdateStream(h.ctx, off); err != nil {
+		if _, err := js.UpdateStream(h.Ctx, off); err != nil {
 			t.Error(err)
 		}
 	}
@@ -53,29 +54,29 @@ func unpublishableFor(t *testing.T, stream string) {
 	go func() {
 		// FETCH goes when Riot has answered a first getMatch (the fetch
 		// commands are queued by then); both come back 3 s later.
-		for h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200) == 0 && h.ctx.Err() == nil {
+		for h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200) == 0 && h.Ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if stream == streams.StreamFetch {
 			withdraw()
 		}
 		time.Sleep(3 * time.Second)
-		if _, err := js.UpdateStream(h.ctx, cfg); err != nil {
+		if _, err := js.UpdateStream(h.Ctx, cfg); err != nil {
 			t.Error(err)
 		}
 	}()
-	p := h.st.Sim.Truth().Players[sim.SyntheticPUUID("na1", 1)]
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 60, Count: 6}, time.Minute)
+	p := h.St.Sim.Truth().Players[sim.SyntheticPUUID("na1", 1)]
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 60, Count: 6}, time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("sync: %+v %v", ev, err)
 	}
-	h.waitIdle(30 * time.Second)
-	calls := h.st.Sim.Stats().MatchCalls
+	h.WaitIdle(30 * time.Second)
+	calls := h.St.Sim.Stats().MatchCalls
 	for _, m := range p.Matches {
 		if calls[m.ID] != 1 {
 			t.Errorf("%s: %d getMatch calls, want 1", m.ID, calls[m.ID])
 		}
-		if n := h.count(`SELECT count(*) FROM matches WHERE match_id = $1`, m.ID); n != 1 {
+		if n := h.Count(`SELECT count(*) FROM matches WHERE match_id = $1`, m.ID); n != 1 {
 			t.Errorf("%s: %d rows stored", m.ID, n)
 		}
 	}

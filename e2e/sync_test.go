@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"bufio"
@@ -20,10 +20,14 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/synclock"
+	"github.com/riftflow/riftflow/services/resolver"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/services/riftflow/api"
+	"github.com/riftflow/riftflow/services/riftflow/api/apitest"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -37,9 +41,9 @@ type events struct {
 
 // collect subscribes to subject and appends each message, decoded as a T,
 // to into under its key, holding mu.
-func collect[T any](t *testing.T, h *harness, mu *sync.Mutex, subject string, into map[string][]T, key func(T) string) *nats.Subscription {
+func collect[T any](t *testing.T, h *stacktest.Harness, mu *sync.Mutex, subject string, into map[string][]T, key func(T) string) *nats.Subscription {
 	t.Helper()
-	sub, err := h.st.Infra.NC.Subscribe(subject, func(m *nats.Msg) {
+	sub, err := h.St.Infra.NC.Subscribe(subject, func(m *nats.Msg) {
 		var v T
 		if json.Unmarshal(m.Data, &v) == nil {
 			mu.Lock()
@@ -53,13 +57,13 @@ func collect[T any](t *testing.T, h *harness, mu *sync.Mutex, subject string, in
 	return sub
 }
 
-func watch(t *testing.T, h *harness) *events {
+func watch(t *testing.T, h *stacktest.Harness) *events {
 	e := &events{prog: map[string][]bus.ProgressEvent{}, rej: map[string][]bus.Rejection{}}
 	e.subs = []*nats.Subscription{
-		collect(t, h, &e.mu, h.st.Infra.Subjects.ProgressAll(), e.prog, func(ev bus.ProgressEvent) string { return ev.RequestID }),
-		collect(t, h, &e.mu, h.st.Infra.Subjects.IngestRejected(), e.rej, func(r bus.Rejection) string { return r.RequestID }),
+		collect(t, h, &e.mu, h.St.Infra.Subjects.ProgressAll(), e.prog, func(ev bus.ProgressEvent) string { return ev.RequestID }),
+		collect(t, h, &e.mu, h.St.Infra.Subjects.IngestRejected(), e.rej, func(r bus.Rejection) string { return r.RequestID }),
 	}
-	h.st.Infra.NC.Flush()
+	h.St.Infra.NC.Flush()
 	t.Cleanup(func() {
 		for _, s := range e.subs {
 			s.Unsubscribe()
@@ -94,9 +98,9 @@ func (e *events) rejected(id string) (bus.Rejection, bool) {
 // on lol.ingest.rejected and logged as rejected jobs, each match is fetched
 // once, and the lock is released at the end.
 func TestSyncConcurrentTriggersOneSync(t *testing.T) {
-	h := startHarness(t, harnessOptions{sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 12},
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 12},
 		Faults: slowTimelines(time.Second)}})
-	p := synthPlayer(t, h, 1)
+	p := stacktest.SynthPlayer(t, h, 1)
 	ev := watch(t, h)
 	ids := []string{"c-0", "c-1", "c-2", "c-3", "c-4", "c-5"}
 	var wg sync.WaitGroup
@@ -110,7 +114,7 @@ func TestSyncConcurrentTriggersOneSync(t *testing.T) {
 	}
 	wg.Wait()
 	var winner string
-	waitFor(t, "one completion and five rejections", 2*time.Minute, func() bool {
+	stacktest.WaitFor(t, "one completion and five rejections", 2*time.Minute, func() bool {
 		done, rej := 0, 0
 		for _, id := range ids {
 			if _, ok := ev.final(id); ok {
@@ -137,18 +141,18 @@ func TestSyncConcurrentTriggersOneSync(t *testing.T) {
 	if fin.Status != "completed" || fin.Total != len(p.Matches) || fin.Progress != fin.Total {
 		t.Fatalf("winner %s: %+v, want completed %d/%d", winner, fin, len(p.Matches), len(p.Matches))
 	}
-	h.waitIdle(20 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(p.Matches)) {
+	h.WaitIdle(20 * time.Second)
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(p.Matches)) {
 		t.Errorf("getMatch 200s = %d, want %d (each match once)", got, len(p.Matches))
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'sync' AND status = 'rejected' AND error LIKE '%already syncing%'`); n != len(ids)-1 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE type = 'sync' AND status = 'rejected' AND error LIKE '%already syncing%'`); n != len(ids)-1 {
 		t.Errorf("%d rejected sync jobs, want %d", n, len(ids)-1)
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed' AND finished_at IS NOT NULL`, winner); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'completed' AND finished_at IS NOT NULL`, winner); n != 1 {
 		t.Error("winner's job not completed")
 	}
-	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
-	if _, err := locks.Get(h.ctx, p.PUUID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	locks, _ := h.St.Infra.Lock(h.Ctx, streams.BucketSyncLocks)
+	if _, err := locks.Get(h.Ctx, p.PUUID); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("lock after completion: %v, want released", err)
 	}
 }
@@ -163,10 +167,10 @@ func TestSyncConcurrentTriggersOneSync(t *testing.T) {
 // for, not slept.
 func TestSyncKilledListerRecovers(t *testing.T) {
 	clk := &offsetClock{}
-	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SYNC_LOCK_TTL": "1s",
+	h := stacktest.Start(t, stacktest.Options{Now: clk.Now, Env: map[string]string{"SYNC_LOCK_TTL": "1s",
 		"SYNC_STUCK_AFTER": "2s", "SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 20}}})
-	p := synthPlayer(t, h, 1)
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 20}}})
+	p := stacktest.SynthPlayer(t, h, 1)
 	if len(p.Matches) != 20 {
 		t.Fatalf("%d matches, want 20", len(p.Matches))
 	}
@@ -174,7 +178,7 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 	for i, m := range p.Matches {
 		ids[i] = m.ID
 	}
-	ctx, inf := h.ctx, h.st.Infra
+	ctx, inf := h.Ctx, h.St.Infra
 	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
@@ -198,18 +202,18 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 		}
 	}
 	// The lister is "killed" here. Its 4 fetches complete; the lock dies.
-	waitFor(t, "the 4 published matches stored", time.Minute, func() bool {
-		return h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`) == 4
+	stacktest.WaitFor(t, "the 4 published matches stored", time.Minute, func() bool {
+		return h.Count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success'`) == 4
 	})
-	waitFor(t, "the dead lister's lock to expire", time.Minute, func() bool {
+	stacktest.WaitFor(t, "the dead lister's lock to expire", time.Minute, func() bool {
 		_, err := locks.Get(ctx, p.PUUID)
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID); n != 1 {
 		t.Fatal("account not left in syncing")
 	}
 	ev := watch(t, h)
-	waitFor(t, "no progress for SYNC_STUCK_AFTER", time.Minute, func() bool {
+	stacktest.WaitFor(t, "no progress for SYNC_STUCK_AFTER", time.Minute, func() bool {
 		stuck, err := inf.Store.StuckSyncs(ctx, clk.Now(), clk.Now().Add(-2*time.Second))
 		return err == nil && len(stuck) == 1
 	})
@@ -224,25 +228,25 @@ func TestSyncKilledListerRecovers(t *testing.T) {
 	defer func() { pcancel(); <-pdone }()
 
 	const next = "recover-" + dead
-	waitFor(t, "the recovered sync to finish", 2*time.Minute, func() bool { _, ok := ev.final(next); return ok })
+	stacktest.WaitFor(t, "the recovered sync to finish", 2*time.Minute, func() bool { _, ok := ev.final(next); return ok })
 	fin, _ := ev.final(next)
 	if fin.Status != "completed" || fin.Total != 16 || fin.Progress != 16 {
 		t.Fatalf("recovered sync: %+v, want completed 16/16 (8 orphans + 8 new)", fin)
 	}
-	h.waitIdle(20 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 20 {
+	h.WaitIdle(20 * time.Second)
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 20 {
 		t.Errorf("getMatch 200s = %d, want 20: a match was fetched twice or never", got)
 	}
-	if n := h.count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success' AND match_id = ANY($1)`, ids); n != 20 {
+	if n := h.Count(`SELECT count(*) FROM match_fetches WHERE kind = 'match' AND status = 'success' AND match_id = ANY($1)`, ids); n != 20 {
 		t.Errorf("%d of 20 matches stored", n)
 	}
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_request_id = $2`, p.PUUID, next); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'completed' AND sync_request_id = $2`, p.PUUID, next); n != 1 {
 		t.Error("account not completed by the recovery sync")
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'failed' AND error LIKE 'abandoned%'`, dead); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE id = $1 AND status = 'failed' AND error LIKE 'abandoned%'`, dead); n != 1 {
 		t.Error("the abandoned sync's job is not closed as failed")
 	}
-	if n := h.count(`SELECT count(*) FROM jobs WHERE type = 'recovery' AND status = 'completed' AND detail->>'recovered' = '1'`); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM jobs WHERE type = 'recovery' AND status = 'completed' AND detail->>'recovered' = '1'`); n != 1 {
 		t.Error("start-up recovery pass not in the job log")
 	}
 }
@@ -258,19 +262,19 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 	clk.Set(-24 * time.Hour)
 	// Synthetic player 1: games 1h, 4h, 7h, ... before now. At the
 	// services' T = now-24h, games j ≥ 8 (25h+ before now) are past.
-	h := startHarness(t, harnessOptions{now: clk.Now, env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 24}}})
-	p := synthPlayer(t, h, 1)
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 30}, 2*time.Minute)
+	h := stacktest.Start(t, stacktest.Options{Now: clk.Now, Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 24}}})
+	p := stacktest.SynthPlayer(t, h, 1)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 30}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 16 {
 		t.Fatalf("first sync: %+v %v, want completed with 16 matches", ev, err)
 	}
-	h.waitIdle(20 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 16 {
+	h.WaitIdle(20 * time.Second)
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 16 {
 		t.Fatalf("getMatch 200s after the first sync = %d, want 16", got)
 	}
-	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
-	e, err := kv.Get(h.ctx, p.PUUID)
+	kv, _ := h.St.Infra.KV(h.Ctx, streams.BucketCursors)
+	e, err := kv.Get(h.Ctx, p.PUUID)
 	if err != nil {
 		t.Fatalf("cursor not saved: %v", err)
 	}
@@ -283,16 +287,16 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 	}
 
 	clk.Set(0)
-	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest, Count: 1000}, 2*time.Minute)
+	ev, err = h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest, Count: 1000}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 8 {
 		t.Fatalf("latest sync: %+v %v, want completed with the 8 new matches", ev, err)
 	}
-	h.waitIdle(20 * time.Second)
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 24 {
+	h.WaitIdle(20 * time.Second)
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != 24 {
 		t.Errorf("getMatch 200s = %d, want 24: the latest sync re-fetched old matches", got)
 	}
 	// A third latest at the same time finds nothing new.
-	ev, err = h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest}, time.Minute)
+	ev, err = h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeLatest}, time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 0 {
 		t.Fatalf("third sync: %+v %v, want completed with nothing new", ev, err)
 	}
@@ -303,9 +307,9 @@ func TestSyncLatestCursorFetchesOnlyNew(t *testing.T) {
 // stops cleanly at Riot's 1,000-match list: ten pages, no request past
 // the cap, the cursor saved.
 func TestSyncFullBackfillBounds(t *testing.T) {
-	h, p2 := synthHarness(t, 2, 1100, 2)
+	h, p2 := stacktest.Synthetic(t, 2, 1100, 2)
 	stored := func(puuid string) map[string]bool {
-		rows, _ := h.db.Query(h.ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
+		rows, _ := h.DB.Query(h.Ctx, `SELECT DISTINCT match_id FROM match_participants WHERE puuid = $1`, puuid)
 		out := map[string]bool{}
 		for rows.Next() {
 			var id string
@@ -315,7 +319,7 @@ func TestSyncFullBackfillBounds(t *testing.T) {
 		return out
 	}
 	// Bounded by count: the 5 newest.
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 5, LookbackDays: 730}, 2*time.Minute)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 5, LookbackDays: 730}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 5 {
 		t.Fatalf("count-bounded: %+v %v", ev, err)
 	}
@@ -329,7 +333,7 @@ func TestSyncFullBackfillBounds(t *testing.T) {
 		t.Errorf("%d matches stored, want 5", len(got))
 	}
 	// Bounded by lookback: games 1h1m + 3h·j ago within a day are j = 0..7.
-	ev, err = h.ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 1}, 2*time.Minute)
+	ev, err = h.Ingest(bus.IngestRequest{PUUID: p2.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 1}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 3 {
 		t.Fatalf("lookback-bounded: %+v %v, want the 3 not yet stored of the day's 8", ev, err)
 	}
@@ -339,7 +343,7 @@ func TestSyncFullBackfillBounds(t *testing.T) {
 
 	// Riot's cap: player 1 has 1,100 matches; all but the 6 newest of the
 	// 1,000 listable are already settled, so listing pages through all ten.
-	p1 := synthPlayer(t, h, 1)
+	p1 := stacktest.SynthPlayer(t, h, 1)
 	if len(p1.Matches) != 1000 {
 		t.Fatalf("truth lists %d matches, want Riot's 1000", len(p1.Matches))
 	}
@@ -347,20 +351,20 @@ func TestSyncFullBackfillBounds(t *testing.T) {
 	for _, m := range p1.Matches[6:] {
 		settled = append(settled, m.ID)
 	}
-	if _, err := h.db.Exec(h.ctx, `INSERT INTO match_fetches (match_id, kind, status)
+	if _, err := h.DB.Exec(h.Ctx, `INSERT INTO match_fetches (match_id, kind, status)
 SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, settled); err != nil {
 		t.Fatal(err)
 	}
-	listsBefore := h.st.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200)
-	ev, err = h.ingest(bus.IngestRequest{PUUID: p1.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 730}, 2*time.Minute)
+	listsBefore := h.St.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200)
+	ev, err = h.Ingest(bus.IngestRequest{PUUID: p1.PUUID, Platform: "na1", Mode: bus.ModeFull, Count: 1000, LookbackDays: 730}, 2*time.Minute)
 	if err != nil || ev.Status != "completed" || ev.Total != 6 {
 		t.Fatalf("capped backfill: %+v %v, want completed with 6", ev, err)
 	}
-	if n := h.st.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200) - listsBefore; n != 10 {
+	if n := h.St.Sim.Stats().MethodCount(sim.MethodMatchIDs, 200) - listsBefore; n != 10 {
 		t.Errorf("%d match-list pages, want 10 (1000 IDs, nothing asked past the cap)", n)
 	}
-	kv, _ := h.st.Infra.KV(h.ctx, streams.BucketCursors)
-	if _, err := kv.Get(h.ctx, p1.PUUID); err != nil {
+	kv, _ := h.St.Infra.KV(h.Ctx, streams.BucketCursors)
+	if _, err := kv.Get(h.Ctx, p1.PUUID); err != nil {
 		t.Errorf("cursor not saved after a listing that reached the cap: %v", err)
 	}
 }
@@ -370,12 +374,12 @@ SELECT id, 'match', 'outside_retention_window' FROM unnest($1::text[]) id`, sett
 // login trigger (fresh, then stale → sync), the link trigger and GET
 // /v1/jobs.
 func TestHTTPSyncEndpoints(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 8}, Faults: slowTimelines(700 * time.Millisecond)}})
-	a := newAPI(h.st.Infra)
-	srv := httptest.NewServer(withToken(t, h.st.Infra, a.Handler(), api.ScopeAdmin))
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 2, MatchesPerPlayer: 8}, Faults: slowTimelines(700 * time.Millisecond)}})
+	a := stacktest.NewAPI(h.St.Infra)
+	srv := httptest.NewServer(stacktest.WithToken(t, h.St.Infra, a.Handler(), api.ScopeAdmin))
 	defer srv.Close()
-	p := synthPlayer(t, h, 1)
+	p := stacktest.SynthPlayer(t, h, 1)
 	post := func(path, body string) (int, map[string]any) {
 		t.Helper()
 		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
@@ -401,12 +405,12 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("events content type %q", ct)
 	}
-	locks, _ := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
-	waitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
-		v, err := synclock.Get(h.ctx, locks, p.PUUID)
+	locks, _ := h.St.Infra.Lock(h.Ctx, streams.BucketSyncLocks)
+	stacktest.WaitFor(t, "the sync to hold the lock", 30*time.Second, func() bool {
+		v, err := synclock.Get(h.Ctx, locks, p.PUUID)
 		return err == nil && v.RequestID == id
 	})
-	rejected, stopRej := h.capture(h.st.Infra.Subjects.IngestRejected())
+	rejected, stopRej := capture(h, h.St.Infra.Subjects.IngestRejected())
 	defer stopRej()
 	code, out = post("/v1/sync", fmt.Sprintf(`{"request_id":"second","puuid":%q,"platform":"na1"}`, p.PUUID))
 	if code != http.StatusConflict || out["request_id"] != id {
@@ -462,16 +466,16 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 	}
 
 	// Link: a new account becomes active and syncs now.
-	p2 := synthPlayer(t, h, 2)
+	p2 := stacktest.SynthPlayer(t, h, 2)
 	code, out = post("/v1/accounts/"+p2.PUUID+"/link", `{"platform":"na1","riot_id":"Synth0002#SYN"}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("link: %d %v", code, out)
 	}
 	linkID := out["request_id"].(string)
-	waitFor(t, "the login and link syncs", 2*time.Minute, func() bool {
-		return h.count(`SELECT count(*) FROM jobs WHERE id IN ($1, $2) AND status = 'completed'`, loginID, linkID) == 2
+	stacktest.WaitFor(t, "the login and link syncs", 2*time.Minute, func() bool {
+		return h.Count(`SELECT count(*) FROM jobs WHERE id IN ($1, $2) AND status = 'completed'`, loginID, linkID) == 2
 	})
-	if n := h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND active AND game_name = 'Synth0002' AND sync_status = 'completed' AND sync_total = $2`, p2.PUUID, len(p2.Matches)); n != 1 {
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND active AND game_name = 'Synth0002' AND sync_status = 'completed' AND sync_total = $2`, p2.PUUID, len(p2.Matches)); n != 1 {
 		t.Error("linked account not active and fully synced")
 	}
 
@@ -505,25 +509,25 @@ func TestHTTPSyncEndpoints(t *testing.T) {
 // resolver rejected in milliseconds (an unknown Riot ID, no jobs row) is
 // replayed from the EVENTS stream.
 func TestSyncEventsForLateClients(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"},
-		sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
-	p := synthPlayer(t, h, 1)
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"},
+		Sim: sim.Options{Synthetic: sim.Synthetic{Players: 1, MatchesPerPlayer: 6}}})
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
+	p := stacktest.SynthPlayer(t, h, 1)
 
-	ev, err := h.ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
+	ev, err := h.Ingest(bus.IngestRequest{RequestID: "late-done", PUUID: p.PUUID, Platform: "na1", Mode: bus.ModeFull, LookbackDays: 30}, time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("sync: %+v %v", ev, err)
 	}
-	waitFor(t, "the jobs row to complete", 10*time.Second, func() bool {
-		j, err := h.st.Infra.Store.JobByID(h.ctx, "late-done")
+	stacktest.WaitFor(t, "the jobs row to complete", 10*time.Second, func() bool {
+		j, err := h.St.Infra.Store.JobByID(h.Ctx, "late-done")
 		return err == nil && j.Status == "completed"
 	})
-	if events, err := h.st.Infra.JS.Stream(h.ctx, "EVENTS"); err != nil {
+	if events, err := h.St.Infra.JS.Stream(h.Ctx, "EVENTS"); err != nil {
 		t.Fatal(err)
-	} else if err := events.Purge(h.ctx); err != nil {
+	} else if err := events.Purge(h.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := sseEvents(t, srv.URL+"/v1/sync/late-done/events", "", 10*time.Second)
+	got := apitest.SSEEvents(t, srv.URL+"/v1/sync/late-done/events", "", 10*time.Second)
 	var last bus.ProgressEvent
 	if len(got) != 1 || got[0][0] != "progress" || json.Unmarshal([]byte(got[0][1]), &last) != nil {
 		t.Fatalf("events for a finished sync: %v, want one progress event", got)
@@ -537,9 +541,9 @@ func TestSyncEventsForLateClients(t *testing.T) {
 // TestSyncEventsReplayRejection: the resolver rejects an unknown Riot ID
 // before the client opens the SSE stream; the rejection is replayed.
 func TestSyncEventsReplayRejection(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
-	srv := apiServer(t, h.st.Infra, api.ScopeAdmin)
-	rejected, stop := h.capture(h.st.Infra.Subjects.IngestRejected())
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeAdmin)
+	rejected, stop := capture(h, h.St.Infra.Subjects.IngestRejected())
 	defer stop()
 	resp, err := http.Post(srv.URL+"/v1/sync", "application/json",
 		strings.NewReader(`{"request_id":"late-rej","riot_id":"Nobody Here#NOPE1","platform":"na1"}`))
@@ -554,8 +558,8 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || accepted.RequestID == "" {
 		t.Fatalf("POST /v1/sync: %d %+v", resp.StatusCode, accepted)
 	}
-	waitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
-	got := sseEvents(t, srv.URL+"/v1/sync/"+accepted.RequestID+"/events", "", 10*time.Second)
+	stacktest.WaitFor(t, "the resolver's rejection", 15*time.Second, func() bool { return len(rejected()) > 0 })
+	got := apitest.SSEEvents(t, srv.URL+"/v1/sync/"+accepted.RequestID+"/events", "", 10*time.Second)
 	var rej bus.Rejection
 	if len(got) != 1 || got[0][0] != "rejected" || json.Unmarshal([]byte(got[0][1]), &rej) != nil {
 		t.Fatalf("events for a rejected request: %v, want one rejected event", got)
@@ -569,24 +573,24 @@ func TestSyncEventsReplayRejection(t *testing.T) {
 // and has no jobs row, but whose rejection is in the EVENTS stream (a
 // request published on NATS by `riftflow ingest`), is replayed, not 404.
 func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
-	h := startHarness(t, harnessOptions{noRun: true})
-	rej := bus.NewRejection("cli-only", h.st.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
+	h := stacktest.Start(t, stacktest.Options{NoRun: true})
+	rej := bus.NewRejection("cli-only", h.St.Infra.Subjects.IngestRequest(), http.StatusNotFound, errors.New("no such Riot ID"), nil, time.Now())
 	for _, id := range []string{"other-1", "other-2"} {
 		other := rej
 		other.RequestID = id
-		if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), other); err != nil {
+		if _, err := natsx.Publish(h.Ctx, h.St.Infra.JS, h.St.Infra.Subjects.IngestRejected(), other); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := natsx.Publish(h.ctx, h.st.Infra.JS, h.st.Infra.Subjects.IngestRejected(), rej); err != nil {
+	if _, err := natsx.Publish(h.Ctx, h.St.Infra.JS, h.St.Infra.Subjects.IngestRejected(), rej); err != nil {
 		t.Fatal(err)
 	}
-	srv := apiServer(t, h.st.Infra, api.ScopeRead)
-	got := sseEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
+	srv := stacktest.APIServer(t, h.St.Infra, api.ScopeRead)
+	got := apitest.SSEEvents(t, srv.URL+"/v1/sync/cli-only/events", "", 15*time.Second)
 	if len(got) != 1 || got[0][0] != "rejected" || !strings.Contains(got[0][1], "cli-only") {
 		t.Fatalf("events %v, want the replayed rejection", got)
 	}
-	c := call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
+	c := apitest.Call(t, http.MethodGet, srv.URL+"/v1/sync/never-seen/events", "", "")
 	c.Problem(t, "an unknown id with events of others in the stream", http.StatusNotFound)
 }
 
@@ -597,26 +601,26 @@ func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
 // takes it for stuck. The lock used to be renewed only per stored match:
 // it expired, the sweeper reset the sync and listed it again.
 func TestSyncLockLivesAsLongAsTheWork(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SYNC_LOCK_TTL": "2s", "SYNC_STUCK_AFTER": "3s",
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SYNC_LOCK_TTL": "2s", "SYNC_STUCK_AFTER": "3s",
 		"SWEEP_INTERVAL": "500ms", "FETCH_BACKOFF": "4s"}})
 	p, listed := richestPlayer(t, h, 300)
 	f := sim.Faults{Match: map[string]sim.MatchFault{}}
 	for _, m := range listed {
 		f.Match[m.ID] = sim.MatchFault{Kind: sim.FaultUnavailableN, N: 1}
 	}
-	if err := h.st.Sim.SetFaults(f); err != nil {
+	if err := h.St.Sim.SetFaults(f); err != nil {
 		t.Fatal(err)
 	}
-	locks, err := h.st.Infra.Lock(h.ctx, streams.BucketSyncLocks)
+	locks, err := h.St.Infra.Lock(h.Ctx, streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var held, lost atomic.Int64
-	watch, stopWatch := context.WithCancel(h.ctx)
+	watch, stopWatch := context.WithCancel(h.Ctx)
 	defer stopWatch()
 	go func() {
 		for watch.Err() == nil {
-			if h.count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID) == 1 {
+			if h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND sync_status = 'syncing'`, p.PUUID) == 1 {
 				if _, err := synclock.Get(watch, locks, p.PUUID); err == nil {
 					held.Add(1)
 				} else if watch.Err() == nil {
@@ -626,7 +630,7 @@ func TestSyncLockLivesAsLongAsTheWork(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 300, Count: 1000}, 90*time.Second)
 	stopWatch()
 	if err != nil {
 		t.Fatal(err)
@@ -637,10 +641,36 @@ func TestSyncLockLivesAsLongAsTheWork(t *testing.T) {
 	if held.Load() == 0 || lost.Load() != 0 {
 		t.Errorf("lock seen held %d times, missing %d times while the sync ran", held.Load(), lost.Load())
 	}
-	if strings.Contains(h.logs.String(), "stuck sync recovered") {
+	if strings.Contains(h.Logs.String(), "stuck sync recovered") {
 		t.Error("a slow but healthy sync was taken for stuck and recovered")
 	}
-	if got := h.st.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodMatch, 200); got != int64(len(listed)) {
 		t.Errorf("getMatch 200s = %d, want %d", got, len(listed))
+	}
+}
+
+// TestRiotIDRefreshedByPUUID: a player who renamed themselves (the stored
+// Riot ID is stale) gets the current one back from account-v1 by-puuid on
+// their next sync by PUUID, and the riot-ids cache learns it.
+func TestRiotIDRefreshedByPUUID(t *testing.T) {
+	h, p := stacktest.Synthetic(t, 1, 2, 1)
+	if err := h.St.Infra.Store.UpsertAccount(h.Ctx, store.Account{PUUID: p.PUUID, GameName: "OldName", TagLine: "OLD",
+		Platform: "na1", Region: "americas", Active: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := h.St.Sim.Stats().MethodCount(sim.MethodAccountByPUUID, 200)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: "na1"}, 2*time.Minute)
+	if err != nil || ev.Status != "completed" {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	if n := h.Count(`SELECT count(*) FROM accounts WHERE puuid = $1 AND game_name = 'Synth0001' AND tag_line = 'SYN'`, p.PUUID); n != 1 {
+		t.Error("the stored Riot ID was not refreshed by PUUID")
+	}
+	if got := h.St.Sim.Stats().MethodCount(sim.MethodAccountByPUUID, 200) - before; got != 1 {
+		t.Errorf("%d account-v1 by-puuid calls, want 1", got)
+	}
+	kv, _ := h.St.Infra.KV(h.Ctx, streams.BucketRiotIDs)
+	if e, err := kv.Get(h.Ctx, resolver.CacheKey(riot.RiotID{GameName: "Synth0001", TagLine: "SYN"})); err != nil || string(e.Value()) != p.PUUID {
+		t.Errorf("riot-ids cache not updated: %v", err)
 	}
 }

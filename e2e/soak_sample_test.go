@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The soak's resource samples (RSS, goroutines, open files of every
 // process), their least-squares slopes and leak verdicts, its table and

@@ -1,32 +1,19 @@
-package riftflow
+package e2e
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/riftflow/riftflow/internal/natsembed"
-	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/connect"
-	"github.com/riftflow/riftflow/pkg/natsx"
-	"github.com/riftflow/riftflow/pkg/telemetry"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -125,21 +112,21 @@ next:
 // 429 of the "service" kind (no X-Rate-Limit-Type), so the 429 counter
 // and the retries have something to count.
 func TestMetricsAfterIngest(t *testing.T) {
-	h := startHarness(t, harnessOptions{sim: sim.Options{Faults: sim.Faults{Seed: 7, Service429: 0.1}}})
-	p := h.demo()
+	h := stacktest.Start(t, stacktest.Options{Sim: sim.Options{Faults: sim.Faults{Seed: 7, Service429: 0.1}}})
+	p := h.Demo()
 	// A consumer nobody reads, bound like the services bind theirs, on the
 	// EVENTS stream: after the ingest its queue holds the progress events,
 	// so its pending gauge must be non-zero.
 	watch := "ops-test-watch"
-	if _, err := h.st.Infra.JS.CreateOrUpdateConsumer(h.ctx, streams.StreamEvents, jetstream.ConsumerConfig{
-		Durable: watch, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: h.st.Infra.Subjects.ProgressAll(),
+	if _, err := h.St.Infra.JS.CreateOrUpdateConsumer(h.Ctx, streams.StreamEvents, jetstream.ConsumerConfig{
+		Durable: watch, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: h.St.Infra.Subjects.ProgressAll(),
 		InactiveThreshold: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.st.Infra.Consumer(h.ctx, streams.StreamEvents, watch); err != nil {
+	if _, err := h.St.Infra.Consumer(h.Ctx, streams.StreamEvents, watch); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := h.ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
+	ev, err := h.Ingest(bus.IngestRequest{RiotID: p.GameName + "#" + p.TagLine, Platform: p.Platform,
 		Mode: bus.ModeFull, LookbackDays: 730, Count: 3}, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -147,8 +134,8 @@ func TestMetricsAfterIngest(t *testing.T) {
 	if ev.Status != "completed" {
 		t.Fatalf("final event %+v", ev)
 	}
-	h.waitIdle(10 * time.Second)
-	samples := scrapeOps(t, h.st.Infra.Ops.Handler())
+	h.WaitIdle(10 * time.Second)
+	samples := scrapeOps(t, h.St.Infra.Ops.Handler())
 
 	names := map[string]bool{}
 	for _, s := range samples {
@@ -219,143 +206,4 @@ func TestMetricsAfterIngest(t *testing.T) {
 	positive("riftflow_sync_duration_seconds_count", map[string]string{"status": "completed"})
 	// Postgres pool (otelpgx) and Riot client.
 	positive("riot_client_requests_total", nil)
-}
-
-// TestServiceBinaryReadyAndDrains builds the persister binary and runs it
-// as a pod would: against a NATS server on a TCP port and a test
-// database, with HTTP_ADDR and SHUTDOWN_TIMEOUT. /healthz and /readyz
-// answer 200 once it is up; a fetch result published to it is stored; on
-// SIGTERM it drains and exits 0, leaving no message unacknowledged.
-func TestServiceBinaryReadyAndDrains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a binary")
-	}
-	bin := filepath.Join(t.TempDir(), "persister")
-	build := exec.Command("go", "build", "-o", bin, "github.com/riftflow/riftflow/services/persister/cmd/persister")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-
-	srv, err := natsembed.StartServer(natsembed.Options{Name: "ops-test", StoreDir: t.TempDir(), Host: "127.0.0.1", Port: 0, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	set, err := streams.Load(streams.Options{MemoryStorage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	nc, js, err := connect.NATS(ctx, config.NATS{URL: srv.ClientURL()}, nil, "ops-test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if err := streams.Apply(ctx, js, set, nil); err != nil {
-		t.Fatal(err)
-	}
-	dbURL := pgtest.NewDatabase(t)
-
-	addr := freeAddr(t)
-
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "DATABASE_URL="+dbURL, "HTTP_ADDR="+addr,
-		"SHUTDOWN_TIMEOUT=20s", "PERSIST_MAX_WAIT=50ms", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_TRACES_EXPORTER=none",
-		"LOG_FORMAT=json", "RIOT_API_KEY=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-
-	// Ready: poll /readyz until 200 (the process needs a moment to bind).
-	base := "http://" + addr
-	var ready telemetry.ReadyStatus
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			code := resp.StatusCode
-			_ = json.NewDecoder(resp.Body).Decode(&ready)
-			resp.Body.Close()
-			if code == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("persister exited before ready: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never answered 200 (last %+v)\n%s", ready, stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, path := range []string{"/healthz", "/metrics"} {
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s = %d", path, resp.StatusCode)
-		}
-	}
-
-	// One fetch result: a temporary failure recorded in the ledger.
-	subj := bus.Subjects{}
-	const matchID = "NA1_4242424242"
-	res := bus.FetchResult{MatchID: matchID, Kind: bus.KindMatch, Region: "americas", Outcome: bus.TemporaryFailure,
-		Attempt: 1, Status: 503, Error: "service unavailable", AttemptedAt: time.Now().UTC()}
-	if _, err := natsx.Publish(ctx, js, subj.Failed("americas"), res); err != nil {
-		t.Fatal(err)
-	}
-	db, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	status := ""
-	for status == "" {
-		_ = db.QueryRow(ctx, `SELECT status FROM match_fetches WHERE match_id = $1 AND kind = 'match'`, matchID).Scan(&status)
-		if status == "" {
-			if time.Now().After(deadline.Add(30 * time.Second)) {
-				t.Fatalf("fetch result never stored\n%s", stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if status != string(bus.TemporaryFailure) {
-		t.Errorf("ledger status = %q", status)
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("persister exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatalf("persister still running 40s after SIGTERM (SHUTDOWN_TIMEOUT=20s)\n%s", stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "shutting down: draining consumers") {
-		t.Errorf("no drain log line:\n%s", stderr.String())
-	}
-	if n := remaining(t, js, streams.StreamFetched, streams.ConsumerPersister); n != 0 {
-		t.Errorf("after drain: %d messages pending or unacknowledged, want 0", n)
-	}
-	if _, err := http.Get(base + "/healthz"); err == nil {
-		t.Error("ops server still answering after exit")
-	}
 }

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The chaos suite: the whole pipeline on the simulator with a
 // synthetic backlog, one fault per case injected mid-run, then a
@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/riftflow/riftflow/internal/sim"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -349,12 +350,12 @@ func TestChaosClockJump(t *testing.T) {
 	longCase(t)
 	players, per := chaosSize()
 	clk := &jumpClock{}
-	h := startHarness(t, harnessOptions{now: clk.Now,
-		sim: sim.Options{Now: clk.Now, Limits: sim.RateLimits{App: "1000:10,60000:600"},
+	h := stacktest.Start(t, stacktest.Options{Now: clk.Now,
+		Sim: sim.Options{Now: clk.Now, Limits: sim.RateLimits{App: "1000:10,60000:600"},
 			Synthetic: sim.Synthetic{Players: players, MatchesPerPlayer: per, Platform: "na1"}},
-		env: map[string]string{"SWEEP_INTERVAL": "2s", "SWEEP_STALE_AFTER": "5s", "SYNC_LOCK_TTL": "60s", "LOG_LEVEL": "info"}})
-	e := &chaosEnv{t: t, ctx: h.ctx, pool: h.db, js: h.st.Infra.JS, nc: h.st.Infra.NC,
-		subj: h.st.Infra.Subjects, o: chaosOptions{players: players, perPlayer: per}}
+		Env: map[string]string{"SWEEP_INTERVAL": "2s", "SWEEP_STALE_AFTER": "5s", "SYNC_LOCK_TTL": "60s", "LOG_LEVEL": "info"}})
+	e := &chaosEnv{t: t, ctx: h.Ctx, pool: h.DB, js: h.St.Infra.JS, nc: h.St.Infra.NC,
+		subj: h.St.Infra.Subjects, o: chaosOptions{players: players, perPlayer: per}}
 	total := players * per
 	start := time.Now()
 	e.ingestAll(1, players)
@@ -365,8 +366,8 @@ func TestChaosClockJump(t *testing.T) {
 	clk.Jump(2 * time.Hour)
 	t.Logf("clock jumped +2h again at %d stored", e.stored())
 	e.waitSettled(settleTimeout())
-	r := checkEnd(t, h.ctx, e.pool, h.st.Sim, players)
-	checkCalls(t, h.st.Sim, players, 0, &r)
+	r := checkEnd(t, h.Ctx, e.pool, h.St.Sim, players)
+	checkCalls(t, h.St.Sim, players, 0, &r)
 	r.Case, r.Injected, r.ElapsedSecond = "clock jump", []string{"2 forward jumps of 2 h (sim and services)"}, time.Since(start).Round(time.Second).Seconds()
 	recordResult(t, r)
 }

@@ -1,4 +1,4 @@
-package riftflow
+package e2e
 
 // The retry-sweeper's scheduled jobs on the whole pipeline (design 002's
 // daily ranks and weekly report); the scheduler itself is tested in
@@ -14,6 +14,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/store"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
+	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 )
 
 // TestRanksAndWeeklyReportOnRecordedData syncs the richest recorded player,
@@ -21,15 +22,15 @@ import (
 // the week of its newest game; the expected numbers are computed from the
 // stored raw MatchDto payloads and the simulator's league answer.
 func TestRanksAndWeeklyReportOnRecordedData(t *testing.T) {
-	h := startHarness(t, harnessOptions{env: map[string]string{"SCHEDULE_ENABLE": "false"}})
+	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SCHEDULE_ENABLE": "false"}})
 	p, _ := richestPlayer(t, h, 730)
-	ev, err := h.ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 3*time.Minute)
+	ev, err := h.Ingest(bus.IngestRequest{PUUID: p.PUUID, Platform: p.Platform, Mode: bus.ModeFull, LookbackDays: 730, Count: 1000}, 3*time.Minute)
 	if err != nil || ev.Status != "completed" {
 		t.Fatalf("sync: %+v %v", ev, err)
 	}
-	h.waitIdle(20 * time.Second)
+	h.WaitIdle(20 * time.Second)
 	var newest time.Time
-	if err := h.db.QueryRow(h.ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
+	if err := h.DB.QueryRow(h.Ctx, `SELECT max(coalesce(m.game_start, m.game_creation)) FROM matches m
 JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&newest); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	// Expected, from the raw payloads.
 	var games, wins, kills, deaths, assists int
 	champs := map[string]int{}
-	rows, err := h.db.Query(h.ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
+	rows, err := h.DB.Query(h.Ctx, `SELECT raw FROM matches WHERE raw IS NOT NULL`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 
 	// An older snapshot at the start of the week, so the LP change is known.
 	platform, _ := riot.ParsePlatform(p.Platform)
-	entries, err := h.st.Infra.Riot.LeagueEntriesByPUUID(h.ctx, platform, p.PUUID)
+	entries, err := h.St.Infra.Riot.LeagueEntriesByPUUID(h.Ctx, platform, p.PUUID)
 	if err != nil || len(entries) == 0 {
 		t.Fatalf("test premise: league entries %v %v", entries, err)
 	}
@@ -102,23 +103,23 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 			e0 = e
 		}
 	}
-	if err := h.st.Infra.Store.UpsertLeagueEntries(h.ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: e0.QueueType,
+	if err := h.St.Infra.Store.UpsertLeagueEntries(h.Ctx, []store.LeagueEntry{{PUUID: p.PUUID, QueueType: e0.QueueType,
 		SnapshotDate: from, Platform: string(platform), Tier: "SILVER", Rank: "II", LeaguePoints: 10}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.Infra.Store.LinkAccount(h.ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
+	if err := h.St.Infra.Store.LinkAccount(h.Ctx, store.Account{PUUID: p.PUUID, Platform: string(platform), Region: string(platform.Region())}); err != nil {
 		t.Fatal(err)
 	}
-	proc := *h.st.Infra.Process
+	proc := *h.St.Infra.Process
 	proc.Now = func() time.Time { return at }
-	sc, err := retrysweeper.OpenScheduler(h.ctx, &proc, h.st.Infra.Store, h.st.Infra.Riot)
+	sc, err := retrysweeper.OpenScheduler(h.Ctx, &proc, h.St.Infra.Store, h.St.Infra.Riot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ran, err := sc.RunJob(h.ctx, retrysweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
+	if ran, err := sc.RunJob(h.Ctx, retrysweeper.JobRankDaily, at.Add(-time.Hour)); !ran || err != nil {
 		t.Fatalf("rank run: %v %v", ran, err)
 	}
-	if n := h.count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
+	if n := h.Count(`SELECT count(*) FROM league_entries WHERE puuid = $1 AND snapshot_date = $2::date AND tier = $3 AND rank = $4 AND league_points = $5`,
 		p.PUUID, at, e0.Tier, e0.Rank, int(e0.LeaguePoints)); n != 1 {
 		t.Errorf("no daily snapshot matching league-v4's %s %s %d LP", e0.Tier, e0.Rank, e0.LeaguePoints)
 	}
@@ -126,17 +127,17 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 	// own Riot client from RIOT_API_KEY on the shared limiter for the
 	// scheduler, so the rank job runs there too; without one it would
 	// fail with "no Riot client".
-	standalone, err := retrysweeper.Connect(h.ctx, &proc)
+	standalone, err := retrysweeper.Connect(h.Ctx, &proc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc2 := standalone.Scheduler
-	if ran, err := sc2.RunJob(h.ctx, retrysweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
+	if ran, err := sc2.RunJob(h.Ctx, retrysweeper.JobRankDaily, at.Add(-2*time.Hour)); !ran || err != nil {
 		t.Fatalf("rank run in a standalone retry-sweeper: ran %v, err %v", ran, err)
 	}
-	got, stop := h.capture(h.st.Infra.Subjects.WeeklyReport())
+	got, stop := capture(h, h.St.Infra.Subjects.WeeklyReport())
 	defer stop()
-	if ran, err := sc.RunJob(h.ctx, retrysweeper.JobWeeklyReport, at); !ran || err != nil {
+	if ran, err := sc.RunJob(h.Ctx, retrysweeper.JobWeeklyReport, at); !ran || err != nil {
 		t.Fatalf("weekly run: %v %v", ran, err)
 	}
 	var r struct {
@@ -145,7 +146,7 @@ JOIN match_participants p USING (match_id) WHERE p.puuid = $1`, p.PUUID).Scan(&n
 		Top                                 []store.ChampionStat
 	}
 	var top []byte
-	if err := h.db.QueryRow(h.ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
+	if err := h.DB.QueryRow(h.Ctx, `SELECT games, wins, kills, deaths, assists, lp_change, top_champions
 FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).Scan(&r.Games, &r.Wins, &r.Kills, &r.Deaths,
 		&r.Assists, &r.LP, &top); err != nil {
 		t.Fatal(err)
@@ -166,9 +167,9 @@ FROM weekly_reports WHERE puuid = $1 AND week_start = $2::date`, p.PUUID, from).
 			t.Errorf("top champions not ordered: %+v", r.Top)
 		}
 	}
-	h.st.Infra.NC.Flush()
+	h.St.Infra.NC.Flush()
 	var notice retrysweeper.WeeklyNotice
-	waitFor(t, "the weekly notice", 10*time.Second, func() bool {
+	stacktest.WaitFor(t, "the weekly notice", 10*time.Second, func() bool {
 		for _, m := range got() {
 			if json.Unmarshal(m.Data, &notice) == nil && notice.PUUID == p.PUUID {
 				return true
