@@ -31,11 +31,10 @@ type adminConn struct {
 }
 
 // runAdmin runs an admin command (pause, forget, retry, rotate-key,
-// clear-key-rejection): it
-// parses the command's flags (fs, named after the command) from args, vets
-// them with check when it is not nil, then connects to NATS as connectCLI
-// does, under the name riftflow-<command>, and runs do on the connection,
-// which it closes after.
+// clear-key-rejection): it parses the command's flags (fs, named after the
+// command) from args, vets them with check when it is not nil, then
+// connects to NATS as connectCLI does, under the name riftflow-<command>,
+// and runs do on the connection, which it closes after.
 func runAdmin(ctx context.Context, fs *flag.FlagSet, args []string, stderr io.Writer, check func() error, do func(c adminConn) error) error {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
