@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // CgroupRoot is the cgroup v1 cpu controller's mount (this machine's
@@ -89,30 +87,30 @@ func (g *Cgroup) Remove() error {
 }
 
 // Hogs are busy-looping processes that keep cores busy beside a case.
-type Hogs struct{ cmds []*exec.Cmd }
+type Hogs struct{ procs []*proc }
 
-// StartHogs starts n processes that spin until Stop.
+// StartHogs starts n processes that spin until Stop, each in its own
+// process group (start), their output discarded.
 func StartHogs(n int) (*Hogs, error) {
 	h := &Hogs{}
 	for range n {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
+		p, err := start("sh", []string{"-c", "while :; do :; done"}, nil, os.DevNull)
+		if err != nil {
 			h.Stop()
 			return nil, err
 		}
-		h.cmds = append(h.cmds, cmd)
+		h.procs = append(h.procs, p)
 	}
 	return h, nil
 }
 
 // Stop kills the hogs it started (by their process IDs) and reaps them.
 func (h *Hogs) Stop() {
-	for _, c := range h.cmds {
-		_ = c.Process.Kill()
-		_ = c.Wait()
+	for _, p := range h.procs {
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
-	h.cmds = nil
+	h.procs = nil
 }
 
 // LoadAvg is the 1-minute load average (/proc/loadavg), 0 if unreadable.

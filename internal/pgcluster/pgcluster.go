@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -61,7 +60,7 @@ var ErrNoPostgres = errors.New("pgcluster: no PostgreSQL available: set DATABASE
 func Ensure(ctx context.Context, opts Options) (dbURL string, stop func() error, err error) {
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	noop := func() error { return nil }
 

@@ -220,3 +220,20 @@ func Query(t testing.TB, url, sql string) string {
 	}
 	return s
 }
+
+// Querier is what Count runs its query on: a *pgx.Conn, a *pgxpool.Pool or
+// a pgx.Tx.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Count runs sql (one row, one integer column) on db under t's context
+// and returns the number; any error fails the test.
+func Count(t testing.TB, db Querier, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

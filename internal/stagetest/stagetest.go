@@ -228,9 +228,5 @@ func (e *Env) Wait(what string, cond func() bool) {
 // Count runs sql (one row, one integer column) on the stage's database.
 func (e *Env) Count(sql string, args ...any) int {
 	e.T.Helper()
-	var n int
-	if err := e.DB.QueryRow(e.T.Context(), sql, args...).Scan(&n); err != nil {
-		e.T.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Count(e.T, e.DB, sql, args...)
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 )
 
@@ -72,38 +73,13 @@ type Options struct {
 	LimitShare float64
 }
 
+// defaults gives each unset (zero or negative) option its default, and a
+// LimitShare outside (0, 1] the whole limit.
 func (o *Options) defaults() {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = 30 * time.Second
-	}
-	if o.InitialInFlight <= 0 {
-		o.InitialInFlight = 1
-	}
-	if o.InitialMargin <= 0 {
-		o.InitialMargin = time.Second
-	}
-	if o.RetryAfterMargin <= 0 {
-		o.RetryAfterMargin = 500 * time.Millisecond
-	}
-	if o.SendAllowance <= 0 {
-		o.SendAllowance = 100 * time.Millisecond
-	}
-	if o.UnansweredTTL <= 0 {
-		o.UnansweredTTL = 10 * time.Second
-	}
-	if o.BackoffStart <= 0 {
-		o.BackoffStart = time.Second
-	}
-	if o.BackoffMax <= 0 {
-		o.BackoffMax = 60 * time.Second
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.LimitShare <= 0 || o.LimitShare > 1 {
+	config.Fill(o, Options{Now: time.Now, MaxWait: 30 * time.Second, InitialInFlight: 1, InitialMargin: time.Second,
+		RetryAfterMargin: 500 * time.Millisecond, SendAllowance: 100 * time.Millisecond, UnansweredTTL: 10 * time.Second,
+		BackoffStart: time.Second, BackoffMax: 60 * time.Second, Logger: slog.Default(), LimitShare: 1})
+	if o.LimitShare > 1 {
 		o.LimitShare = 1
 	}
 }

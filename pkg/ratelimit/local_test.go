@@ -333,3 +333,24 @@ func TestRejectKeyWakesQueuedWaiters(t *testing.T) {
 		t.Fatal("the queued call was not woken by the rejection")
 	}
 }
+
+// TestOptionsDefaults: a zero or negative option takes its default, a set
+// one is kept, and a LimitShare above 1 means the whole limit.
+func TestOptionsDefaults(t *testing.T) {
+	var zero Options
+	zero.defaults()
+	if zero.MaxWait != 30*time.Second || zero.InitialInFlight != 1 || zero.RetryAfterMargin != 500*time.Millisecond ||
+		zero.UnansweredTTL != 10*time.Second || zero.BackoffMax != time.Minute || zero.LimitShare != 1 ||
+		zero.Now == nil || zero.Logger == nil {
+		t.Errorf("zero options: %+v", zero)
+	}
+	o := Options{MaxWait: -time.Second, SendAllowance: time.Millisecond, LimitShare: 1.5}
+	o.defaults()
+	if o.MaxWait != 30*time.Second || o.SendAllowance != time.Millisecond || o.LimitShare != 1 {
+		t.Errorf("MaxWait %s (want the default), SendAllowance %s (set), LimitShare %g (want 1)", o.MaxWait, o.SendAllowance, o.LimitShare)
+	}
+	o = Options{LimitShare: 0.25}
+	if o.defaults(); o.LimitShare != 0.25 {
+		t.Errorf("LimitShare 0.25 became %g", o.LimitShare)
+	}
+}

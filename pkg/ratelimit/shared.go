@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/tick"
 )
@@ -89,24 +90,10 @@ func NewShared(ctx context.Context, js jetstream.JetStream, o SharedOptions) (*S
 	if !keyIDRe.MatchString(o.KeyID) {
 		return nil, errors.New("ratelimit: SharedOptions.KeyID must be a non-empty hash ([-_=a-zA-Z0-9]+), never the API key")
 	}
-	if o.Bucket == "" {
-		o.Bucket = "ratelimit"
-	}
-	if o.MaxLease <= 0 {
-		o.MaxLease = 20
-	}
-	if o.LeaseDivisor <= 0 {
-		o.LeaseDivisor = 8
-	}
-	if o.StoreRetry <= 0 {
-		o.StoreRetry = 500 * time.Millisecond
-	}
-	if o.KVTimeout <= 0 {
-		o.KVTimeout = 2 * time.Second
-	}
-	if o.ProbeTTL <= 0 {
-		o.ProbeTTL = 15 * time.Second
-	}
+	// ClockSync and StatsEvery are not in Fill's defaults: a negative one
+	// is kept (off).
+	config.Fill(&o, SharedOptions{Bucket: "ratelimit", MaxLease: 20, LeaseDivisor: 8, StoreRetry: 500 * time.Millisecond,
+		KVTimeout: 2 * time.Second, ProbeTTL: 15 * time.Second})
 	if o.ClockSync == 0 {
 		o.ClockSync = 2 * time.Second
 	}

@@ -310,25 +310,24 @@ func validateBaseURL(base string) error {
 
 func (c *Client) initMetrics() error {
 	m := otel.Meter("riftflow/riot")
-	var err, e error
-	c.metrics.requests, e = m.Int64Counter("riot.client.requests",
-		metric.WithDescription("Riot API HTTP attempts by route, method and outcome (status code or error kind)."))
-	err = errors.Join(err, e)
-	c.metrics.duration, e = m.Float64Histogram("riot.client.duration", metric.WithUnit("s"),
+	var err error
+	c.metrics.duration, err = m.Float64Histogram("riot.client.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one Riot API HTTP attempt, body included."))
-	err = errors.Join(err, e)
-	c.metrics.keyRejected, e = m.Int64Counter("riot.client.key_rejected",
-		metric.WithDescription("Times the API key was marked rejected (401/403 or RejectKey)."))
-	err = errors.Join(err, e)
-	c.metrics.breaker, e = m.Int64Counter("riot.client.breaker.transitions",
-		metric.WithDescription("Circuit breaker state changes by route and new state."))
-	err = errors.Join(err, e)
-	c.metrics.retries, e = m.Int64Counter("riot.client.retries",
-		metric.WithDescription("In-process retries by route, method and error kind."))
-	err = errors.Join(err, e)
-	c.metrics.expired, e = m.Int64Counter("riot.client.grants_expired",
-		metric.WithDescription("Rate-limit grants found past their send deadline in the transport: returned unsent and retaken."))
-	return errors.Join(err, e)
+	for _, k := range []struct {
+		counter    *metric.Int64Counter
+		name, desc string
+	}{
+		{&c.metrics.requests, "riot.client.requests", "Riot API HTTP attempts by route, method and outcome (status code or error kind)."},
+		{&c.metrics.keyRejected, "riot.client.key_rejected", "Times the API key was marked rejected (401/403 or RejectKey)."},
+		{&c.metrics.breaker, "riot.client.breaker.transitions", "Circuit breaker state changes by route and new state."},
+		{&c.metrics.retries, "riot.client.retries", "In-process retries by route, method and error kind."},
+		{&c.metrics.expired, "riot.client.grants_expired", "Rate-limit grants found past their send deadline in the transport: returned unsent and retaken."},
+	} {
+		var e error
+		*k.counter, e = m.Int64Counter(k.name, metric.WithDescription(k.desc))
+		err = errors.Join(err, e)
+	}
+	return err
 }
 
 // ---- priority ----

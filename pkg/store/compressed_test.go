@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/pkg/fault"
 	"github.com/riftflow/riftflow/pkg/store"
 )
@@ -208,7 +209,7 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	if err == nil || fault.KindOf(err) != fault.Transient {
 		t.Errorf("read-only database: %v (kind %v), want Transient", err, fault.KindOf(err))
 	}
-	if n := countRows(t, s, "match_timelines"); n != 0 {
+	if n := pgtest.Count(t, s.db, "SELECT count(*) FROM match_timelines"); n != 0 {
 		t.Fatalf("%d timelines written by failed batches", n)
 	}
 	if _, err := s.PersistBatch(ctx, b); err != nil {
@@ -217,13 +218,4 @@ func TestCompressedTimelineFaultsAreTransient(t *testing.T) {
 	if raw, _, _ := timelineRaw(t, s, "NA1_7"); string(raw) != doc {
 		t.Errorf("after the faults: %q", raw)
 	}
-}
-
-func countRows(tb testing.TB, s *testStore, table string) int {
-	tb.Helper()
-	var n int
-	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
-		tb.Fatal(err)
-	}
-	return n
 }

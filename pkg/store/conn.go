@@ -97,26 +97,26 @@ type deadlineConn struct {
 }
 
 func (c *deadlineConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	own := time.Now().Add(c.limit)
-	d := earliest(c.read, own)
-	c.mu.Unlock()
-	if err := c.Conn.SetReadDeadline(d); err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Read(b)
-	return n, c.timedOut(err, d, own)
+	return c.within(&c.read, c.Conn.SetReadDeadline, c.Conn.Read, b)
 }
 
 func (c *deadlineConn) Write(b []byte) (int, error) {
+	return c.within(&c.write, c.Conn.SetWriteDeadline, c.Conn.Write, b)
+}
+
+// within runs op (the Conn's Read or Write) on b under the earlier of the
+// user's deadline (*user, c.read or c.write, read under c.mu) and limit
+// from now, set by setDeadline; the timeout of its own deadline is a
+// noAnswerError (timedOut).
+func (c *deadlineConn) within(user *time.Time, setDeadline func(time.Time) error, op func([]byte) (int, error), b []byte) (int, error) {
 	c.mu.Lock()
 	own := time.Now().Add(c.limit)
-	d := earliest(c.write, own)
+	d := earliest(*user, own)
 	c.mu.Unlock()
-	if err := c.Conn.SetWriteDeadline(d); err != nil {
+	if err := setDeadline(d); err != nil {
 		return 0, err
 	}
-	n, err := c.Conn.Write(b)
+	n, err := op(b)
 	return n, c.timedOut(err, d, own)
 }
 

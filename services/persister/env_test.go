@@ -144,13 +144,11 @@ func (e *env) redeliveries() int {
 // delivered is the last stream sequence the persister's consumer delivered.
 func (e *env) delivered() int { return int(e.consumerInfo().Delivered.Stream) }
 
+// count runs sql (one row, one integer column) on the test's own
+// connection (pgtest.Count).
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	if err := e.admin.QueryRow(e.t.Context(), sql, args...).Scan(&n); err != nil {
-		e.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Count(e.t, e.admin, sql, args...)
 }
 
 // waitFor polls cond (a hang guard, not a timing assertion).

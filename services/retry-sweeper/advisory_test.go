@@ -197,6 +197,8 @@ func TestAdvisoryNeverLeavesTheMessageOnLastDelivery(t *testing.T) {
 	}
 }
 
+// natsMsg is a message on subject with data and the headers hdr (nil:
+// none).
 func natsMsg(subject string, data []byte, hdr map[string]string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data

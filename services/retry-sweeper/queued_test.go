@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
@@ -58,7 +57,7 @@ func TestRequestsPublishedOnNATSArePending(t *testing.T) {
 	}
 	publish := func(subject string, data string) uint64 {
 		t.Helper()
-		ack, err := inf.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte(data)})
+		ack, err := inf.JS.PublishMsg(ctx, natsMsg(subject, []byte(data), nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
@@ -199,12 +198,7 @@ func publishResult(e *stagetest.Env, r bus.FetchResult, p bus.Priority) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(inf.Subjects.FetchedFor("americas", p))
-	msg.Data = data
-	for k, v := range hdr {
-		msg.Header.Set(k, v)
-	}
-	if _, err := inf.JS.PublishMsg(t.Context(), msg); err != nil {
+	if _, err := inf.JS.PublishMsg(t.Context(), natsMsg(inf.Subjects.FetchedFor("americas", p), data, hdr)); err != nil {
 		t.Fatal(err)
 	}
 }

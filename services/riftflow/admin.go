@@ -2,7 +2,6 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/control"
 	"github.com/riftflow/riftflow/pkg/natsx"
+	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
@@ -30,11 +30,11 @@ type adminConn struct {
 	js  jetstream.JetStream
 }
 
-// runAdmin runs an admin command (pause, forget, retry, rotate-key): it
-// parses the command's flags (fs, named after the command) from args, vets
-// them with check when it is not nil, then connects to NATS as connectCLI
-// does, under the name riftflow-<command>, and runs do on the connection,
-// which it closes after.
+// runAdmin runs an admin command (pause, forget, retry, rotate-key,
+// clear-key-rejection): it parses the command's flags (fs, named after the
+// command) from args, vets them with check when it is not nil, then
+// connects to NATS as connectCLI does, under the name riftflow-<command>,
+// and runs do on the connection, which it closes after.
 func runAdmin(ctx context.Context, fs *flag.FlagSet, args []string, stderr io.Writer, check func() error, do func(c adminConn) error) error {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
@@ -185,8 +185,50 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		out, _ := json.MarshalIndent(res, "", "  ")
-		fmt.Fprintln(stdout, string(out))
+		return printIndented(stdout, res)
+	})
+}
+
+// cmdClearKeyRejection is `riftflow clear-key-rejection [--key-id ID]`: it
+// deletes the shared rejection of the key (RIOT_API_KEY's KeyID, or
+// --key-id as `status --ratelimit` shows it; without either, of every
+// rejected key), so every process using it sends calls again at once,
+// without waiting for its next probe. It writes the ratelimit bucket, so it
+// runs as the NATS admin (the local `up`'s, or NATS_USER=admin).
+func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clear-key-rejection", flag.ContinueOnError)
+	keyID := fs.String("key-id", "", "the key's id as `riftflow status --ratelimit` shows it (default: RIOT_API_KEY's, else every rejected key)")
+	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
+		kv, err := c.js.KeyValue(ctx, streams.BucketRateLimit)
+		if err != nil {
+			return fmt.Errorf("open the ratelimit bucket: %w", err)
+		}
+		ids := []string{*keyID}
+		if *keyID == "" && c.env.Riot.APIKey != "" {
+			ids = []string{riotclient.KeyID(c.env.Riot.APIKey.Reveal())}
+		}
+		if ids[0] == "" {
+			states, err := ratelimit.ReadState(ctx, kv, "", time.Now())
+			if err != nil {
+				return err
+			}
+			ids = ids[:0]
+			for _, k := range states {
+				if k.Rejected != 0 {
+					ids = append(ids, k.KeyID)
+				}
+			}
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(stdout, "no key is rejected")
+			return nil
+		}
+		for _, id := range ids {
+			if err := ratelimit.ClearRejection(ctx, kv, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "cleared the rejection of key %s: every process using it resumes\n", id)
+		}
 		return nil
 	})
 }

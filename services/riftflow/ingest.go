@@ -10,7 +10,6 @@ import (
 
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/redact"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
@@ -60,9 +59,6 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := localNATS(&env, false); err != nil {
-		return err
-	}
 	if telemetry.ExportEnabled() {
 		// OTEL_EXPORTER_OTLP_ENDPOINT is set: export the publish span, so
 		// the trace in Jaeger starts at this command.
@@ -72,7 +68,7 @@ func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer tel.Shutdown(context.WithoutCancel(ctx))
 	}
-	nc, _, err := connect.NATS(ctx, env.NATS, nil, "riftflow-cli", slog.New(slog.DiscardHandler))
+	nc, _, err := dialNATS(ctx, &env, false, "riftflow-cli", nil)
 	if err != nil {
 		return err
 	}

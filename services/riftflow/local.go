@@ -100,21 +100,33 @@ func dbURL(env config.Env) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// connectCLI loads the environment and connects a CLI command to NATS
-// (NATS_URL, or the local `riftflow up`'s); the caller closes nc.
+// connectCLI loads the environment and connects an admin command (pause,
+// forget, rotate-key, retry, streams apply, ...) to NATS as name: NATS_URL,
+// or a local `riftflow up`'s admin user, whose permissions cover every
+// bucket and stream they write (dialNATS); its log goes to stderr. The
+// caller closes nc.
 func connectCLI(ctx context.Context, name string, stderr io.Writer) (config.Env, *slog.Logger, *nats.Conn, jetstream.JetStream, error) {
 	env, err := config.Load()
 	if err != nil {
 		return env, nil, nil, nil, err
 	}
-	// Admin commands (pause, forget, rotate-key, retry): a local `riftflow
-	// up`'s admin user, whose permissions cover every bucket they write.
-	if err := localNATS(&env, true); err != nil {
-		return env, nil, nil, nil, err
-	}
 	log := newLogger(stderr, env)
-	nc, js, err := connect.NATS(ctx, env.NATS, nil, name, log)
+	nc, js, err := dialNATS(ctx, &env, true, name, log)
 	return env, log, nc, js, err
+}
+
+// dialNATS connects a CLI command to NATS as name: NATS_URL or, when that
+// is unset, the local `riftflow up`'s server (localNATS, as its admin user
+// when admin, else as its CLI user), filling env.NATS. The connection's
+// events go to log, or nowhere when log is nil. The caller closes nc.
+func dialNATS(ctx context.Context, env *config.Env, admin bool, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	if err := localNATS(env, admin); err != nil {
+		return nil, nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return connect.NATS(ctx, env.NATS, nil, name, log)
 }
 
 // randHex is n random bytes in hex (stack.RandHex).

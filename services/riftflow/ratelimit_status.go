@@ -2,22 +2,36 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/ratelimit"
 	"github.com/riftflow/riftflow/pkg/riot"
 	"github.com/riftflow/riftflow/pkg/riotclient"
-	"github.com/riftflow/riftflow/streams"
 )
+
+// cmdStatusRateLimit is `riftflow status --ratelimit`: the shared rate-limit
+// state read from the KV bucket "ratelimit" (NATS_URL or the local `up`).
+// With RIOT_API_KEY set it shows that key only (by its KeyID hash);
+// otherwise every key found (the simulator's key under `riftflow up`).
+func cmdStatusRateLimit(ctx context.Context, env config.Env, out io.Writer, asJSON bool) error {
+	nc, js, err := dialNATS(ctx, &env, false, "riftflow-status", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	keyID := ""
+	if env.Riot.APIKey != "" {
+		keyID = riotclient.KeyID(env.Riot.APIKey.Reveal())
+	}
+	return PrintRateLimit(ctx, js, keyID, out, asJSON)
+}
 
 // PrintRateLimit prints what `riftflow status --ratelimit` shows: the
 // shared limiter's state of keyID ("" for every key) from the ratelimit KV
@@ -46,17 +60,16 @@ func PrintRateLimit(ctx context.Context, js jetstream.JetStream, keyID string, o
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return json.NewEncoder(out).Encode(states)
-	}
-	if len(states) == 0 {
-		fmt.Fprintln(out, "rate limit: no Riot calls recorded yet")
+	return printAs(out, asJSON, states, func() error {
+		if len(states) == 0 {
+			fmt.Fprintln(out, "rate limit: no Riot calls recorded yet")
+			return nil
+		}
+		for _, k := range states {
+			writeKeyState(out, k, now)
+		}
 		return nil
-	}
-	for _, k := range states {
-		writeKeyState(out, k, now)
-	}
-	return nil
+	})
 }
 
 func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
@@ -76,7 +89,7 @@ func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
 	} else {
 		fmt.Fprintln(out, "  key: ok")
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "  ROUTE\tBUDGET\tLIMITS\tUSED (running windows)\tPAUSE")
 	for _, b := range k.Budgets {
 		var ws []string
@@ -106,7 +119,7 @@ func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
 		}
 	}
 	fmt.Fprintf(out, "  processes: %d reporting (%d in the last minute); totals since each started:\n", len(k.Processes), fresh)
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw = newTable(out)
 	fmt.Fprintln(tw, "  ROUTE\tMETHOD\tGRANTED\t429s BY TYPE\tREFUSED (rescheduled)\tWAITED\tPAUSED")
 	for _, c := range k.Totals() {
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%s\t%d, %s\n", c.Route, c.Method, c.Granted, fmt429(c.TooMany), c.Refused,
@@ -117,54 +130,3 @@ func writeKeyState(out io.Writer, k ratelimit.KeyState, now time.Time) {
 }
 
 func fmt429(m map[string]int64) string { return countsLine(m, "0") }
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// cmdClearKeyRejection is `riftflow clear-key-rejection [--key-id ID]`: it
-// deletes the shared rejection of the key (RIOT_API_KEY's KeyID, or
-// --key-id as `status --ratelimit` shows it; without either, of every
-// rejected key), so every process using it sends calls again at once,
-// without waiting for its next probe. It writes the ratelimit bucket, so it
-// runs as the NATS admin (the local `up`'s, or NATS_USER=admin).
-func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("clear-key-rejection", flag.ContinueOnError)
-	keyID := fs.String("key-id", "", "the key's id as `riftflow status --ratelimit` shows it (default: RIOT_API_KEY's, else every rejected key)")
-	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
-		kv, err := c.js.KeyValue(ctx, streams.BucketRateLimit)
-		if err != nil {
-			return fmt.Errorf("open the ratelimit bucket: %w", err)
-		}
-		ids := []string{*keyID}
-		if *keyID == "" && c.env.Riot.APIKey != "" {
-			ids = []string{riotclient.KeyID(c.env.Riot.APIKey.Reveal())}
-		}
-		if ids[0] == "" {
-			states, err := ratelimit.ReadState(ctx, kv, "", time.Now())
-			if err != nil {
-				return err
-			}
-			ids = ids[:0]
-			for _, k := range states {
-				if k.Rejected != 0 {
-					ids = append(ids, k.KeyID)
-				}
-			}
-		}
-		if len(ids) == 0 {
-			fmt.Fprintln(stdout, "no key is rejected")
-			return nil
-		}
-		for _, id := range ids {
-			if err := ratelimit.ClearRejection(ctx, kv, id); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "cleared the rejection of key %s: every process using it resumes\n", id)
-		}
-		return nil
-	})
-}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -38,15 +36,7 @@ func cmdStreams(ctx context.Context, args []string, _, stderr io.Writer) error {
 // streams/ declares, on NATS_URL or, as its admin, a local `riftflow up`'s
 // server.
 func cmdStreamsApply(ctx context.Context, stderr io.Writer) error {
-	env, err := config.Load()
-	if err != nil {
-		return err
-	}
-	if err := localNATS(&env, true); err != nil {
-		return err
-	}
-	log := newLogger(stderr, env)
-	nc, js, err := connect.NATS(ctx, env.NATS, nil, "riftflow-streams-apply", log)
+	env, log, nc, js, err := connectCLI(ctx, "riftflow-streams-apply", stderr)
 	if err != nil {
 		return err
 	}

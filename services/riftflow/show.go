@@ -2,7 +2,6 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -102,7 +101,5 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			out["next"] = mp.Next
 		}
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return printIndented(stdout, out)
 }

@@ -2,19 +2,14 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"text/tabwriter"
 	"time"
 
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/connect"
 	"github.com/riftflow/riftflow/pkg/riot"
-	"github.com/riftflow/riftflow/pkg/riotclient"
 	"github.com/riftflow/riftflow/pkg/store"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/services/riftflow/api"
@@ -75,23 +70,22 @@ func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return json.NewEncoder(out).Encode(s)
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	a := s.Account
-	fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
-	fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
-	for _, q := range s.Queued {
-		fmt.Fprintf(tw, "queued\t%s, #%d in the %s queue, requested %s\n", q.RequestID, q.Position, q.Priority, fmtTime(q.RequestedAt))
-	}
-	if a.SyncError != "" {
-		fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
-	}
-	fmt.Fprintf(tw, "last synced\t%s\n", fmtTime(a.LastSyncedAt))
-	fmt.Fprintf(tw, "stored\t%d matches, %d participants, %d timelines\n", s.Matches, s.Participants, s.Timelines)
-	fmt.Fprintf(tw, "fetch ledger\t%s\n", ledgerLine(s.Ledger))
-	return tw.Flush()
+	return printAs(out, *asJSON, s, func() error {
+		tw := newTable(out)
+		a := s.Account
+		fmt.Fprintf(tw, "account\t%s#%s (%s, %s)\n", a.GameName, a.TagLine, a.Platform, a.PUUID)
+		fmt.Fprintf(tw, "sync\t%s, %d/%d matches, request %s\n", a.SyncStatus, a.SyncProgress, a.SyncTotal, a.SyncRequestID)
+		for _, q := range s.Queued {
+			fmt.Fprintf(tw, "queued\t%s, #%d in the %s queue, requested %s\n", q.RequestID, q.Position, q.Priority, fmtTime(q.RequestedAt))
+		}
+		if a.SyncError != "" {
+			fmt.Fprintf(tw, "error\t%s\n", a.SyncError)
+		}
+		fmt.Fprintf(tw, "last synced\t%s\n", fmtTime(a.LastSyncedAt))
+		fmt.Fprintf(tw, "stored\t%d matches, %d participants, %d timelines\n", s.Matches, s.Participants, s.Timelines)
+		fmt.Fprintf(tw, "fetch ledger\t%s\n", ledgerLine(s.Ledger))
+		return tw.Flush()
+	})
 }
 
 func printFailures(ctx context.Context, st *store.Store, out io.Writer, asJSON bool) error {
@@ -103,36 +97,15 @@ func printFailures(ctx context.Context, st *store.Store, out io.Writer, asJSON b
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return json.NewEncoder(out).Encode(map[string]any{"counts": counts, "failures": fs})
-	}
-	fmt.Fprintf(out, "fetch ledger: %s\n\n", ledgerLine(counts))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MATCH\tKIND\tSTATUS\tRETRIES\tLAST ATTEMPT\tREASON")
-	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.MatchID, f.Kind, f.Status, f.RetryCount, fmtTime(f.LastAttemptAt), f.LastError)
-	}
-	return tw.Flush()
-}
-
-// cmdStatusRateLimit is `riftflow status --ratelimit`: the shared rate-limit
-// state read from the KV bucket "ratelimit" (NATS_URL or the local `up`).
-// With RIOT_API_KEY set it shows that key only (by its KeyID hash);
-// otherwise every key found (the simulator's key under `riftflow up`).
-func cmdStatusRateLimit(ctx context.Context, env config.Env, out io.Writer, asJSON bool) error {
-	if err := localNATS(&env, false); err != nil {
-		return err
-	}
-	nc, js, err := connect.NATS(ctx, env.NATS, nil, "riftflow-status", slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	keyID := ""
-	if env.Riot.APIKey != "" {
-		keyID = riotclient.KeyID(env.Riot.APIKey.Reveal())
-	}
-	return PrintRateLimit(ctx, js, keyID, out, asJSON)
+	return printAs(out, asJSON, map[string]any{"counts": counts, "failures": fs}, func() error {
+		fmt.Fprintf(out, "fetch ledger: %s\n\n", ledgerLine(counts))
+		tw := newTable(out)
+		fmt.Fprintln(tw, "MATCH\tKIND\tSTATUS\tRETRIES\tLAST ATTEMPT\tREASON")
+		for _, f := range fs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", f.MatchID, f.Kind, f.Status, f.RetryCount, fmtTime(f.LastAttemptAt), f.LastError)
+		}
+		return tw.Flush()
+	})
 }
 
 // printJobs is `riftflow status --jobs`: the job log as a table or JSON.
@@ -141,24 +114,23 @@ func printJobs(ctx context.Context, st *store.Store, out io.Writer, f store.JobF
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		rows := make([]api.Job, 0, len(jobs))
-		for _, j := range jobs {
-			rows = append(rows, api.JobOf(j))
-		}
-		return json.NewEncoder(out).Encode(rows)
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
+	rows := make([]api.Job, 0, len(jobs))
 	for _, j := range jobs {
-		status := string(j.Status)
-		if j.Position > 0 {
-			status = fmt.Sprintf("%s #%d", j.Status, j.Position)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, status, j.Retries, fmtTime(j.RequestedAt),
-			fmtTime(j.StartedAt), fmtTime(j.FinishedAt), j.PUUID, j.Error)
+		rows = append(rows, api.JobOf(j))
 	}
-	return tw.Flush()
+	return printAs(out, asJSON, rows, func() error {
+		tw := newTable(out)
+		fmt.Fprintln(tw, "ID\tTYPE\tSTATUS\tRETRIES\tREQUESTED\tSTARTED\tFINISHED\tPUUID\tERROR")
+		for _, j := range jobs {
+			status := string(j.Status)
+			if j.Position > 0 {
+				status = fmt.Sprintf("%s #%d", j.Status, j.Position)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Type, status, j.Retries, fmtTime(j.RequestedAt),
+				fmtTime(j.StartedAt), fmtTime(j.FinishedAt), j.PUUID, j.Error)
+		}
+		return tw.Flush()
+	})
 }
 
 // scheduleRun is a scheduled job in `riftflow status --schedules`: its
@@ -195,31 +167,23 @@ func printSchedules(ctx context.Context, st *store.Store, out io.Writer, now tim
 		}
 		runs = append(runs, r)
 	}
-	if asJSON {
-		return json.NewEncoder(out).Encode(runs)
-	}
-	if scheds == nil {
-		fmt.Fprintln(out, "no schedules: SCHEDULE_ENABLE is false")
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSCHEDULE (UTC)\tLAST RUN\tSTATUS\tFINISHED\tNEXT RUN")
-	for _, r := range runs {
-		last, status, finished := "never", "", ""
-		if j := r.LastRun; j != nil {
-			last, status = fmtTime(j.RequestedAt), j.Status
-			if j.FinishedAt != nil {
-				finished = fmtTime(*j.FinishedAt)
-			}
+	return printAs(out, asJSON, runs, func() error {
+		if scheds == nil {
+			fmt.Fprintln(out, "no schedules: SCHEDULE_ENABLE is false")
+			return nil
 		}
-		fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%s\t%s\n", r.Job, r.Expr, r.Env, last, status, finished, fmtTime(r.Next))
-	}
-	return tw.Flush()
-}
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return t.Local().Format(time.DateTime)
+		tw := newTable(out)
+		fmt.Fprintln(tw, "JOB\tSCHEDULE (UTC)\tLAST RUN\tSTATUS\tFINISHED\tNEXT RUN")
+		for _, r := range runs {
+			last, status, finished := "never", "", ""
+			if j := r.LastRun; j != nil {
+				last, status = fmtTime(j.RequestedAt), j.Status
+				if j.FinishedAt != nil {
+					finished = fmtTime(*j.FinishedAt)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s (%s)\t%s\t%s\t%s\t%s\n", r.Job, r.Expr, r.Env, last, status, finished, fmtTime(r.Next))
+		}
+		return tw.Flush()
+	})
 }

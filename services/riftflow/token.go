@@ -2,13 +2,11 @@ package riftflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
@@ -71,24 +69,23 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return json.NewEncoder(out).Encode(list)
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
-		for _, t := range list {
-			revoked := "-"
-			if t.RevokedAt != nil {
-				revoked = fmtTime(*t.RevokedAt)
+		return printAs(out, *asJSON, list, func() error {
+			tw := newTable(out)
+			fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
+			for _, t := range list {
+				revoked := "-"
+				if t.RevokedAt != nil {
+					revoked = fmtTime(*t.RevokedAt)
+				}
+				used := "never"
+				if t.LastUsedAt != nil {
+					used = fmtTime(*t.LastUsedAt)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","),
+					fmtTime(t.CreatedAt), used, revoked)
 			}
-			used := "never"
-			if t.LastUsedAt != nil {
-				used = fmtTime(*t.LastUsedAt)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","),
-				fmtTime(t.CreatedAt), used, revoked)
-		}
-		return tw.Flush()
+			return tw.Flush()
+		})
 	case "revoke":
 		if len(args) != 2 {
 			return errors.New(usage)

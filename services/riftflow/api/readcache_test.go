@@ -7,8 +7,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,11 +43,7 @@ func storeMatch(t *testing.T, e *stagetest.Env, id string, match, timeline []byt
 
 // randomJSON is a JSON document of about n bytes that gzip shrinks only
 // about twofold (hex digits of random bytes).
-func randomJSON(n int) []byte {
-	b := make([]byte, n/2)
-	rand.Read(b)
-	return []byte(`{"noise":"` + hex.EncodeToString(b) + `"}`)
-}
+func randomJSON(n int) []byte { return []byte(`{"noise":"` + randHex(n/2) + `"}`) }
 
 // TestReadCacheSharedByReplicas: two API replicas (two New, each with
 // its own in-process layer) share one cache: a match read through one is
