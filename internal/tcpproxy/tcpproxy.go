@@ -2,13 +2,18 @@
 // forwards every connection to a target address and can black-hole the
 // link (a network partition: bytes stop flowing both ways and new
 // connections hang, but nothing is closed or reset, as when packets are
-// dropped) and heal it again. Dev and test only: no production binary
-// links internal/.
+// dropped) and heal it again. When it heals, what a sender wrote meanwhile
+// arrives, as TCP retransmits it, unless the sender reset the connection
+// in between (SO_LINGER 0), which drops it. Dev and test only: no
+// production binary links internal/.
 package tcpproxy
 
 import (
+	"errors"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -126,8 +131,19 @@ func (p *Proxy) untrack(c net.Conn) {
 func (p *Proxy) serve(in net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(in)
+	waited := p.Holed()
 	if !p.wait() {
 		return
+	}
+	var pending []byte
+	if waited {
+		// Connected during the black hole: what the client wrote meanwhile
+		// sat in its send queue, and a client that reset the connection
+		// (gave up) had it dropped.
+		var ok bool
+		if pending, ok = drainHeld(in, nil); !ok {
+			return
+		}
 	}
 	out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
@@ -138,14 +154,24 @@ func (p *Proxy) serve(in net.Conn) {
 		return
 	}
 	defer p.untrack(out)
+	if len(pending) > 0 {
+		if _, err := out.Write(pending); err != nil {
+			return
+		}
+		p.count(len(pending))
+	}
 	done := make(chan struct{}, 2)
 	go func() { p.pipe(out, in); done <- struct{}{} }()
 	go func() { p.pipe(in, out); done <- struct{}{} }()
 	<-done
 }
 
-// pipe copies src to dst chunk by chunk, holding each chunk while the link
-// is black-holed.
+// pipe copies src to dst chunk by chunk. A chunk read while the link is
+// black-holed is held until it heals and then forwarded with whatever src
+// sent meanwhile, unless src was reset in between: a sender that resets a
+// connection drops the bytes it was still retransmitting, so across a real
+// partition they never arrive (a normal close keeps retransmitting them,
+// and they do).
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
@@ -153,20 +179,55 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.wait() {
+			chunk := buf[:n]
+			if p.Holed() {
+				if !p.wait() {
+					return
+				}
+				var ok bool
+				if chunk, ok = drainHeld(src, chunk); !ok {
+					return
+				}
+			}
+			if _, werr := dst.Write(chunk); werr != nil {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-			p.mu.Lock()
-			p.carried += int64(n)
-			p.mu.Unlock()
+			p.count(len(chunk))
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// drainHeld reads what src sent after held, once a black hole healed,
+// until src has nothing more for now. ok is false when src was reset: the
+// held bytes are dropped, as the sender's reset dropped them.
+func drainHeld(src net.Conn, held []byte) (_ []byte, ok bool) {
+	defer src.SetReadDeadline(time.Time{})
+	buf := make([]byte, 32<<10)
+	for {
+		src.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+		n, err := src.Read(buf)
+		held = append(held, buf[:n]...)
+		var ne net.Error
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, syscall.ECONNRESET):
+			return nil, false
+		case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, io.EOF):
+			return held, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (p *Proxy) count(n int) {
+	p.mu.Lock()
+	p.carried += int64(n)
+	p.mu.Unlock()
 }
 
 // Close stops listening, closes every connection and waits for the

@@ -33,6 +33,14 @@ func withPermit(ctx context.Context, p Permit) context.Context {
 // before its bytes reach the socket. Wrap it (metrics, logging) rather
 // than replacing it. HTTP/2 is off: a multiplexed connection cannot tell
 // whose bytes it writes.
+//
+// Its connections close with a reset (SO_LINGER 0), so the kernel drops
+// what it still holds to send. A request given up on (a timeout: the
+// transport closes its connection) therefore cannot reach Riot minutes
+// later, when a partition heals, as the retransmission of a normal close
+// would let it: it reaches Riot before the give-up or never, which is the
+// window the rate limiter keeps an unanswered request counted for
+// (ratelimit.Options.UnansweredTTL, at least the client's Timeout).
 func NewTransport(maxIdlePerHost int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if maxIdlePerHost <= 0 {
@@ -46,6 +54,12 @@ func NewTransport(maxIdlePerHost int) *http.Transport {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			if err := tc.SetLinger(0); err != nil {
+				c.Close()
+				return nil, err
+			}
 		}
 		return &guardConn{Conn: c}, nil
 	}

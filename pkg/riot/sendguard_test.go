@@ -2,11 +2,15 @@ package riot
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // expiringLimiter grants permits whose Send reports false for the first
@@ -86,3 +90,45 @@ func TestExpiredGrantNeverSent(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestGivenUpRequestIsReset: a request given up on (its context's
+// deadline) closes its NewTransport connection with a reset, not a normal
+// close, so the kernel drops what it still had to send instead of
+// retransmitting it to Riot after a partition heals (see NewTransport).
+// The server reads the request, never answers, and then sees
+// ECONNRESET, not EOF.
+func TestGivenUpRequestIsReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	after := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			after <- err
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		if _, err := c.Read(buf); err != nil { // the request; no answer
+			after <- err
+			return
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(buf)
+		after <- err
+	}()
+	hc := &http.Client{Transport: NewTransport(0)}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/lol/match/v5/matches/NA1_1", nil)
+	if resp, err := hc.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatal("a server that never answers answered")
+	}
+	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after the client gave up, the server's read returned %v; want a connection reset", err)
+	}
+}
