@@ -64,6 +64,8 @@ APART_MODULE := e2e
 APART_TESTS := ^Test(Chaos|Soak|SecretsNeverLeak)
 APART_PARALLEL ?= 2
 SLOW_MODULES := services/riftflow deploy pkg services/retry-sweeper
+# test-short's longest modules, started first.
+SHORT_SLOW_MODULES := pkg services/retry-sweeper services/riftflow services/resolver services/persister services/matchid-lister
 test:
 	@$(JOBS_INIT); \
 	gotest() { echo "cd $$1 && $(GO) test -count=1 -timeout $(TEST_TIMEOUT)"; }; \
@@ -77,11 +79,11 @@ test:
 	finish
 
 ## test-short: the edit loop (under 2 minutes): `go test -short` of every
-## module at once; the chaos suite, the soak, the rendered workloads and
+## module, TEST_JOBS at once, the longest first; the chaos suite, the soak, the rendered workloads and
 ## other slow tests skip under -short. No fuzzing (the seed corpora run as tests).
 test-short:
 	@$(JOBS_INIT); \
-	for m in $(MODULES); do \
+	for m in $(SHORT_SLOW_MODULES) $(filter-out $(SHORT_SLOW_MODULES),$(MODULES)); do \
 		[ -f $$m/go.mod ] || continue; \
 		start "go test -short $$m" "cd $$m && $(GO) test -short -count=1 -timeout 10m ./..."; \
 	done; \
