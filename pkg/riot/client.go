@@ -62,8 +62,9 @@ type Config struct {
 	// add Accept-Encoding handling of its own; the client decodes gzip
 	// itself. Build it on NewTransport (a wrapper may expose it with
 	// Unwrap() http.RoundTripper): its connections check each request's
-	// grant in their first Write; on another *http.Transport the check runs
-	// when the connection is handed over, and before any other transport.
+	// grant in their first Write. A bare *http.Transport is used through a
+	// clone whose connections do the same (HTTP/1.1, reset on close); on
+	// any other transport the check runs before it is called.
 	HTTPClient *http.Client
 	// Logger receives the one error log when the key is rejected. Default slog.Default().
 	Logger *slog.Logger
@@ -248,6 +249,10 @@ func New(cfg Config) (*Client, error) {
 	// The grant's send deadline is checked in the transport, immediately
 	// before the request goes on the wire (sendGuard).
 	hc := *c.hc
+	if t, ok := hc.Transport.(*http.Transport); ok {
+		t = guarded(t)
+		hc.Transport = t
+	}
 	hc.Transport = sendGuard{next: hc.Transport}
 	c.hc = &hc
 	if c.log == nil {

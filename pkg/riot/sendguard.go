@@ -19,6 +19,16 @@ import (
 // returns it: it acquires a new permit and sends the request on that one.
 var ErrGrantExpired = errors.New("riot: rate-limit grant expired before the request was sent")
 
+// ErrReplayRefused is wrapped by the transport error of a request that
+// net/http was about to send a second time on its one grant: it had
+// written the request on a reused connection, the connection failed
+// before the answer, and the transport, the request being idempotent,
+// retried it on another. Riot may have counted the first copy, so the
+// copy is not sent: the request fails as a transport error after a write
+// (its permit stays in flight, ratelimit's unanswered request), and the
+// caller's retry takes a new grant.
+var ErrReplayRefused = errors.New("riot: net/http's replay of a request already written refused (one request per rate-limit grant)")
+
 type permitKey struct{}
 
 // withPermit carries p to the transport (sendGuard) in the request's ctx.
@@ -47,11 +57,24 @@ func NewTransport(maxIdlePerHost int) *http.Transport {
 		maxIdlePerHost = 64
 	}
 	t.MaxIdleConnsPerHost = maxIdlePerHost
+	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return guarded(t)
+}
+
+// guarded is a clone of t whose connections are guardConns that close
+// with a reset (NewTransport), HTTP/1.1 only. The Client puts every
+// *http.Transport it is given through it, so the grant check runs in the
+// connection's Write on any of them.
+func guarded(t *http.Transport) *http.Transport {
+	t = t.Clone()
 	t.ForceAttemptHTTP2 = false
 	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +123,18 @@ type sendOnce struct {
 	once    sync.Once
 	ok      bool
 	expired atomic.Bool
+	// wrote is set once the request was written on a connection;
+	// replayed when the transport then took another connection for it.
+	wrote, replayed atomic.Bool
 }
+
+// refused is armed on the connection net/http took to replay a written
+// request (sendGuard): its first Write fails, nothing is sent.
+var refused = func() *sendOnce {
+	s := &sendOnce{cancel: func() {}}
+	s.once.Do(func() {})
+	return s
+}()
 
 func (s *sendOnce) send() bool {
 	s.once.Do(func() {
@@ -137,13 +171,27 @@ func (g sendGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 	s := &sendOnce{p: p, cancel: cancel}
 	trace := &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
+			if s.wrote.Load() {
+				// A replay of the request already written (ErrReplayRefused).
+				s.replayed.Store(true)
+				if gc := guardOf(info.Conn); gc != nil {
+					gc.armed.Store(refused)
+				}
+				cancel()
+				return
+			}
 			if gc := guardOf(info.Conn); gc != nil {
 				gc.armed.Store(s)
 				return
 			}
 			s.send()
 		},
-		WroteRequest: func(httptrace.WroteRequestInfo) { p.Written() },
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				s.wrote.Store(true)
+			}
+			p.Written()
+		},
 	}
 	if _, ok := next.(*http.Transport); !ok && !wrapsGuarded(next) {
 		// A transport that may not report GotConn: check now.
@@ -153,6 +201,13 @@ func (g sendGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := next.RoundTrip(r.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	if s.replayed.Load() {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		cancel()
+		return nil, ErrReplayRefused
+	}
 	if s.expired.Load() {
 		if resp != nil {
 			resp.Body.Close()

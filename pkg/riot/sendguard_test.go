@@ -1,8 +1,10 @@
 package riot
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -130,5 +132,77 @@ func TestGivenUpRequestIsReset(t *testing.T) {
 	}
 	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("after the client gave up, the server's read returned %v; want a connection reset", err)
+	}
+}
+
+// countingPermit counts Send and records Done's status.
+type countingPermit struct {
+	sends atomic.Int32
+	done  atomic.Int32 // status + 1 once Done ran
+}
+
+func (p *countingPermit) Send() bool                     { p.sends.Add(1); return true }
+func (p *countingPermit) Written()                       {}
+func (p *countingPermit) Done(status int, _ http.Header) { p.done.Store(int32(status) + 1) }
+func (p *countingPermit) Cancel()                        {}
+
+// TestTransportReplayNeedsANewGrant: net/http retries an idempotent
+// request on a new connection when a reused connection fails after the
+// request was written (here the server reads it, then resets the
+// connection), and Riot may have counted the first copy. The send guard
+// refuses that replay: one request on the wire per grant; the caller
+// sees a transport error and asks the limiter again.
+func TestTransportReplayNeedsANewGrant(t *testing.T) {
+	var hits atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for conn := 0; ; conn++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn, first bool) {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					hits.Add(1)
+					if first && n == 1 { // the second request on the first connection
+						c.(*net.TCPConn).SetLinger(0)
+						return
+					}
+					_ = req
+					c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"))
+				}
+			}(c, conn == 0)
+		}
+	}()
+	hc := &http.Client{Transport: sendGuard{next: NewTransport(0)}}
+	get := func(p Permit) error {
+		req, _ := http.NewRequestWithContext(withPermit(t.Context(), p), http.MethodGet, "http://"+ln.Addr().String()+"/x", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	p1, p2 := &countingPermit{}, &countingPermit{}
+	if err := get(p1); err != nil {
+		t.Fatal(err)
+	}
+	err = get(p2)
+	if got := hits.Load(); got != 2 {
+		t.Fatalf("the server read %d requests for 2 grants (err %v): the transport replayed a written request on the same grant", got, err)
+	}
+	if err == nil {
+		t.Fatal("a request whose connection was reset after the write succeeded without a replay")
 	}
 }
