@@ -61,14 +61,16 @@ func (r *redeliveries) do(d natsx.Delivery, handle func() error) (why string, er
 	if _, ok := r.handled.GetIfPresent(d.Sequence); ok {
 		return "handled by this process already", nil
 	}
-	_, err, shared := r.inFlight.Do(strconv.FormatUint(d.Sequence, 10), func() (any, error) {
+	ran := false
+	_, err, _ = r.inFlight.Do(strconv.FormatUint(d.Sequence, 10), func() (any, error) {
+		ran = true
 		err := handle()
 		if err == nil {
 			r.handled.Set(d.Sequence, struct{}{})
 		}
 		return nil, err
 	})
-	if shared && d.Num > 1 {
+	if !ran {
 		why = "joined the delivery in flight in this process"
 	}
 	return why, err
