@@ -674,8 +674,16 @@ func (s *Service) life() syncjob.Lifecycle {
 	return syncjob.Lifecycle{JS: s.d.JS, Subjects: s.d.Subjects, Locks: s.d.Locks, Logger: s.d.Logger, Now: s.d.Now, By: "retry-sweeper"}
 }
 
-// recover resets syncs stuck in syncing with no live lock and no progress
-// for StuckAfter, and queues them again (design 001 crash recovery).
+// recover queues again the syncs stuck in syncing with no live lock and
+// no progress for StuckAfter (design 001 crash recovery): it publishes the
+// recovery sync first and then moves the account to pending (ResetSync).
+// In that order a failed publish (NATS not back yet) or a crash between the
+// two leaves the account syncing, so the next sweep finds it again and
+// publishes the same command (its Nats-Msg-Id deduplicates it; the
+// lister's BeginSync is idempotent per request ID). The other order left
+// an account pending with its job running and no command to resume it,
+// which no sweep looks at again. A lock that cannot be read is not taken
+// for a missing one: the sync is left for a later sweep.
 func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 	stuck, err := s.d.Store.StuckSyncs(ctx, s.d.Now(), now.Add(-s.cfg.StuckAfter))
 	if err != nil {
@@ -686,6 +694,8 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 	for _, a := range stuck {
 		if _, err := s.d.Locks.Get(ctx, a.PUUID); err == nil {
 			continue // a live lock: the sync is running
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return n, fmt.Errorf("sweeper: sync lock of %s: %w", a.PUUID, err)
 		}
 		last := a.LastProgressAt
 		if last.IsZero() {
@@ -695,11 +705,6 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 			return n, err
 		} else if ok {
 			continue // slow, not stuck: its work is still queued
-		}
-		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
-			continue // another replica (or the sync itself) got there first
-		} else if err != nil {
-			return n, err
 		}
 		p, err := riot.ParsePlatform(a.Platform)
 		if err != nil {
@@ -712,6 +717,11 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 			cmd.RequestID = a.SyncRequestID + "r"
 		}
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
+			return n, err
+		}
+		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
+			continue // another replica, or the recovery sync itself, got there first
+		} else if err != nil {
 			return n, err
 		}
 		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)

@@ -217,9 +217,9 @@ func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time)
 }
 
 // sweeperWith is a sweeper (retrysweeper.New) with cfg and d on e: its
-// JetStream, subjects and sync-locks and cron-locks buckets are e's, its
-// Store is e's unless d sets one; d's consumers, Dead and clock are kept.
-// An error fails the test.
+// subjects and cron-locks bucket are e's, its JetStream, sync-locks bucket
+// and Store e's unless d sets them; d's consumers, Dead and clock are
+// kept. An error fails the test.
 func sweeperWith(e *stagetest.Env, cfg retrysweeper.Config, d retrysweeper.Deps) *retrysweeper.Service {
 	t, inf := e.T, e.Process
 	t.Helper()
@@ -231,7 +231,13 @@ func sweeperWith(e *stagetest.Env, cfg retrysweeper.Config, d retrysweeper.Deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.JS, d.Locks, d.CronLocks, d.Subjects = inf.JS, locks, cron, inf.Subjects
+	d.CronLocks, d.Subjects = cron, inf.Subjects
+	if d.JS == nil {
+		d.JS = inf.JS
+	}
+	if d.Locks.KV == nil {
+		d.Locks = locks
+	}
 	if d.Store == nil {
 		d.Store = e.Store
 	}
