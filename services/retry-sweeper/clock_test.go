@@ -36,15 +36,7 @@ func TestSweeperSyncHealthOnOneClock(t *testing.T) {
 			e := stagetest.New(t, stagetest.Options{DB: true})
 			ctx, inf := t.Context(), e.Process
 			const puuid, req = "puuid-clock", "sync-clock"
-			if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: req, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.Store.ClaimMatches(ctx, req, puuid, []string{"NA1_9800"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.DB.Exec(ctx, `UPDATE accounts SET last_progress_at = now() - $1::interval WHERE puuid = $2`, tc.progress, puuid); err != nil {
-				t.Fatal(err)
-			}
+			runningSync(e, puuid, req, "NA1_9800", tc.progress)
 			locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
 			if err != nil {
 				t.Fatal(err)

@@ -30,12 +30,7 @@ func TestLockHeldThroughPostgresOutage(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	ctx, inf := t.Context(), e.Process
 	const puuid, first, second = "puuid-outage", "sync-first", "sync-second"
-	if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: first, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Store.ClaimMatches(ctx, first, puuid, []string{"NA1_9700"}); err != nil {
-		t.Fatal(err)
-	}
+	runningSync(e, puuid, first, "NA1_9700", "")
 	const ttl = 3 * time.Second // the server's minimum TTL is 1 s
 	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
-	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -65,15 +64,7 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	ctx, inf := t.Context(), e.Process
 	const puuid, req = "puuid-recover", "sync-recover"
-	if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: req, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Store.ClaimMatches(ctx, req, puuid, []string{"NA1_9900"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.DB.Exec(ctx, `UPDATE accounts SET last_progress_at = now() - interval '20 minutes' WHERE puuid = $1`, puuid); err != nil {
-		t.Fatal(err)
-	}
+	runningSync(e, puuid, req, "NA1_9900", "20 minutes")
 	locks, err := inf.Lock(ctx, streams.BucketSyncLocks)
 	if err != nil {
 		t.Fatal(err)

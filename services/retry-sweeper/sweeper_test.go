@@ -211,6 +211,26 @@ func drainFetchQueue(e *stagetest.Env) []bus.FetchCommand {
 	}
 }
 
+// runningSync begins sync req of puuid (NA1) in e's database with one
+// claimed match, matchID, that last progressed progressAgo (a Postgres
+// interval, e.g. "20 minutes"; "" leaves it now). An error fails the test.
+func runningSync(e *stagetest.Env, puuid, req, matchID, progressAgo string) {
+	t, ctx := e.T, e.T.Context()
+	t.Helper()
+	if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: req, PUUID: puuid, Platform: "NA1", Region: "americas", Mode: "latest"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.ClaimMatches(ctx, req, puuid, []string{matchID}); err != nil {
+		t.Fatal(err)
+	}
+	if progressAgo == "" {
+		return
+	}
+	if _, err := e.DB.Exec(ctx, `UPDATE accounts SET last_progress_at = now() - $1::interval WHERE puuid = $2`, progressAgo, puuid); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time) *retrysweeper.Service {
 	return sweeperWith(e, cfg, retrysweeper.Deps{Base: app.Base{Now: now}})
