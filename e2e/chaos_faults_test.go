@@ -213,7 +213,7 @@ func TestChaosPartitionRiot(t *testing.T) {
 	// one (21–23 calls over failures + 1).
 	// lostCalls 1: a call the simulator answered just as the black hole
 	// began has its answer cut off and is called again, as a call in
-	// flight in a killed process is (the full run on 14dda04: one match,
+	// flight in a killed process is (the full run on a34f86e: one match,
 	// 2 getMatch calls, both answered 200). One black hole: at most one
 	// such call per match.
 	partitionCase(t, "fetchers ↔ Riot", chaosOptions{riotProxy: true, lostCalls: 1},
