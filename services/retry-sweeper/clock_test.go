@@ -44,8 +44,7 @@ func TestSweeperSyncHealthOnOneClock(t *testing.T) {
 			if _, err := synclock.Claim(ctx, locks, puuid, req, time.Minute, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			s := newSweeper(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute, StuckAfter: 10 * time.Minute,
-				SyncLock: config.SyncLock{LockTTL: time.Minute}, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+			s := newSweeper(e, syncHealthConfig,
 				func() time.Time { return time.Now().Add(tc.skew) })
 			renewed, err := s.RenewLocks(ctx)
 			if err != nil {

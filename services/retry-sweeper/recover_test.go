@@ -6,14 +6,12 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
-	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -27,10 +25,10 @@ var errNATSDown = errors.New("test: nats: no response from stream")
 // when a NATS cluster has just come back and JetStream does not answer yet.
 type downJS struct {
 	jetstream.JetStream
-	down atomic.Bool
+	down *atomic.Bool
 }
 
-func (j *downJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func (j downJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if j.down.Load() {
 		return nil, errNATSDown
 	}
@@ -69,11 +67,10 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js := &downJS{JetStream: inf.JS}
-	kvDown := &atomic.Bool{}
+	kvDown, pubDown := &atomic.Bool{}, &atomic.Bool{}
+	js := downJS{JetStream: inf.JS, down: pubDown}
 	locks.KV = downKV{KeyValue: locks.KV, down: kvDown}
-	s := sweeperWith(e, retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute, StuckAfter: 10 * time.Minute,
-		SyncLock: config.SyncLock{LockTTL: time.Minute}, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}},
+	s := sweeperWith(e, syncHealthConfig,
 		retrysweeper.Deps{JS: js, Locks: locks})
 	syncSubject := inf.Subjects.SyncFor("na1", bus.Background)
 	syncs, err := inf.JS.Stream(ctx, streams.StreamSync)
@@ -115,7 +112,7 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 		{"the recovery command cannot be published", false, true},
 	} {
 		kvDown.Store(step.kvDown)
-		js.down.Store(step.pubDown)
+		pubDown.Store(step.pubDown)
 		rep, err := s.Sweep(ctx)
 		if !errors.Is(err, errNATSDown) || rep.Recovered != 0 {
 			t.Fatalf("%s: sweep %+v, %v; want it to fail with %v, nothing recovered", step.name, rep, err, errNATSDown)
@@ -126,7 +123,7 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 	}
 
 	kvDown.Store(false)
-	js.down.Store(false)
+	pubDown.Store(false)
 	rep, err := s.Sweep(ctx)
 	if err != nil || rep.Recovered != 1 {
 		t.Fatalf("sweep with NATS back: %+v, %v; want 1 recovered", rep, err)

@@ -231,6 +231,11 @@ func runningSync(e *stagetest.Env, puuid, req, matchID, progressAgo string) {
 	}
 }
 
+// syncHealthConfig is a sweeper's Config for the sync-health tests: a sync
+// is stuck after 10 minutes without progress, a fetch stale after 10.
+var syncHealthConfig = retrysweeper.Config{StaleAfter: 10 * time.Minute, QueueSlack: 10 * time.Minute, StuckAfter: 10 * time.Minute,
+	SyncLock: config.SyncLock{LockTTL: time.Minute}, FetchAttempts: config.FetchAttempts{MaxAttempts: 5}}
+
 // newSweeper is a sweeper on e's NATS and database, with cfg and the clock now.
 func newSweeper(e *stagetest.Env, cfg retrysweeper.Config, now func() time.Time) *retrysweeper.Service {
 	return sweeperWith(e, cfg, retrysweeper.Deps{Base: app.Base{Now: now}})
