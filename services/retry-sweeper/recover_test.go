@@ -12,6 +12,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/pkg/bus"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/pkg/syncjob"
 	retrysweeper "github.com/riftflow/riftflow/services/retry-sweeper"
 	"github.com/riftflow/riftflow/streams"
@@ -134,5 +135,59 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 	}
 	if got := status(); got != syncjob.Pending {
 		t.Fatalf("account %s after the recovery command, want pending", got)
+	}
+}
+
+// fastListerJS is a JetStream whose every publish is followed at once by
+// begin, as if a lister took the command before the publisher's next write.
+type fastListerJS struct {
+	jetstream.JetStream
+	begin func(*nats.Msg)
+}
+
+func (j fastListerJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil {
+		j.begin(m)
+	}
+	return ack, err
+}
+
+// TestStuckSyncRecoveryCountedWhenTheListerIsFirst: the recovery command
+// is published before the account is moved to pending, so a lister can
+// begin the recovery sync before that write, which then finds the account
+// taken by the new request. The sync is still recovered, once: the sweep
+// counts it (the job log's "recovered") and the account stays with the
+// recovery sync. Before, the sweep counted 0 (the e2e
+// TestSyncKilledListerRecovers failed in CI on 1236285).
+func TestStuckSyncRecoveryCountedWhenTheListerIsFirst(t *testing.T) {
+	e := stagetest.New(t, stagetest.Options{DB: true})
+	ctx, inf := t.Context(), e.Process
+	const puuid, req = "puuid-fast", "sync-fast"
+	runningSync(e, puuid, req, "NA1_9901", "20 minutes")
+	began := 0
+	js := fastListerJS{JetStream: inf.JS, begin: func(m *nats.Msg) {
+		var cmd bus.SyncCommand
+		if err := json.Unmarshal(m.Data, &cmd); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := e.Store.BeginSync(ctx, store.SyncStart{RequestID: cmd.RequestID, PUUID: cmd.PUUID, Platform: cmd.Platform,
+			Region: cmd.Region, Mode: string(cmd.Mode), Trigger: string(cmd.Trigger)}); err != nil {
+			t.Error(err)
+		}
+		began++
+	}}
+	s := sweeperWith(e, syncHealthConfig, retrysweeper.Deps{JS: js})
+	rep, err := s.Sweep(ctx)
+	if err != nil || rep.Recovered != 1 || began != 1 {
+		t.Fatalf("sweep: %+v, %v, %d recovery syncs begun; want 1 recovered, 1 begun", rep, err, began)
+	}
+	a, err := e.Store.AccountStatus(ctx, puuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.SyncStatus != syncjob.Syncing || a.SyncRequestID != "recover-"+req {
+		t.Fatalf("account %s by %q; want syncing by the recovery sync", a.SyncStatus, a.SyncRequestID)
 	}
 }

@@ -719,9 +719,10 @@ func (s *Service) recover(ctx context.Context, now time.Time) (int, error) {
 		if _, err := natsx.Publish(ctx, s.d.JS, s.d.Subjects.SyncFor(cmd.Platform, cmd.Priority), cmd, jetstream.WithMsgID(bus.SyncMsgID(cmd.RequestID))); err != nil {
 			return n, err
 		}
-		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); errors.Is(err, store.ErrNotFound) {
-			continue // another replica, or the recovery sync itself, got there first
-		} else if err != nil {
+		// Recovered once the command is in SYNC. ErrNotFound: the recovery
+		// sync itself began first (the lister can take the command before
+		// this write) and the account has moved on already.
+		if err := s.d.Store.ResetSync(ctx, a.PUUID, a.SyncRequestID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return n, err
 		}
 		s.d.Logger.InfoContext(ctx, "stuck sync recovered", "puuid", a.PUUID, "request_id", a.SyncRequestID, "new_request_id", cmd.RequestID)
