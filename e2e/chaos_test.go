@@ -367,7 +367,7 @@ func TestChaosClockJump(t *testing.T) {
 	t.Logf("clock jumped +2h again at %d stored", e.stored())
 	e.waitSettled(settleTimeout())
 	r := checkEnd(t, h.Ctx, e.pool, h.St.Sim, players)
-	checkCalls(t, h.St.Sim, players, 0, &r)
+	checkCalls(t, h.Ctx, e.pool, h.St.Sim, players, 0, &r)
 	r.Case, r.Injected, r.ElapsedSecond = "clock jump", []string{"2 forward jumps of 2 h (sim and services)"}, time.Since(start).Round(time.Second).Seconds()
 	recordResult(t, r)
 }

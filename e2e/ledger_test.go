@@ -141,7 +141,10 @@ func TestLedgerFlaky503sRecover(t *testing.T) {
 		ids = append(ids, m.ID)
 		publishFetch(h, bus.FetchCommand{MatchID: m.ID})
 	}
-	waitFinal(h, 20*time.Second, ids...)
+	// Up to 3 retries each, 1 s apart (FastEnv's FETCH_BACKOFF) as
+	// JetStream schedules fire, whole seconds: a minute leaves a loaded
+	// machine room (20 s was once too short in CI).
+	waitFinal(h, time.Minute, ids...)
 	for _, m := range ms {
 		want := flaky[m.ID]
 		r, _ := fetchRowOf(h, m.ID, "match")

@@ -94,10 +94,17 @@ func TestInteractiveFirstAtEveryStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Pause, so the whole backlog is queued before anything runs.
+	// Pause, so the whole backlog is queued before anything runs: once
+	// the stages' switch (one for all, watched on the control bucket)
+	// shows it, a pull opened before then ends within PERSIST_MAX_WAIT
+	// (200 ms) for the persister, whose batch would be handled; the other
+	// stages hold what such a pull delivers, unhandled. (A fixed sleep
+	// after the write was too short on a loaded machine: the persister
+	// stored 7 results before it saw the switch.)
 	if err := control.Set(ctx, ctl, control.State{Paused: true, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
+	stacktest.WaitFor(t, "the stages to see the pause switch", 30*time.Second, h.St.Infra.Pause.Paused)
 	time.Sleep(2 * natsx.HoldPoll)
 
 	// Resolver: background requests by Riot ID (one account lookup each)
