@@ -24,10 +24,13 @@ type window struct {
 	riotEnd time.Time
 	// sentFor is the start of the window in which this process last sent
 	// a request (permit.Send): equal to start once it has sent in this
-	// window. lateStart is the later start that a late first send gave
-	// the window (Riot's window may open only then); engine.end counts
-	// from it.
+	// window. sentEp is, for Shared, the KV epoch of that window
+	// (kvWindow.epoch): a start that moved within the epoch (a late first
+	// send, a count-1 reply) is still a window this process has sent in.
+	// lateStart is the later start that a late first send gave the window
+	// (Riot's window may open only then); engine.end counts from it.
 	sentFor, lateStart time.Time
+	sentEp             int64
 	kv                 kvWindow // kvStore's state of the window; zero for Local
 }
 

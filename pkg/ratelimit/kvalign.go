@@ -133,10 +133,12 @@ var errMovedOn = errors.New("ratelimit: the KV window of the grant has moved on"
 // opening moves the start of the KV window that m's request was counted
 // in to at least start, synchronously (permit.Send): the request may open
 // Riot's window as late as that, and no process may start the next
-// window before this one's end counted from there. The window must still
-// be m's (its epoch, not ended); otherwise, or when KV fails, the request
-// is not sent.
-func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error {
+// window before this one's end counted from there. A window whose Open
+// is at or before start is left alone: Riot's window is open, this
+// request lands in it. It returns the KV window's start after the
+// change. The window must still be m's (its epoch, not ended);
+// otherwise, or when KV fails, the request is not sent.
+func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) (time.Time, error) {
 	st.e.mu.Lock()
 	key := st.winKey(b, w)
 	st.e.mu.Unlock()
@@ -144,28 +146,28 @@ func (st *kvStore) opening(b *bucket, w *window, m mark, start time.Time) error 
 	defer cancel()
 	ms := start.UnixMilli()
 	ok := false
-	var from int64
+	var from, got int64
 	moved, err := st.casWin(ctx, key, func(cur *winVal) bool {
 		ok = cur.epoch() == m.epoch || cur.Start == m.start.UnixMilli()
+		from, got = cur.Start, cur.Start
 		if !ok || cur.Start >= ms || (cur.Open != 0 && cur.Open <= ms) {
 			// Riot's window is open already (winVal.Open): this request
 			// lands in it, it cannot open a later one.
 			return false
 		}
-		from = cur.Start
-		cur.Ep, cur.Start = cur.epoch(), ms
+		cur.Ep, cur.Start, got = cur.epoch(), ms, ms
 		return true
 	})
 	if moved {
 		st.e.o.Logger.Debug("ratelimit: late first send moves the window", "key", key, "by_ms", ms-from)
 	}
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if !ok {
-		return errMovedOn
+		return time.Time{}, errMovedOn
 	}
-	return nil
+	return time.UnixMilli(got), nil
 }
 
 // sentOnTime records in the KV window of w that Riot's window is open

@@ -55,8 +55,12 @@ func (e *engine) deadline(p *permit, now time.Time) time.Time {
 // and a next window of ours would grant into it. Send first moves the
 // window's start (for Shared, in KV, with compare-and-set, before the
 // request goes) to now − margin/2, so that it ends no earlier than Riot's
-// can. If that fails (the KV window moved on, or KV is unreachable), the
-// grant is returned as expired (fail closed).
+// can, unless Riot's window is known open already (winVal.Open). If that
+// fails (the KV window moved on, or KV is unreachable), the grant is
+// returned as expired (fail closed). Sent, the request is on time for
+// the moved start and recorded so, like an on-time first send: the
+// window is open, and no later send of this process (in the same KV
+// epoch) or of another moves it again.
 func (p *permit) Send() bool {
 	e := p.e
 	e.mu.Lock()
@@ -68,14 +72,16 @@ func (p *permit) Send() bool {
 	}
 	late := e.lateOpens(p, now)
 	e.mu.Unlock()
-	for _, l := range late {
-		if err := e.st.opening(l.b, l.w, l.m, l.start); err != nil {
+	for i, l := range late {
+		start, err := e.st.opening(l.b, l.w, l.m, l.start)
+		if err != nil {
 			e.o.Logger.Debug("ratelimit: late first send not recorded; grant returned", "route", p.r.name, "err", err)
 			e.mu.Lock()
 			p.expire()
 			e.mu.Unlock()
 			return false
 		}
+		late[i].start = start
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -85,9 +91,17 @@ func (p *permit) Send() bool {
 		return false
 	}
 	for _, l := range late {
-		if l.w.start.Equal(l.m.start) && l.start.After(l.w.lateStart) {
-			l.w.lateStart, l.w.sentFor = l.start, l.w.start
+		if !l.w.start.Equal(l.m.start) {
+			continue
 		}
+		if l.start.After(l.w.lateStart) {
+			l.w.lateStart = l.start
+		}
+		// Sent within half the margin of the start as it now is: Riot's
+		// window is open (winVal.Open), and neither this process's next
+		// sends in the window nor another's late first one move it again.
+		l.w.sentFor, l.w.sentEp = l.w.start, l.m.epoch
+		e.st.observe(event{kind: eventSent, b: l.b, w: l.w, m: l.m, at: now})
 	}
 	p.sentAt = now
 	return true
@@ -113,6 +127,9 @@ type lateOpen struct {
 // lateOpens marks p's windows as sent in by this process and returns
 // those where p is this process's first request, sent more than half the
 // margin after the window's start (rounded up to KV's milliseconds).
+// First is judged per start and, for Shared, per KV epoch: a start that
+// moved within the epoch after this process sent (its own late first
+// send, seen again on its next lease) is not a window to open again.
 // A window whose start moved since p's grant was realigned by a count-1
 // reply: Riot's window is open, nothing to move. Callers hold mu.
 func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
@@ -122,18 +139,22 @@ func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
 		marks []mark
 	}{{p.r.app, p.appMarks}, {p.mb, p.mMarks}} {
 		for i, w := range x.b.windows {
-			if i >= len(x.marks) || x.marks[i].start.IsZero() || !w.start.Equal(x.marks[i].start) || w.sentFor.Equal(w.start) {
+			if i >= len(x.marks) {
+				continue
+			}
+			m := x.marks[i]
+			if m.start.IsZero() || !w.start.Equal(m.start) || w.sentFor.Equal(w.start) || (m.epoch != 0 && w.sentEp == m.epoch) {
 				continue
 			}
 			half := e.margin(x.b, w) / 2
 			if !now.After(w.start.Add(half)) {
-				w.sentFor = w.start
-				e.st.observe(event{kind: eventSent, b: x.b, w: w, m: x.marks[i], at: now})
+				w.sentFor, w.sentEp = w.start, m.epoch
+				e.st.observe(event{kind: eventSent, b: x.b, w: w, m: m, at: now})
 				continue
 			}
 			start := now.Add(-half)
 			start = time.UnixMilli(start.Add(time.Millisecond - 1).UnixMilli())
-			out = append(out, lateOpen{b: x.b, w: w, m: x.marks[i], start: start})
+			out = append(out, lateOpen{b: x.b, w: w, m: m, start: start})
 		}
 	}
 	return out

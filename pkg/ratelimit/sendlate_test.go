@@ -262,3 +262,48 @@ func TestSharedLateSendAfterOnTimeOneKeepsWindow(t *testing.T) {
 		t.Fatalf("KV window start %d ms after b's late first send, want %d (Riot's window was open since a's send)", w.Start-start, 0)
 	}
 }
+
+// TestSharedLateFirstSendMovesWindowOnce: a's first request of a fresh
+// 4 per 10 s window (KV start 20 s) goes late, at 20.5 s, and moves the
+// KV window's start to 20.5 s − margin/2: it may be the request that
+// opens Riot's window. a's next grant leases again and sees the moved
+// start; a's send of it at 21 s is not a first send of the window (same
+// KV epoch), and b's late first send at 22 s lands in the window a's
+// request opened (recorded in KV as winVal.Open): the start stays where
+// a's first send put it. Before, every lease after a late first send
+// gave its process a "new" window to open late again, each send moved
+// the start to its own time, and the window's end walked with it: in
+// the bench-limit prod case, one process's 60 s window ended 19 s late
+// (0.903 of a perfect client over 3 windows).
+func TestSharedLateFirstSendMovesWindowOnce(t *testing.T) {
+	clk, a, b := taughtPair(t, "once")
+	const key = "once.asia.win.app.10"
+	fresh := clk.Now().UnixMilli()
+	pa := grants(t, a, 1)
+	clk.at(20*time.Second + 500*time.Millisecond)
+	if len(pa) != 1 || !pa[0].Send() {
+		t.Fatal("a's late first send refused")
+	}
+	moved := readWindow(t, a, key)
+	if moved.Start <= fresh {
+		t.Fatalf("KV window start %d ms after a's late first send, want it moved past the fresh start %d", moved.Start, fresh)
+	}
+	waitFor(t, "a's late first send recorded as the window's opening", func() bool { return readWindow(t, a, key).Open != 0 })
+
+	clk.at(21 * time.Second)
+	pa = grants(t, a, 1)
+	if len(pa) != 1 || !pa[0].Send() {
+		t.Fatal("a's second send refused")
+	}
+	if w := readWindow(t, a, key); w.Start != moved.Start {
+		t.Fatalf("a's second send in the window moved its start by %d ms, want 0", w.Start-moved.Start)
+	}
+	clk.at(22 * time.Second)
+	pb := grants(t, b, 1)
+	if len(pb) != 1 || !pb[0].Send() {
+		t.Fatal("b's late first send refused")
+	}
+	if w := readWindow(t, b, key); w.Start != moved.Start {
+		t.Fatalf("b's late first send moved the window's start by %d ms, want 0 (a's request opened Riot's window)", w.Start-moved.Start)
+	}
+}

@@ -29,10 +29,11 @@ type store interface {
 	aligned(b *bucket, w *window, m mark, floor, now time.Time) time.Time
 	// opening records that a request granted in w (marked m) is about to
 	// be sent late, as the window's first from this process: w's start
-	// must be no earlier than start everywhere before it goes
-	// (permit.Send). It is called without mu, and may block on the store;
-	// an error means the request must not be sent.
-	opening(b *bucket, w *window, m mark, start time.Time) error
+	// must be no earlier than start everywhere before it goes, unless
+	// Riot's window is known open already (permit.Send). It returns the
+	// start the window has then. It is called without mu, and may block
+	// on the store; an error means the request must not be sent.
+	opening(b *bucket, w *window, m mark, start time.Time) (time.Time, error)
 	// observe is told what happened to a budget (event).
 	observe(ev event)
 }
@@ -63,7 +64,9 @@ const (
 	// eventIdle: an answer, cancel or give-up on route r.
 	eventIdle
 	// eventSent: the request marked m, this process's first in w (one of
-	// b's windows), was sent on time at at: Riot's window is open.
+	// b's windows), was sent on time at at, within half the margin of
+	// w's start (as it was, or as a late first send moved it): Riot's
+	// window is open.
 	eventSent
 	// eventClosed: w, one of b's windows, is closed at at (engine.closes):
 	// no token of it can be granted any more before it rolls.
@@ -108,7 +111,9 @@ func (memStore) fetch(*route, *bucket) {}
 
 func (memStore) aligned(_ *bucket, _ *window, _ mark, floor, _ time.Time) time.Time { return floor }
 
-func (memStore) opening(*bucket, *window, mark, time.Time) error { return nil }
+func (memStore) opening(_ *bucket, _ *window, _ mark, start time.Time) (time.Time, error) {
+	return start, nil
+}
 
 // observe counts grants and cancels in the window; the requests in flight
 // when a window rolls or opens count in the new one; a -Count header
