@@ -840,6 +840,7 @@ type chaosResult struct {
 // ledgerRow is one match_fetches row.
 type ledgerRow struct {
 	status, reason string
+	attempt        int64
 }
 
 // readLedger reads the match_fetches rows that satisfy the SQL condition
@@ -847,14 +848,14 @@ type ledgerRow struct {
 func readLedger(t testing.TB, ctx context.Context, pool *pgxpool.Pool, key, where string) map[string]ledgerRow {
 	t.Helper()
 	ledger := map[string]ledgerRow{}
-	rows, err := pool.Query(ctx, `SELECT `+key+`, status, coalesce(last_error, '') FROM match_fetches WHERE `+where)
+	rows, err := pool.Query(ctx, `SELECT `+key+`, status, coalesce(last_error, ''), attempt FROM match_fetches WHERE `+where)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
 		var k string
 		var l ledgerRow
-		if err := rows.Scan(&k, &l.status, &l.reason); err != nil {
+		if err := rows.Scan(&k, &l.status, &l.reason, &l.attempt); err != nil {
 			t.Fatal(err)
 		}
 		ledger[k] = l
@@ -865,9 +866,10 @@ func readLedger(t testing.TB, ctx context.Context, pool *pgxpool.Pool, key, wher
 	return ledger
 }
 
-// checkEndState is the Jepsen-style check: it reads the whole end state
-// and compares it with the simulator's truth for the synthetic players.
-func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim, players int) chaosResult {
+// checkEnd is the Jepsen-style check: it reads the whole end state and
+// compares it with the simulator's truth for the synthetic players. It
+// returns the figures and the ledger it read, keyed "<match ID>/<kind>".
+func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim, players int) (chaosResult, map[string]ledgerRow) {
 	t.Helper()
 	truth := s.Truth()
 	listed := map[string]sim.MatchTruth{}
@@ -1062,7 +1064,7 @@ func checkEnd(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim,
 	if r.Listed == 0 {
 		t.Fatal("the sim listed nothing: test premise broken")
 	}
-	return r
+	return r, ledger
 }
 
 // transientRe matches ledger reasons that retrying later would fix.
@@ -1095,9 +1097,9 @@ func countQ(t testing.TB, ctx context.Context, pool *pgxpool.Pool, sql string) i
 // check runs checkEnd on the environment and records the figures.
 func (e *chaosEnv) check(name string, started time.Time, injected ...string) chaosResult {
 	e.t.Helper()
-	r := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
+	r, ledger := checkEnd(e.t, e.ctx, e.pool, e.sim, e.o.players)
 	r.Case, r.Injected, r.ElapsedSecond = name, injected, time.Since(started).Round(time.Second).Seconds()
-	checkCalls(e.t, e.ctx, e.pool, e.sim, e.o.players, e.o.lostCalls, &r)
+	checkCalls(e.t, ledger, e.sim, e.o.players, e.o.lostCalls, &r)
 	r.ServiceExits = e.checkProcs()
 	recordResult(e.t, r)
 	return r
@@ -1134,12 +1136,11 @@ func (e *chaosEnv) checkProcs() (exits int) {
 // saw fail: its ledger row's attempt − 1 (a 200 the fetcher gave up on
 // while reading it, on a loaded machine, is a failure only it sees). Two
 // copies of one attempt both answered stay over the bound: they carry
-// one attempt number.
-func checkCalls(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Sim, players int, lost int64, r *chaosResult) {
+// one attempt number. ledger is checkEnd's.
+func checkCalls(t testing.TB, ledger map[string]ledgerRow, s *sim.Sim, players int, lost int64, r *chaosResult) {
 	t.Helper()
 	r.LostCalls = lost
 	truth, st := s.Truth(), s.Stats()
-	attempts := ledgerAttempts(t, ctx, pool)
 	for i := 1; i <= players; i++ {
 		for _, m := range truth.Players[sim.SyntheticPUUID("na1", i)].Matches {
 			c := st.PerMatch[m.ID]
@@ -1147,12 +1148,13 @@ func checkCalls(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Si
 				method, kind string
 				calls, fails int64
 			}{{sim.MethodMatch, "match", c.Match, c.MatchFailed}, {sim.MethodTimeline, "timeline", c.Timeline, c.TimelineFailed}} {
-				fails := max(x.fails, attempts[m.ID+"/"+x.kind]-1)
+				attempt := ledger[m.ID+"/"+x.kind].attempt
+				fails := max(x.fails, attempt-1)
 				if x.calls > fails+1+lost {
 					r.OverBound++
 					if r.OverBound <= 10 {
 						t.Errorf("%s: %d %s calls, %d of them failed (%d by the simulator's count, ledger attempt %d): bound failures + 1 + %d",
-							m.ID, x.calls, x.method, fails, x.fails, attempts[m.ID+"/"+x.kind], lost)
+							m.ID, x.calls, x.method, fails, x.fails, attempt, lost)
 					}
 				}
 			}
@@ -1161,28 +1163,6 @@ func checkCalls(t testing.TB, ctx context.Context, pool *pgxpool.Pool, s *sim.Si
 	if r.OverBound > 10 {
 		t.Errorf("%d matches over the call bound in all", r.OverBound)
 	}
-}
-
-// ledgerAttempts is every ledger row's attempt, keyed "<match ID>/<kind>".
-func ledgerAttempts(t testing.TB, ctx context.Context, pool *pgxpool.Pool) map[string]int64 {
-	t.Helper()
-	rows, err := pool.Query(ctx, `SELECT match_id || '/' || kind, attempt FROM match_fetches`)
-	if err != nil {
-		t.Fatalf("ledger attempts: %v", err)
-	}
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatalf("ledger attempts: %v", err)
-		}
-		out[k] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("ledger attempts: %v", err)
-	}
-	return out
 }
 
 // chaosResults collects every case's figures in this test binary, for the

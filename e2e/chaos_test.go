@@ -366,8 +366,8 @@ func TestChaosClockJump(t *testing.T) {
 	clk.Jump(2 * time.Hour)
 	t.Logf("clock jumped +2h again at %d stored", e.stored())
 	e.waitSettled(settleTimeout())
-	r := checkEnd(t, h.Ctx, e.pool, h.St.Sim, players)
-	checkCalls(t, h.Ctx, e.pool, h.St.Sim, players, 0, &r)
+	r, ledger := checkEnd(t, h.Ctx, e.pool, h.St.Sim, players)
+	checkCalls(t, ledger, h.St.Sim, players, 0, &r)
 	r.Case, r.Injected, r.ElapsedSecond = "clock jump", []string{"2 forward jumps of 2 h (sim and services)"}, time.Since(start).Round(time.Second).Seconds()
 	recordResult(t, r)
 }

@@ -205,7 +205,7 @@ func TestSoak(t *testing.T) {
 	rows := samples.stop()
 
 	// The end state against the simulator's truth.
-	r := checkEnd(t, e.ctx, e.pool, e.sim, players)
+	r, _ := checkEnd(t, e.ctx, e.pool, e.sim, players)
 	jobs := e.query(`SELECT count(*) FROM jobs WHERE status IN ('pending','running')`)
 	jobsTotal := e.query(`SELECT count(*) FROM jobs`)
 	// The sync lock's promise: one sync of an account at a time. Two

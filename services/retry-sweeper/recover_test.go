@@ -22,18 +22,26 @@ import (
 // "down" for them.
 var errNATSDown = errors.New("test: nats: no response from stream")
 
-// downJS is a JetStream whose publishes fail while down is set, as they do
-// when a NATS cluster has just come back and JetStream does not answer yet.
-type downJS struct {
+// hookJS is a JetStream whose publishes call fail first (an error fails
+// the publish, as when a NATS cluster has just come back and JetStream
+// does not answer yet) and, once published, after (nil: nothing).
+type hookJS struct {
 	jetstream.JetStream
-	down *atomic.Bool
+	fail  func() error
+	after func(*nats.Msg)
 }
 
-func (j downJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	if j.down.Load() {
-		return nil, errNATSDown
+func (j hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if j.fail != nil {
+		if err := j.fail(); err != nil {
+			return nil, err
+		}
 	}
-	return j.JetStream.PublishMsg(ctx, m, opts...)
+	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && j.after != nil {
+		j.after(m)
+	}
+	return ack, err
 }
 
 // downKV is a KV bucket whose reads fail while down is set.
@@ -69,7 +77,12 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	kvDown, pubDown := &atomic.Bool{}, &atomic.Bool{}
-	js := downJS{JetStream: inf.JS, down: pubDown}
+	js := hookJS{JetStream: inf.JS, fail: func() error {
+		if pubDown.Load() {
+			return errNATSDown
+		}
+		return nil
+	}}
 	locks.KV = downKV{KeyValue: locks.KV, down: kvDown}
 	s := sweeperWith(e, syncHealthConfig,
 		retrysweeper.Deps{JS: js, Locks: locks})
@@ -138,21 +151,6 @@ func TestStuckSyncRecoveryOutlivesNATSFailures(t *testing.T) {
 	}
 }
 
-// fastListerJS is a JetStream whose every publish is followed at once by
-// begin, as if a lister took the command before the publisher's next write.
-type fastListerJS struct {
-	jetstream.JetStream
-	begin func(*nats.Msg)
-}
-
-func (j fastListerJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
-	if err == nil {
-		j.begin(m)
-	}
-	return ack, err
-}
-
 // TestStuckSyncRecoveryCountedWhenTheListerIsFirst: the recovery command
 // is published before the account is moved to pending, so a lister can
 // begin the recovery sync before that write, which then finds the account
@@ -166,7 +164,9 @@ func TestStuckSyncRecoveryCountedWhenTheListerIsFirst(t *testing.T) {
 	const puuid, req = "puuid-fast", "sync-fast"
 	runningSync(e, puuid, req, "NA1_9901", "20 minutes")
 	began := 0
-	js := fastListerJS{JetStream: inf.JS, begin: func(m *nats.Msg) {
+	// Every publish is followed at once by BeginSync, as if a lister took
+	// the command before the sweeper's next write.
+	js := hookJS{JetStream: inf.JS, after: func(m *nats.Msg) {
 		var cmd bus.SyncCommand
 		if err := json.Unmarshal(m.Data, &cmd); err != nil {
 			t.Error(err)
