@@ -35,6 +35,7 @@ import (
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/streams"
 )
 
@@ -69,9 +70,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // hit a permission violation, and every riftflow_/riot_ metric the
 // PrometheusRule uses is exported.
 func TestRenderedWorkloadsRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts every workload of the overlays as processes")
-	}
+	testenv.SkipShort(t, "starts every workload of the overlays as processes")
 	bins := buildBinaries(t)
 	for _, dir := range []string{"overlays/prod", "overlays/dev"} {
 		t.Run(dir, func(t *testing.T) { runOverlay(t, dir, bins) })

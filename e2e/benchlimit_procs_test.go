@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/riftflow/riftflow/internal/benchlimit"
+	"github.com/riftflow/riftflow/internal/testenv"
 )
 
 // BenchmarkLimitProcesses is `make bench-limit`: N separate limitfetcher
@@ -99,9 +100,7 @@ func BenchmarkLimitProcesses(b *testing.B) {
 // simulator's counts) and that no window went over its limit while the
 // bucket was gone (fail closed).
 func TestLimitProcessesSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds nats-server (slow the first time)")
-	}
+	testenv.SkipShort(t, "builds nats-server (slow the first time)")
 	out := t.TempDir()
 	key := benchlimit.Key{Name: "smoke", App: "10:1,20:3"}
 	cases := []benchlimit.Case{

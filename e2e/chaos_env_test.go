@@ -39,6 +39,7 @@ import (
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/stack"
@@ -309,9 +310,7 @@ const chaosAckWait = 10 * time.Second
 
 func startChaos(t testing.TB, o chaosOptions) *chaosEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("chaos environment (separate service processes): skipped under -short")
-	}
+	testenv.SkipShort(t, "chaos environment (separate service processes)")
 	bins := chaosBinaries(t)
 	if o.nodes == 0 {
 		o.nodes = 1

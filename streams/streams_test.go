@@ -13,7 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/natsx"
 )
@@ -264,9 +266,7 @@ func TestLoadRejectsBadPrefix(t *testing.T) {
 }
 
 func TestApplyOnThreeNodeCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster test")
-	}
+	testenv.SkipShort(t, "cluster test")
 	c := natstest.Cluster(t, 3)
 	nc, err := natsx.Connect(t.Context(), natsx.ConnConfig{URL: joinURLs(c.URLs()), Name: "streams-test", Logger: quiet})
 	if err != nil {

@@ -10,15 +10,14 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgcluster"
 	"github.com/riftflow/riftflow/internal/pgtest"
+	"github.com/riftflow/riftflow/internal/testenv"
 )
 
 // TestEnsureStartsAndReusesLocalCluster exercises the no-DATABASE_URL path:
 // initdb into a fresh dir, start on a free port, stop, then start again
 // reusing the same dir.
 func TestEnsureStartsAndReusesLocalCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
 	dir, err := os.MkdirTemp("", "rfpgt")
 	if err != nil {
@@ -68,9 +67,7 @@ func queryExec(t *testing.T, url, sql string) {
 // TestEnsureOwnIgnoresDatabaseURL: with Own, Ensure starts a cluster of its
 // own even though DATABASE_URL names a reachable server.
 func TestEnsureOwnIgnoresDatabaseURL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
 	ctx := context.Background()
 	first, stop, err := pgcluster.Ensure(ctx, pgcluster.Options{})

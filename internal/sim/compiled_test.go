@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/riftflow/riftflow/internal/testenv"
 )
 
 // TestCompiledTemplateMatchesPatch checks every synthetic payload rendered
@@ -13,9 +15,7 @@ import (
 // plain body byte-equal, the gzip body a valid member (checksum and length
 // verified by the reader) that inflates to it.
 func TestCompiledTemplateMatchesPatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	for _, derive := range []bool{false, true} {
 		s, _ := newSim(t, Options{DeriveTimelines: derive, Synthetic: Synthetic{Players: 3, MatchesPerPlayer: 12, Platform: "na1", WithTimelines: !derive}})
 		n := 0

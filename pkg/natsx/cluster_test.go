@@ -10,12 +10,11 @@ import (
 
 	"github.com/riftflow/riftflow/internal/natsembed"
 	"github.com/riftflow/riftflow/internal/natstest"
+	"github.com/riftflow/riftflow/internal/testenv"
 )
 
 func TestClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster test")
-	}
+	testenv.SkipShort(t, "cluster test")
 	c := natstest.Cluster(t, 3)
 	nc, err := Connect(t.Context(), ConnConfig{URL: strings.Join(c.URLs(), ","), Name: "failover", Logger: quiet})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/riot"
 	matchidlister "github.com/riftflow/riftflow/services/matchid-lister"
@@ -103,9 +104,7 @@ func keys(m map[string]bool) []string {
 // hears "failed … giving up", the account is not left syncing and the
 // lock is released, so a new request runs at once (no 409).
 func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodMatchIDs}, Error5xx: 1}},
 		map[string]string{"LISTER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
 	progress := e.Subscribe(e.Process.Subjects.Progress(p.PUUID))
@@ -140,9 +139,7 @@ func TestGivesUpWithReasonAndReleasesTheLock(t *testing.T) {
 // for them. Only the retained one is listed, claimed and published; the
 // window's start is the retention limit.
 func TestListsOnlyRetainedMatches(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	e, p := start(t, sim.Options{}, map[string]string{"MATCH_RETENTION_DAYS": "730"})
 	fetches := e.Subscribe(e.Process.Subjects.FetchAll())
 	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "sync-r", 100))
@@ -183,9 +180,7 @@ func TestListsOnlyRetainedMatches(t *testing.T) {
 // running for ever but ends failed, naming the request that replaced it,
 // and its followers hear a final "failed" event.
 func TestTakeoverEndsTheReplacedSync(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	e, p := start(t, sim.Options{}, nil)
 	progress := e.Subscribe(e.Process.Subjects.Progress(p.PUUID))
 	e.Publish(e.Process.Subjects.Sync(p.Platform), syncOf(p, "lapsed", 3))

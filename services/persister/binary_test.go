@@ -20,6 +20,7 @@ import (
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
@@ -37,9 +38,7 @@ const binaryPkg = "github.com/riftflow/riftflow/services/persister/cmd/persister
 // answer 200 once it is up; a fetch result published to it is stored; on
 // SIGTERM it drains and exits 0, leaving no message unacknowledged.
 func TestServiceBinaryReadyAndDrains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a binary")
-	}
+	testenv.SkipShort(t, "builds a binary")
 	bin := filepath.Join(t.TempDir(), "persister")
 	build := exec.Command("go", "build", "-o", bin, binaryPkg)
 	if out, err := build.CombinedOutput(); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/services/resolver"
 	"github.com/riftflow/riftflow/streams"
@@ -69,9 +70,7 @@ func TestRejectsWhatCanNeverSucceed(t *testing.T) {
 // the reason (a nak would end in a MAX_DELIVERIES advisory and the request
 // would vanish), after one lookup per delivery at most.
 func TestGivesUpWithReasonOnLastDelivery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	e, p := start(t, sim.Options{Faults: sim.Faults{Methods: []string{sim.MethodAccountByRiotID}, Error5xx: 1}},
 		map[string]string{"RESOLVER_RETRY_DELAY": "10ms", "RIOT_BREAKER_TIMEOUT": "200ms"})
 	rejected := e.Subscribe(e.Process.Subjects.IngestRejected())

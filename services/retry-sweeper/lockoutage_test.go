@@ -10,6 +10,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/stagetest"
 	"github.com/riftflow/riftflow/internal/tcpproxy"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/natsx"
 	"github.com/riftflow/riftflow/pkg/store"
@@ -24,9 +25,7 @@ import (
 // second sync of the same account is still refused (the lister's claim,
 // behind the API's 409) instead of getting in beside the first.
 func TestLockHeldThroughPostgresOutage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: skipped under -short")
-	}
+	testenv.SkipShort(t, "slow")
 	e := stagetest.New(t, stagetest.Options{DB: true})
 	ctx, inf := t.Context(), e.Process
 	const puuid, first, second = "puuid-outage", "sync-first", "sync-second"

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/riftflow/riftflow/internal/testenv"
 )
 
 // Development tooling that production binaries must not link.
@@ -40,9 +42,7 @@ func linkedPackages(t *testing.T, dir string) []string {
 // and the riftflow CLI (which embeds nats-server and the simulator for
 // `riftflow up`) links no testing.
 func TestBinariesLinkNoDevelopmentTooling(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list over the workspace")
-	}
+	testenv.SkipShort(t, "runs go list over the workspace")
 	binaries := map[string][]string{"services/riftflow/cmd/riftflow": {testingPkg}}
 	for _, s := range []string{"resolver", "matchid-lister", "match-fetcher", "persister", "retry-sweeper"} {
 		binaries["services/"+s+"/cmd/"+s] = []string{natsServerPkg, simPkg, testingPkg}

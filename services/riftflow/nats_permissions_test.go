@@ -18,6 +18,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
@@ -68,9 +69,7 @@ func refusedWithin(t *testing.T, what string, errs <-chan error, nc *nats.Conn, 
 // never stored; and no log line of the run holds the Riot key, the
 // Postgres password, a NATS password or the API token (S3, S5).
 func TestNATSPermissions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the whole stack under per-service NATS users: skipped under -short")
-	}
+	testenv.SkipShort(t, "the whole stack under per-service NATS users")
 	for k, v := range stacktest.FastEnv {
 		t.Setenv(k, v)
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/services/riftflow/stack/stacktest"
 )
 
@@ -73,9 +74,7 @@ func noSecretInLines(t *testing.T, logs string, secrets map[string]string) int {
 // API token (S5; issue 15's "no secret in any log line of a full `riftflow
 // up` run"). The token is printed once on stdout, by design.
 func TestUpRunLogsNoSecret(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs `riftflow up` as a process")
-	}
+	testenv.SkipShort(t, "builds the binary and runs `riftflow up` as a process")
 	bin := filepath.Join(t.TempDir(), "riftflow")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/riftflow").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

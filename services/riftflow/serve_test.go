@@ -15,6 +15,7 @@ import (
 	"github.com/riftflow/riftflow/internal/natstest"
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/streams"
 )
@@ -25,9 +26,7 @@ import (
 // is cut off by the read timeout instead of holding the connection
 // forever.
 func TestServeHasTheAPIServerLimits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits out the API read timeout (15 s): skipped under -short")
-	}
+	testenv.SkipShort(t, "waits out the API read timeout (15 s)")
 	srv, err := natsembed.StartServer(natsembed.Options{StoreDir: t.TempDir(), NoLog: true}) // a TCP port, as in a pod
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/riftflow/riftflow/internal/pgtest"
 	"github.com/riftflow/riftflow/internal/sim"
 	"github.com/riftflow/riftflow/internal/stagetest"
+	"github.com/riftflow/riftflow/internal/testenv"
 	"github.com/riftflow/riftflow/pkg/bus"
 	"github.com/riftflow/riftflow/pkg/config"
 	"github.com/riftflow/riftflow/pkg/connect"
@@ -73,9 +74,7 @@ var FastEnv = map[string]string{
 // its services; skipped under -short.
 func Start(t testing.TB, o Options) *Harness {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("in-process pipeline (NATS, Postgres, simulator, every stage): skipped under -short")
-	}
+	testenv.SkipShort(t, "in-process pipeline (NATS, Postgres, simulator, every stage)")
 	for k, v := range FastEnv {
 		if _, set := o.Env[k]; !set {
 			t.Setenv(k, v)
