@@ -67,7 +67,7 @@ func BenchmarkLimitProcesses(b *testing.B) {
 			case "natskill":
 				c.KillAt, c.KillFor = 90*time.Second, killFor
 			case "cold":
-				// issue 25 part 3: a short run from a cold start.
+				// A short run from a cold start, against a perfect client.
 				c.Key = benchlimit.Key{Name: "cold", App: "30:1,1200:60"}
 				c.Duration = time.Duration(envInt(b, "BENCH_LIMIT_COLD_S", 30)) * time.Second
 			default:

@@ -236,8 +236,8 @@ func TestBadIngestRequestRejected(t *testing.T) {
 // TestLargePayloadsThroughObjectStore: with the inline limit at 1 KiB every
 // payload travels through the payloads object store, as a timeline over the
 // NATS message size would; every match and timeline is stored once, with
-// one getMatch per match (the old fetcher could not publish such a payload
-// and fetched it from Riot again on every delivery).
+// one getMatch per match (a payload that cannot be published inline is
+// never fetched from Riot again on a redelivery).
 func TestLargePayloadsThroughObjectStore(t *testing.T) {
 	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"FETCH_INLINE_PAYLOAD_MAX": "1024"}})
 	const lookback = 730

@@ -15,12 +15,11 @@ import (
 // cannot take results (here its subjects are withdrawn for 3 s, as when
 // the stream has lost its quorum), a fetcher holding a payload keeps it and
 // publishes it again instead of giving the command back, so Riot is asked
-// once per match. Found by TestChaosClusterNodeLoss (3 getMatch calls for
-// one match); on the old code each failed publish naked the command and
-// its next delivery called Riot again.
+// once per match: a failed publish never gives the command back for a
+// delivery that would call Riot again.
 func TestFetchedPayloadNotRefetchedWhileResultsUnpublishable(t *testing.T) {
 	// FETCHED refuses results; then FETCH refuses the timeline command a
-	// fetched match queues (the match was fetched again on the old code).
+	// fetched match queues (the match must not be fetched again).
 	for _, stream := range []string{streams.StreamFetched, streams.StreamFetch} {
 		t.Run(stream, func(t *testing.T) { unpublishableFor(t, stream) })
 	}

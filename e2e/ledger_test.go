@@ -705,11 +705,10 @@ func TestLedgerMaxDeliveriesAdvisory(t *testing.T) {
 // permanently_unfetchable after 5 attempts is back at temporary_failure
 // after 2, and a stored match is back to unfetched with no matches row.
 // The retry-sweeper re-publishes both; the fetches it starts must reach
-// the ledger. They used to be dropped as duplicates: the fetcher gave
-// their results and retries the message ids of the lost chain
-// ("<match>/<kind>/a<N>/<outcome>", "retry/<match>/<kind>/a<N>"), which
-// FETCHED and FETCH still held inside their duplicate windows, so the rows
-// stayed open (TestChaosPostgresCrashOutage).
+// the ledger, not be dropped as duplicates: their results and retries
+// carry message ids that name the delivery, so they differ from the lost
+// chain's, which FETCHED and FETCH still hold inside their duplicate
+// windows.
 func TestLedgerRecoversLostCommits(t *testing.T) {
 	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SWEEP_INTERVAL": "1s"}})
 	ms := fetchable(t, h, 2, 300*24*time.Hour, true)

@@ -598,8 +598,8 @@ func TestSyncEventsForRequestOnlyInEvents(t *testing.T) {
 // answers 503 once, then waits out a 4 s retry backoff, so nothing is
 // stored for longer than the 2 s lock TTL and the 3 s stuck threshold)
 // keeps its PUUID lock, renewed on a timer, and the retry-sweeper never
-// takes it for stuck. The lock used to be renewed only per stored match:
-// it expired, the sweeper reset the sync and listed it again.
+// takes it for stuck: the lock is renewed on a timer, not per stored
+// match, so it does not expire while nothing is stored.
 func TestSyncLockLivesAsLongAsTheWork(t *testing.T) {
 	h := stacktest.Start(t, stacktest.Options{Env: map[string]string{"SYNC_LOCK_TTL": "2s", "SYNC_STUCK_AFTER": "3s",
 		"SWEEP_INTERVAL": "500ms", "FETCH_BACKOFF": "4s"}})

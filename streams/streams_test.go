@@ -321,7 +321,8 @@ func joinURLs(u []string) string {
 func TestPriorityQueuesPerStage(t *testing.T) {
 	js := startJS(t)
 	set := loadSet(t, Options{})
-	// The old declarations: one consumer per stage over every subject.
+	// An earlier release's declarations: one consumer per stage over every
+	// subject.
 	old := map[string]jetstream.ConsumerConfig{
 		ConsumerResolver:      {Durable: ConsumerResolver, AckPolicy: jetstream.AckExplicitPolicy},
 		ConsumerMatchIDLister: {Durable: ConsumerMatchIDLister, AckPolicy: jetstream.AckExplicitPolicy},

@@ -41,7 +41,7 @@ func TestFetchResultWireForms(t *testing.T) {
 		t.Fatalf("failure round trip: %+v %v", got, err)
 	}
 
-	// The old form: payload base64 in the JSON data, no header.
+	// The JSON form: payload base64 in the JSON data, no header.
 	legacy := []byte(`{"match_id":"NA1_3","kind":"match","outcome":"success","attempt":1,"payload":"H4sIAA=="}`)
 	got, err = DecodeFetchResult(map[string][]string{"Other": {"x"}}, legacy)
 	if err != nil || got.MatchID != "NA1_3" || !bytes.Equal(got.Payload, []byte{0x1f, 0x8b, 8, 0}) {

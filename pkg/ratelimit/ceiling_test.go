@@ -11,7 +11,7 @@ import (
 // 10 s (RIOT_MAX_PER_MINUTE-style) on two processes sharing one KV bucket
 // caps the key, not each process: a and b together are granted 3, on
 // two routes and methods, and nothing more until the window ends; then 3
-// again. Per-process ceilings (the old app.WithCeilings) granted 3 each.
+// again (a ceiling per process would grant 3 to each).
 func TestSharedCeilingIsKeyWide(t *testing.T) {
 	clk := newManualClock()
 	newJS := startNATS(t)

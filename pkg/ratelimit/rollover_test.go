@@ -62,9 +62,9 @@ func grantsOf(t *testing.T, lim riot.Limiter, c riot.Call, max int) []riot.Permi
 // TestCountOneAfterRolloverKeepsBudget: a request granted at the very end
 // of a full 3:10 window reaches Riot after Riot's window reset and is
 // answered with count 1. Riot's new window holds that one request, so two
-// more may go at once. The old rule moved the full window's start to the
-// answer while keeping its count 3: nothing more for a whole window (the
-// 50–60 s gaps the issue measured with 8 fetchers).
+// more may go at once, not a whole window later (moving the full
+// window's start to the answer while keeping its count 3 would idle the
+// key for 50–60 s with 8 fetchers).
 func TestCountOneAfterRolloverKeepsBudget(t *testing.T) {
 	clk := newManualClock()
 	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond})

@@ -30,8 +30,8 @@ func natsOnPort(t *testing.T, port int, dir string) *server.Server {
 
 // TestSharedStoreLossFailsClosed: while the KV bucket cannot be reached,
 // the processes together grant no more than the tokens they had already
-// leased, which KV counted (the old fallback gave each process a quarter
-// of every window on top). When the store is back they grant again.
+// leased, which KV counted (no fallback share of a window on top). When
+// the store is back they grant again.
 func TestSharedStoreLossFailsClosed(t *testing.T) {
 	dir := t.TempDir()
 	s1 := natsOnPort(t, -1, dir)

@@ -11,7 +11,7 @@ import (
 )
 
 // A crafted TimelineDto of five million empty frames compresses to a few
-// KiB; decoding it used to take over a gigabyte of heap. It is refused by
+// KiB and would take over a gigabyte of heap to decode. It is refused by
 // the shape check before any allocation.
 func TestDecodeRefusesCraftedDocuments(t *testing.T) {
 	var doc bytes.Buffer

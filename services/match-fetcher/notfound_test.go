@@ -144,11 +144,11 @@ func drive(t *testing.T, r Matches, steps int) trail {
 }
 
 // Five failures other than 404 before the first 404, then 404s with a
-// timeout and service 429s among them. The fetcher used to count every
-// failure other than 404 the fetch ever had, so from the sixth attempt
-// on each answer, even a 404, left it to the retry-sweeper: four
-// sweeper round trips (hours in production) for the last four 404s. A
-// 404 now keeps the fetcher's own retries going until the fifth.
+// timeout and service 429s among them. A 404 keeps the fetcher's own
+// retries going until the fifth: the failures before the first 404 do
+// not count toward its limit (counted, from the sixth attempt on each
+// answer, even a 404, would leave the fetch to the retry-sweeper: four
+// sweeper round trips, hours in production, for the last four 404s).
 func TestNotFoundBetweenFaultsEndsInTheFetcher(t *testing.T) {
 	r := script(t, answer503, answer503, answerTimeout, answer429, answer503,
 		answer404, answerTimeout, answer404, answer404, answer429, answer404, answer404)
@@ -186,8 +186,8 @@ func TestFailureStreakStillLeftToTheSweeper(t *testing.T) {
 // every call; docs/chaos.md) on 2,000 timelines Riot does not have, with a
 // fixed seed: every one ends permanently_unfetchable after exactly five
 // 404s, and few ever wait for the retry-sweeper: 8 of 2,000, at most
-// twice. On the old count 73 did, one of them 7 times (each a sweep
-// retry: up to SWEEP_RETRY_MAX apart).
+// twice (counting every earlier failure would leave 73 to it, one of
+// them 7 times, each a sweep retry up to SWEEP_RETRY_MAX apart).
 func TestNotFoundUnderRiotFaults(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 2000))
 	r := &riotAnswers{next: func() error {

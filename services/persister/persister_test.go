@@ -19,8 +19,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // Transient Postgres errors (a lock held past lock_timeout, SQLSTATE 55P03;
 // a read-only database, 25006) never mark a match unfetchable: every match
 // is stored once the database is writable again, and nothing is
-// dead-lettered. The old persister treated both as poison and lost the
-// matches.
+// dead-lettered: neither is poison.
 func TestTransientPostgresErrorsLoseNothing(t *testing.T) {
 	e := newEnv(t, "lock_timeout=200ms")
 	doc := recorded(t)

@@ -44,7 +44,7 @@ func (e *env) publishResult(r bus.FetchResult) {
 // TestTimelinesInBothWireForms: a timeline result with its payload as the
 // message data and the fetcher's scan (FetchResult.Timeline) is stored
 // byte-equal with the frame columns the fetcher read, never scanned again;
-// one in the old JSON form (payload base64, no scan) is scanned here; one
+// one in the JSON form (payload base64, no scan) is scanned here; one
 // whose gzip is corrupt is recorded permanently_unfetchable and
 // dead-lettered with its headers, while the others land.
 func TestTimelinesInBothWireForms(t *testing.T) {

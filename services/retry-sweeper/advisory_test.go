@@ -105,10 +105,10 @@ func (a *advisoryEnv) dead() []string {
 }
 
 // A FetchResult whose Riot error text carries \u0000 exhausts its
-// deliveries on FETCHED: the advisory's ledger write used to fail at once
-// (SQLSTATE 22021, Invalid), so the message stayed in FETCHED, where it
-// made every sweep report "persister behind". It is recorded with the NUL
-// stripped, dead-lettered and removed.
+// deliveries on FETCHED: Postgres refuses NUL in text (SQLSTATE 22021),
+// and a failed ledger write would leave the message in FETCHED, where
+// every sweep would report "persister behind". It is recorded with the
+// NUL stripped, dead-lettered and removed.
 func TestAdvisoryRecordsNULErrorText(t *testing.T) {
 	a := newAdvisoryEnv(t)
 	res := bus.FetchResult{MatchID: "NA1_8800", Kind: bus.KindMatch, Region: "americas", Outcome: bus.PermanentlyUnfetchable,

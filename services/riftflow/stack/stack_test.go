@@ -11,7 +11,7 @@ import (
 
 // Without DATABASE_URL, `riftflow up` refuses to start unless told to use
 // a throwaway cluster (--ephemeral-db): a typo in DATABASE_URL must not send
-// writes to a database that disappears (the old CLI fell back silently).
+// writes to a database that disappears.
 func TestUpNeedsDatabaseURLOrEphemeralFlag(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("NATS_URL", "")
