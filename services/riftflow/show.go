@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/riftflow/riftflow/pkg/config"
+	"github.com/riftflow/riftflow/pkg/store"
 	"github.com/riftflow/riftflow/services/riftflow/api"
 )
 
@@ -45,61 +46,83 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer st.Close()
 	if *match != "" {
-		load := st.MatchRaw
-		if *timeline {
-			load = st.TimelineRaw
-		}
-		body, _, err := load(ctx, *match)
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(append(body, '\n'))
-		return err
+		return showMatch(ctx, st, *match, *timeline, stdout)
 	}
-	acct, err := st.AccountStatus(ctx, *puuid)
+	what := "matches"
+	if *ranks {
+		what = "ranks"
+	} else if *reports {
+		what = "reports"
+	}
+	out, err := playerPage(ctx, st, *puuid, what, *cursor, *limit)
 	if err != nil {
 		return err
 	}
+	return printIndented(stdout, out)
+}
+
+// showMatch writes the stored MatchDto of matchID (with timeline, its
+// TimelineDto) to w as Riot sent it.
+func showMatch(ctx context.Context, st *store.Store, matchID string, timeline bool, w io.Writer) error {
+	load := st.MatchRaw
+	if timeline {
+		load = st.TimelineRaw
+	}
+	body, _, err := load(ctx, matchID)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(body, '\n'))
+	return err
+}
+
+// playerPage is the player of puuid and a page of what ("matches",
+// "ranks" or "reports") from cursor, as the read API pages it: "player",
+// what, and "next" when a further page may exist.
+func playerPage(ctx context.Context, st *store.Store, puuid, what, cursor string, limit int) (map[string]any, error) {
+	acct, err := st.AccountStatus(ctx, puuid)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]any{"player": acct}
-	switch {
-	case *ranks || *reports:
-		page, err := api.DecodeDayCursor(*cursor)
+	if what == "matches" {
+		page, err := api.DecodeCursor(cursor)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if *ranks {
-			rs, err := st.RankSnapshots(ctx, *puuid, page, *limit)
-			if err != nil {
-				return err
-			}
-			out["ranks"] = rs
-			if len(rs) == *limit {
-				out["next"] = api.EncodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
-			}
-		} else {
-			rs, err := st.WeeklyReports(ctx, *puuid, page, *limit)
-			if err != nil {
-				return err
-			}
-			out["reports"] = rs
-			if len(rs) == *limit {
-				out["next"] = api.EncodeDayCursor(rs[len(rs)-1].WeekStart, "")
-			}
-		}
-	default:
-		page, err := api.DecodeCursor(*cursor)
+		ms, err := st.PlayerMatches(ctx, puuid, page, limit)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ms, err := st.PlayerMatches(ctx, *puuid, page, *limit)
-		if err != nil {
-			return err
-		}
-		mp := api.NewMatchesPage(ms, *limit)
+		mp := api.NewMatchesPage(ms, limit)
 		out["matches"] = mp.Matches
 		if mp.Next != "" {
 			out["next"] = mp.Next
 		}
+		return out, nil
 	}
-	return printIndented(stdout, out)
+	page, err := api.DecodeDayCursor(cursor)
+	if err != nil {
+		return nil, err
+	}
+	if what == "ranks" {
+		rs, err := st.RankSnapshots(ctx, puuid, page, limit)
+		if err != nil {
+			return nil, err
+		}
+		out["ranks"] = rs
+		if len(rs) == limit {
+			out["next"] = api.EncodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
+		}
+		return out, nil
+	}
+	rs, err := st.WeeklyReports(ctx, puuid, page, limit)
+	if err != nil {
+		return nil, err
+	}
+	out["reports"] = rs
+	if len(rs) == limit {
+		out["next"] = api.EncodeDayCursor(rs[len(rs)-1].WeekStart, "")
+	}
+	return out, nil
 }

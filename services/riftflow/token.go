@@ -23,86 +23,108 @@ func cmdToken(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	open := func() (*api.Tokens, func(), error) {
-		st, err := store.Open(ctx, url)
-		if err != nil {
-			return nil, nil, err
-		}
-		return api.NewTokens(st), st.Close, nil
-	}
+	db := tokenDB(url)
 	switch args[0] {
 	case "create":
-		fs := flag.NewFlagSet("token create", flag.ContinueOnError)
-		name := fs.String("name", "", "who or what holds the token (required)")
-		scopes := fs.String("scopes", string(api.ScopeRead), "comma-separated: read (GET), sync (start syncs; includes read), admin (everything)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		sc, err := api.ParseScopes(*scopes)
-		if err != nil {
-			return err
-		}
-		ts, closeDB, err := open()
-		if err != nil {
-			return err
-		}
-		defer closeDB()
-		token, t, err := ts.Create(ctx, *name, sc)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "token %s for %q, scopes %s (shown once; only its SHA-256 is stored):\n%s\n",
-			t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","), token)
-		return nil
+		return db.create(ctx, args[1:], out)
 	case "list":
-		fs := flag.NewFlagSet("token list", flag.ContinueOnError)
-		asJSON := fs.Bool("json", false, "print JSON")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		ts, closeDB, err := open()
-		if err != nil {
-			return err
-		}
-		defer closeDB()
-		list, err := ts.List(ctx)
-		if err != nil {
-			return err
-		}
-		return printAs(out, *asJSON, list, func() error {
-			tw := newTable(out)
-			fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
-			for _, t := range list {
-				revoked := "-"
-				if t.RevokedAt != nil {
-					revoked = fmtTime(*t.RevokedAt)
-				}
-				used := "never"
-				if t.LastUsedAt != nil {
-					used = fmtTime(*t.LastUsedAt)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","),
-					fmtTime(t.CreatedAt), used, revoked)
-			}
-			return tw.Flush()
-		})
+		return db.list(ctx, args[1:], out)
 	case "revoke":
 		if len(args) != 2 {
 			return errors.New(usage)
 		}
-		id := api.TokenID(args[1]) // an id, or the whole token
-		ts, closeDB, err := open()
-		if err != nil {
-			return err
-		}
-		defer closeDB()
-		if err := ts.Revoke(ctx, id); errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("no live token %s (see `riftflow token list`)", id)
-		} else if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "token %s revoked\n", id)
-		return nil
+		return db.revoke(ctx, api.TokenID(args[1]), out) // an id, or the whole token
 	}
 	return errors.New(usage)
+}
+
+// tokenDB is the database URL `riftflow token` works on: each command
+// opens it (open) once its flags are valid, and closes it when done.
+type tokenDB string
+
+func (db tokenDB) open(ctx context.Context) (*api.Tokens, func(), error) {
+	st, err := store.Open(ctx, string(db))
+	if err != nil {
+		return nil, nil, err
+	}
+	return api.NewTokens(st), st.Close, nil
+}
+
+// create is `riftflow token create --name N --scopes S`: the token is
+// printed once; only its SHA-256 is stored.
+func (db tokenDB) create(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
+	name := fs.String("name", "", "who or what holds the token (required)")
+	scopes := fs.String("scopes", string(api.ScopeRead), "comma-separated: read (GET), sync (start syncs; includes read), admin (everything)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sc, err := api.ParseScopes(*scopes)
+	if err != nil {
+		return err
+	}
+	ts, closeDB, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	token, t, err := ts.Create(ctx, *name, sc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "token %s for %q, scopes %s (shown once; only its SHA-256 is stored):\n%s\n",
+		t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","), token)
+	return nil
+}
+
+// list is `riftflow token list [--json]`: every token, revoked ones too.
+func (db tokenDB) list(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("token list", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ts, closeDB, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	list, err := ts.List(ctx)
+	if err != nil {
+		return err
+	}
+	return printAs(out, *asJSON, list, func() error {
+		tw := newTable(out)
+		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
+		for _, t := range list {
+			revoked := "-"
+			if t.RevokedAt != nil {
+				revoked = fmtTime(*t.RevokedAt)
+			}
+			used := "never"
+			if t.LastUsedAt != nil {
+				used = fmtTime(*t.LastUsedAt)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","),
+				fmtTime(t.CreatedAt), used, revoked)
+		}
+		return tw.Flush()
+	})
+}
+
+// revoke is `riftflow token revoke ID`; an unknown or already revoked id
+// is an error that says where to look.
+func (db tokenDB) revoke(ctx context.Context, id string, out io.Writer) error {
+	ts, closeDB, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := ts.Revoke(ctx, id); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no live token %s (see `riftflow token list`)", id)
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "token %s revoked\n", id)
+	return nil
 }
