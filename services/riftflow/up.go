@@ -74,39 +74,18 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	if p, _ := strconv.Atoi(port); addr == api.DefaultAddr && !stack.PortFree(host, p) {
-		addr = "127.0.0.1:0" // the default is taken: any loopback port (printed below)
-	}
-	ln, err := net.Listen("tcp", addr)
+	apiURL, stopAPI, err := serveAPI(st, addr, log)
 	if err != nil {
 		return err
 	}
-	opsCtx, opsStop := context.WithCancel(context.Background())
-	defer opsStop()
-	srv := api.NewServer(opsCtx, st.Infra.Ops.Handler(), log, api.DefaultTimeouts)
-	go srv.Serve(ln)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
+	defer stopAPI()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- st.Run(runCtx) }()
 
-	// NATS_URL may carry a password: the banner shows the URL redacted.
-	fmt.Fprintf(stdout, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", redact.String(orInProcess(st.NATSURL)), "http://"+ln.Addr().String())
-	fmt.Fprintf(stdout, "API token for %s (scope admin, revoked at the next `riftflow up`; also in %s):\n  %s\n",
-		localUser(), filepath.Join(dataDir(), "api.token"), token)
-	if st.WebSocketURL != "" {
-		fmt.Fprintf(stdout, "progress for browsers: NATS over WebSocket at %s (subscribe to %s)\n", st.WebSocketURL, st.Infra.Subjects.ProgressAll())
-	}
-	if st.Sim != nil {
-		fmt.Fprintf(stdout, "Riot API: built-in simulator (RIOT_API_KEY unset), %d recorded players\n", len(st.Sim.Players()))
-	}
+	upBanner(stdout, st, apiURL, token)
 	if !*demo {
 		fmt.Fprintln(stdout, "Ctrl-C to stop. Try: riftflow ingest --riot-id 'LugnutsK#000' --platform na1 --mode full --wait")
 		<-ctx.Done()
@@ -121,6 +100,45 @@ func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err = derr
 	}
 	return err
+}
+
+// serveAPI serves st's HTTP API (its ops handler, with the API mounted) on
+// addr, or on any loopback port when addr is the default and taken. It
+// returns the API's URL and a stop that shuts the server down (5 s
+// grace).
+func serveAPI(st *stack.Stack, addr string, log *slog.Logger) (string, func(), error) {
+	host, port, _ := net.SplitHostPort(addr)
+	if p, _ := strconv.Atoi(port); addr == api.DefaultAddr && !stack.PortFree(host, p) {
+		addr = "127.0.0.1:0" // the default is taken: any loopback port (printed by upBanner)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	opsCtx, opsStop := context.WithCancel(context.Background())
+	srv := api.NewServer(opsCtx, st.Infra.Ops.Handler(), log, api.DefaultTimeouts)
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		opsStop()
+	}, nil
+}
+
+// upBanner tells the user of `riftflow up` where the pipeline is: NATS
+// (its URL redacted: NATS_URL may carry a password), the API and its
+// token, the WebSocket for browsers, and the simulator when it serves.
+func upBanner(w io.Writer, st *stack.Stack, apiURL, token string) {
+	fmt.Fprintf(w, "riftflow is up: NATS %s, HTTP %s (/v1/sync, /healthz, /readyz, /metrics)\n", redact.String(orInProcess(st.NATSURL)), apiURL)
+	fmt.Fprintf(w, "API token for %s (scope admin, revoked at the next `riftflow up`; also in %s):\n  %s\n",
+		localUser(), filepath.Join(dataDir(), "api.token"), token)
+	if st.WebSocketURL != "" {
+		fmt.Fprintf(w, "progress for browsers: NATS over WebSocket at %s (subscribe to %s)\n", st.WebSocketURL, st.Infra.Subjects.ProgressAll())
+	}
+	if st.Sim != nil {
+		fmt.Fprintf(w, "Riot API: built-in simulator (RIOT_API_KEY unset), %d recorded players\n", len(st.Sim.Players()))
+	}
 }
 
 func drainWait(done <-chan error, d time.Duration) error {
