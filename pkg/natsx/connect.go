@@ -84,6 +84,48 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	opts, err := connOptions(c, log)
+	if err != nil {
+		return nil, err
+	}
+	url := c.URL
+	if c.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(c.InProcess))
+		url = ""
+	} else if url == "" {
+		url = nats.DefaultURL
+	}
+	type res struct {
+		nc  *nats.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		nc, err := nats.Connect(url, opts...)
+		ch <- res{nc, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), r.err)
+		}
+		log.Info("nats connected", "name", c.Name, "url", r.nc.ConnectedUrlRedacted())
+		return r.nc, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), ctx.Err())
+	}
+}
+
+// connOptions are c's connection options: reconnect for ever (2 s apart,
+// jittered, 8 MiB buffered meanwhile), ping every 20 s, the connection's
+// events logged on log, and c's credentials and TLS files. A TLS cert
+// without its key (or the reverse) and an unreadable nkey seed are errors.
+func connOptions(c ConnConfig, log *slog.Logger) ([]nats.Option, error) {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return nil, errors.New("natsx: TLS cert and key must be set together")
 	}
@@ -141,35 +183,5 @@ func Connect(ctx context.Context, c ConnConfig) (*nats.Conn, error) {
 	if c.TLSCertFile != "" {
 		opts = append(opts, nats.ClientCert(c.TLSCertFile, c.TLSKeyFile))
 	}
-	url := c.URL
-	if c.InProcess != nil {
-		opts = append(opts, nats.InProcessServer(c.InProcess))
-		url = ""
-	} else if url == "" {
-		url = nats.DefaultURL
-	}
-	type res struct {
-		nc  *nats.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		nc, err := nats.Connect(url, opts...)
-		ch <- res{nc, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), r.err)
-		}
-		log.Info("nats connected", "name", c.Name, "url", r.nc.ConnectedUrlRedacted())
-		return r.nc, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.nc != nil {
-				r.nc.Close()
-			}
-		}()
-		return nil, fmt.Errorf("natsx: connect %s: %w", redact.String(url), ctx.Err())
-	}
+	return opts, nil
 }

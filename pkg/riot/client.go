@@ -234,27 +234,7 @@ func New(cfg Config) (*Client, error) {
 		breakers:      map[string]*routeBreaker{},
 		tracer:        otel.Tracer("riftflow/riot"),
 	}
-	if c.hc == nil {
-		c.hc = &http.Client{Transport: NewTransport(0)}
-	}
-	if c.hc.CheckRedirect == nil {
-		// Go's client copies custom headers, X-Riot-Token included, to
-		// every redirect, whatever its host. A redirect may only stay on the
-		// host the request was made to; any other is refused, so the key
-		// never leaves Riot's hosts.
-		hc := *c.hc
-		hc.CheckRedirect = sameHostRedirect
-		c.hc = &hc
-	}
-	// The grant's send deadline is checked in the transport, immediately
-	// before the request goes on the wire (sendGuard).
-	hc := *c.hc
-	if t, ok := hc.Transport.(*http.Transport); ok {
-		t = guarded(t)
-		hc.Transport = t
-	}
-	hc.Transport = sendGuard{next: hc.Transport}
-	c.hc = &hc
+	c.hc = sendingClient(c.hc)
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -287,6 +267,30 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("riot: metrics: %w", err)
 	}
 	return c, nil
+}
+
+// sendingClient is the copy of hc (nil: one on NewTransport) a Client
+// sends with. Its redirects stay on the request's host: Go's client copies
+// custom headers, X-Riot-Token included, to every redirect whatever its
+// host, so any other is refused and the key never leaves Riot's hosts (a
+// CheckRedirect of hc's own is kept). Every request's grant is checked
+// immediately before the request goes on the wire (sendGuard; an
+// *http.Transport's connections check it in their first Write, guarded).
+func sendingClient(hc *http.Client) *http.Client {
+	var out http.Client
+	if hc != nil {
+		out = *hc
+	} else {
+		out.Transport = NewTransport(0)
+	}
+	if out.CheckRedirect == nil {
+		out.CheckRedirect = sameHostRedirect
+	}
+	if t, ok := out.Transport.(*http.Transport); ok {
+		out.Transport = guarded(t)
+	}
+	out.Transport = sendGuard{next: out.Transport}
+	return &out
 }
 
 func orDefault(d, def time.Duration) time.Duration {
