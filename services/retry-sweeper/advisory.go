@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -98,32 +99,11 @@ func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Re
 	// whatever failed, rather than left in its work queue when the settle
 	// policy gives the advisory up.
 	last := d.Last
-	deadReason := "JetStream: message exhausted its deliveries"
-	if lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer)); ok {
-		b := store.Batch{Ledger: []store.LedgerUpdate{lu}}
-		b.StripNUL()
-		res, err := s.d.Store.PersistBatch(ctx, b)
-		switch kind := fault.KindOf(err); {
-		case err == nil:
-			s.life().Advance(ctx, res.Progress)
-			log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
-		case kind != fault.Invalid && !last:
-			log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
-			return natsx.Fail(fmt.Errorf("record advisory: %w", err))
-		case !exhausted:
-			// A terminated message left in its stream is not in a work
-			// queue's way: the log is its trace.
-			log.ErrorContext(ctx, "could not record the advisory; given up", "match_id", lu.MatchID, "err", err)
-		default:
-			// It can never be recorded (or the advisory is on its last
-			// delivery): the message still leaves its work queue.
-			log.ErrorContext(ctx, "could not record the exhausted message; dead-lettered and removed all the same",
-				"match_id", lu.MatchID, "kind", kind.String(), "err", err)
-			deadReason += "; not recorded in the ledger: " + store.CleanText(err.Error())
-		}
-	} else {
-		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
+	note, err := s.recordGiveUp(ctx, log, a, raw, how, exhausted, last)
+	if err != nil {
+		return natsx.Fail(fmt.Errorf("record advisory: %w", err))
 	}
+	deadReason := "JetStream: message exhausted its deliveries" + note
 	if exhausted && (a.Stream == streams.StreamIngest || a.Stream == streams.StreamSync) {
 		// A request no consumer will deliver again: its pending job (and
 		// whoever follows it) must not wait for ever.
@@ -152,6 +132,43 @@ func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Re
 		}
 	}
 	return natsx.Ack()
+}
+
+// recordGiveUp records in the ledger the fetch that raw, the message of
+// advisory a, carried ("JetStream: message <how> after N deliveries on
+// stream/consumer"), and advances the sync it belongs to. A message that
+// is no fetch is only logged. It returns an error when the write failed
+// and should be retried (not Invalid, not the advisory's last delivery);
+// otherwise nil, and for an exhausted message that could not be recorded
+// the note its dead letter's reason adds.
+func (s *Service) recordGiveUp(ctx context.Context, log *slog.Logger, a advisory, raw *jetstream.RawStreamMsg, how string, exhausted, last bool) (string, error) {
+	lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer))
+	if !ok {
+		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
+		return "", nil
+	}
+	b := store.Batch{Ledger: []store.LedgerUpdate{lu}}
+	b.StripNUL()
+	res, err := s.d.Store.PersistBatch(ctx, b)
+	switch kind := fault.KindOf(err); {
+	case err == nil:
+		s.life().Advance(ctx, res.Progress)
+		log.WarnContext(ctx, "fetch message "+how+"; recorded in the ledger", "match_id", lu.MatchID, "kind", lu.Kind, "status", lu.Status)
+	case kind != fault.Invalid && !last:
+		log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
+		return "", err
+	case !exhausted:
+		// A terminated message left in its stream is not in a work
+		// queue's way: the log is its trace.
+		log.ErrorContext(ctx, "could not record the advisory; given up", "match_id", lu.MatchID, "err", err)
+	default:
+		// It can never be recorded (or the advisory is on its last
+		// delivery): the message still leaves its work queue.
+		log.ErrorContext(ctx, "could not record the exhausted message; dead-lettered and removed all the same",
+			"match_id", lu.MatchID, "kind", kind.String(), "err", err)
+		return "; not recorded in the ledger: " + store.CleanText(err.Error()), nil
+	}
+	return "", nil
 }
 
 // ledgerEntry maps an exhausted or terminated FetchCommand or FetchResult

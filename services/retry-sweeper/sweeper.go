@@ -347,9 +347,6 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 	if rep.FailedJobsCapped, err = s.d.Store.CapFailedJobs(ctx, s.cfg.JobMaxFailed); err != nil {
 		s.d.Logger.WarnContext(ctx, "capping failed job rows failed", "err", err)
 	}
-	cutoff := now.Add(-s.cfg.StaleAfter)
-	var after *store.DueFetch
-	var snap *pipelineSnapshot
 	lag, err := s.resultsLag(ctx)
 	if err != nil {
 		return rep, err
@@ -361,38 +358,9 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 		rep.ResultsBehind = true
 		s.d.Logger.InfoContext(ctx, "sweep skipped: the persister is behind", "oldest_result_age", lag.Round(time.Second))
 	}
-	for !rep.ResultsBehind && !rep.Capped {
-		due, err := s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize)
-		if err != nil {
+	if !rep.ResultsBehind {
+		if err := s.sweepDue(ctx, now, &rep); err != nil {
 			return rep, err
-		}
-		if snap == nil && s.republishes(due, now) {
-			// What FETCH and FETCHED hold is read before the ledger rows
-			// it is checked against (pipelineSnapshot), so the page is
-			// read again; every later page is read after it too.
-			if snap, err = s.snapshot(ctx); err != nil {
-				return rep, err
-			}
-			if due, err = s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize); err != nil {
-				return rep, err
-			}
-		}
-		if len(due) == 0 {
-			break
-		}
-		rep.Batches++
-		after = &due[len(due)-1]
-		for _, f := range due {
-			if rep.Republished >= s.cfg.MaxPerRun {
-				rep.Capped = true
-				break
-			}
-			if err := s.sweepRow(ctx, f, now, snap, &rep); err != nil {
-				return rep, err
-			}
-		}
-		if len(due) < s.cfg.BatchSize {
-			break
 		}
 	}
 	// Before the stuck-sync scan: a sync waiting only for pending fetches
@@ -422,6 +390,50 @@ func (s *Service) Sweep(ctx context.Context) (Report, error) {
 			"failed_jobs_capped", rep.FailedJobsCapped)
 	}
 	return rep, nil
+}
+
+// sweepDue re-publishes (sweepRow) the ledger rows due a retry that have
+// not moved for StaleAfter, page by page (BatchSize, DueRetriesAfter),
+// at most MaxPerRun of them (then rep.Capped), counting into rep.
+func (s *Service) sweepDue(ctx context.Context, now time.Time, rep *Report) error {
+	cutoff := now.Add(-s.cfg.StaleAfter)
+	var after *store.DueFetch
+	var snap *pipelineSnapshot
+	for !rep.Capped {
+		due, err := s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		if snap == nil && s.republishes(due, now) {
+			// What FETCH and FETCHED hold is read before the ledger rows
+			// it is checked against (pipelineSnapshot), so the page is
+			// read again; every later page is read after it too.
+			if snap, err = s.snapshot(ctx); err != nil {
+				return err
+			}
+			if due, err = s.d.Store.DueRetriesAfter(ctx, s.d.Now(), cutoff, after, s.cfg.BatchSize); err != nil {
+				return err
+			}
+		}
+		if len(due) == 0 {
+			break
+		}
+		rep.Batches++
+		after = &due[len(due)-1]
+		for _, f := range due {
+			if rep.Republished >= s.cfg.MaxPerRun {
+				rep.Capped = true
+				break
+			}
+			if err := s.sweepRow(ctx, f, now, snap, rep); err != nil {
+				return err
+			}
+		}
+		if len(due) < s.cfg.BatchSize {
+			break
+		}
+	}
+	return nil
 }
 
 // sweepRow handles one due ledger row: made final, left waiting, left to
