@@ -104,78 +104,112 @@ func DecodeIngestRequest(data []byte) (IngestRequest, error) {
 // configuration (mode latest, priority interactive, lower-case platform).
 // Errors wrap ErrBadRequest.
 func (r *IngestRequest) Normalize() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, a...)...)
+	for _, step := range []func() error{r.normalizeAliases, r.normalizePlayer, r.normalizeScope, r.normalizeOrigin} {
+		if err := step(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// badRequest is an ErrBadRequest saying what is wrong.
+func badRequest(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, a...)...)
+}
+
+// normalizeAliases folds the camelCase aliases (lookbackDays, requestedBy)
+// into their fields; an alias that disagrees with its field is an error.
+func (r *IngestRequest) normalizeAliases() error {
 	if r.LookbackDaysAlias != 0 {
 		if r.LookbackDays != 0 && r.LookbackDays != r.LookbackDaysAlias {
-			return bad("lookback_days %d and lookbackDays %d disagree", r.LookbackDays, r.LookbackDaysAlias)
+			return badRequest("lookback_days %d and lookbackDays %d disagree", r.LookbackDays, r.LookbackDaysAlias)
 		}
 		r.LookbackDays, r.LookbackDaysAlias = r.LookbackDaysAlias, 0
 	}
 	if r.RequestedByAlias != "" {
 		if r.RequestedBy != "" && r.RequestedBy != r.RequestedByAlias {
-			return bad("requested_by and requestedBy disagree")
+			return badRequest("requested_by and requestedBy disagree")
 		}
 		r.RequestedBy, r.RequestedByAlias = r.RequestedByAlias, ""
 	}
+	return nil
+}
+
+// normalizePlayer checks who the request is for: its request id, exactly
+// one of a Riot ID (canonical form) and a PUUID, and a platform routing
+// value (upper case) if given.
+func (r *IngestRequest) normalizePlayer() error {
 	if len(r.RequestID) > MaxRequestIDLen {
-		return bad("request_id longer than %d bytes", MaxRequestIDLen)
+		return badRequest("request_id longer than %d bytes", MaxRequestIDLen)
 	}
 	if !idChars(r.RequestID) {
-		return bad("request_id may hold only letters, digits, '-' and '_'")
+		return badRequest("request_id may hold only letters, digits, '-' and '_'")
 	}
 	switch {
 	case r.RiotID == "" && r.PUUID == "":
-		return bad("one of riot_id or puuid is required")
+		return badRequest("one of riot_id or puuid is required")
 	case r.RiotID != "" && r.PUUID != "":
-		return bad("give riot_id or puuid, not both")
+		return badRequest("give riot_id or puuid, not both")
 	}
 	if r.RiotID != "" {
 		id, err := riot.ParseRiotID(r.RiotID)
 		if err != nil {
-			return bad("%v", err)
+			return badRequest("%v", err)
 		}
 		r.RiotID = id.String()
 	}
 	if r.PUUID != "" {
 		if len(r.PUUID) > MaxPUUIDLen {
-			return bad("puuid longer than %d bytes", MaxPUUIDLen)
+			return badRequest("puuid longer than %d bytes", MaxPUUIDLen)
 		}
 		if !idChars(r.PUUID) {
-			return bad("puuid has a character outside [A-Za-z0-9_-]")
+			return badRequest("puuid has a character outside [A-Za-z0-9_-]")
 		}
 	}
 	if r.Platform != "" {
 		p, err := riot.ParsePlatform(r.Platform)
 		if err != nil {
-			return bad("%v", err)
+			return badRequest("%v", err)
 		}
 		r.Platform = string(p)
 	}
+	return nil
+}
+
+// normalizeScope checks which matches the request asks for (mode, count,
+// lookback_days, queue, type) and its priority, filling the defaults of
+// mode and priority.
+func (r *IngestRequest) normalizeScope() error {
 	if !defaultOrOneOf(&r.Mode, ModeLatest, ModeFull) {
-		return bad("mode %q: want latest or full", truncate(string(r.Mode), 16))
+		return badRequest("mode %q: want latest or full", truncate(string(r.Mode), 16))
 	}
 	if r.Count < 0 || r.Count > MaxCount {
-		return bad("count %d out of range 0..%d", r.Count, MaxCount)
+		return badRequest("count %d out of range 0..%d", r.Count, MaxCount)
 	}
 	if r.LookbackDays < 0 || r.LookbackDays > MaxLookbackDays {
-		return bad("lookback_days %d out of range 0..%d", r.LookbackDays, MaxLookbackDays)
+		return badRequest("lookback_days %d out of range 0..%d", r.LookbackDays, MaxLookbackDays)
 	}
 	if r.Queue != nil && (*r.Queue < 0 || *r.Queue > 100000) {
-		return bad("queue %d out of range", *r.Queue)
+		return badRequest("queue %d out of range", *r.Queue)
 	}
 	switch r.Type {
 	case "", "ranked", "normal", "tourney", "tutorial":
 	default:
-		return bad("type %q: want ranked, normal, tourney or tutorial", truncate(r.Type, 16))
+		return badRequest("type %q: want ranked, normal, tourney or tutorial", truncate(r.Type, 16))
 	}
 	if !defaultOrOneOf(&r.Priority, Interactive, Background) {
-		return bad("priority %q: want interactive or background", truncate(string(r.Priority), 16))
+		return badRequest("priority %q: want interactive or background", truncate(string(r.Priority), 16))
 	}
+	return nil
+}
+
+// normalizeOrigin checks the free-text trigger and requested_by (bounded,
+// UTF-8) and lower-cases the trigger ("nats" when empty); the recovery
+// trigger is refused.
+func (r *IngestRequest) normalizeOrigin() error {
 	for name, v := range map[string]string{"trigger": r.Trigger, "requested_by": r.RequestedBy} {
 		if len(v) > MaxFreeTextLength || !utf8.ValidString(v) {
-			return bad("%s longer than %d bytes or not UTF-8", name, MaxFreeTextLength)
+			return badRequest("%s longer than %d bytes or not UTF-8", name, MaxFreeTextLength)
 		}
 	}
 	if r.Trigger == "" {
@@ -185,7 +219,7 @@ func (r *IngestRequest) Normalize() error {
 	if r.Trigger == TriggerRecovery {
 		// The lister closes the abandoned sync of a recovery command; only
 		// the retry-sweeper, which publishes SyncCommands directly, may ask.
-		return bad("trigger %q is reserved for riftflow's crash recovery", TriggerRecovery)
+		return badRequest("trigger %q is reserved for riftflow's crash recovery", TriggerRecovery)
 	}
 	return nil
 }
