@@ -77,14 +77,16 @@ func showMatch(ctx context.Context, st *store.Store, matchID string, timeline bo
 }
 
 // playerPage is the player of puuid and a page of what ("matches",
-// "ranks" or "reports") from cursor, as the read API pages it: "player",
-// what, and "next" when a further page may exist.
+// "ranks" or "reports") from cursor, as the read API pages it (its
+// MatchesPage, RanksPage and ReportsPage): "player", what, and "next"
+// when a further page may exist.
 func playerPage(ctx context.Context, st *store.Store, puuid, what, cursor string, limit int) (map[string]any, error) {
 	acct, err := st.AccountStatus(ctx, puuid)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]any{"player": acct}
+	var next string
 	if what == "matches" {
 		page, err := api.DecodeCursor(cursor)
 		if err != nil {
@@ -94,35 +96,31 @@ func playerPage(ctx context.Context, st *store.Store, puuid, what, cursor string
 		if err != nil {
 			return nil, err
 		}
-		mp := api.NewMatchesPage(ms, limit)
-		out["matches"] = mp.Matches
-		if mp.Next != "" {
-			out["next"] = mp.Next
-		}
-		return out, nil
-	}
-	page, err := api.DecodeDayCursor(cursor)
-	if err != nil {
-		return nil, err
-	}
-	if what == "ranks" {
-		rs, err := st.RankSnapshots(ctx, puuid, page, limit)
+		p := api.NewMatchesPage(ms, limit)
+		out["matches"], next = p.Matches, p.Next
+	} else {
+		page, err := api.DecodeDayCursor(cursor)
 		if err != nil {
 			return nil, err
 		}
-		out["ranks"] = rs
-		if len(rs) == limit {
-			out["next"] = api.EncodeDayCursor(rs[len(rs)-1].SnapshotDate, rs[len(rs)-1].QueueType)
+		if what == "ranks" {
+			rs, err := st.RankSnapshots(ctx, puuid, page, limit)
+			if err != nil {
+				return nil, err
+			}
+			p := api.NewRanksPage(rs, limit)
+			out["ranks"], next = p.Ranks, p.Next
+		} else {
+			rs, err := st.WeeklyReports(ctx, puuid, page, limit)
+			if err != nil {
+				return nil, err
+			}
+			p := api.NewReportsPage(rs, limit)
+			out["reports"], next = p.Reports, p.Next
 		}
-		return out, nil
 	}
-	rs, err := st.WeeklyReports(ctx, puuid, page, limit)
-	if err != nil {
-		return nil, err
-	}
-	out["reports"] = rs
-	if len(rs) == limit {
-		out["next"] = api.EncodeDayCursor(rs[len(rs)-1].WeekStart, "")
+	if next != "" {
+		out["next"] = next
 	}
 	return out, nil
 }

@@ -199,10 +199,18 @@ func (a *API) getPlayerMatches(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// ranksPage is one page of GET /v1/players/{puuid}/ranks.
-type ranksPage struct {
+// RanksPage is one page of GET /v1/players/{puuid}/ranks.
+type RanksPage struct {
 	Ranks []store.RankSnapshot `json:"ranks"`
 	Next  string               `json:"next,omitempty"` // the following page's cursor; absent on the last one
+}
+
+// NewRanksPage is a page of rs, with the next page's cursor (day and
+// queue of its last snapshot) when the page is full.
+func NewRanksPage(rs []store.RankSnapshot, limit int) RanksPage {
+	return RanksPage{Ranks: rs, Next: nextCursor(rs, limit, func(last store.RankSnapshot) string {
+		return EncodeDayCursor(last.SnapshotDate, last.QueueType)
+	})}
 }
 
 // getPlayerRanks is GET /v1/players/{puuid}/ranks?limit=20&cursor=…: the
@@ -211,16 +219,22 @@ type ranksPage struct {
 func (a *API) getPlayerRanks(w http.ResponseWriter, r *http.Request) {
 	servePlayerPage(w, r, a, "ranks", DecodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.RankSnapshots(ctx, puuid, page, limit)
-		return ranksPage{Ranks: rs, Next: nextCursor(rs, limit, func(last store.RankSnapshot) string {
-			return EncodeDayCursor(last.SnapshotDate, last.QueueType)
-		})}, err
+		return NewRanksPage(rs, limit), err
 	})
 }
 
-// reportsPage is one page of GET /v1/players/{puuid}/reports.
-type reportsPage struct {
+// ReportsPage is one page of GET /v1/players/{puuid}/reports.
+type ReportsPage struct {
 	Reports []store.StoredReport `json:"reports"`
 	Next    string               `json:"next,omitempty"` // the following page's cursor; absent on the last one
+}
+
+// NewReportsPage is a page of rs, with the next page's cursor (the week
+// of its last report) when the page is full.
+func NewReportsPage(rs []store.StoredReport, limit int) ReportsPage {
+	return ReportsPage{Reports: rs, Next: nextCursor(rs, limit, func(last store.StoredReport) string {
+		return EncodeDayCursor(last.WeekStart, "")
+	})}
 }
 
 // getPlayerReports is GET /v1/players/{puuid}/reports?limit=20&cursor=…:
@@ -229,9 +243,7 @@ type reportsPage struct {
 func (a *API) getPlayerReports(w http.ResponseWriter, r *http.Request) {
 	servePlayerPage(w, r, a, "reports", DecodeDayCursor, func(ctx context.Context, puuid string, page store.DayPage, limit int) (any, error) {
 		rs, err := a.inf.Store.WeeklyReports(ctx, puuid, page, limit)
-		return reportsPage{Reports: rs, Next: nextCursor(rs, limit, func(last store.StoredReport) string {
-			return EncodeDayCursor(last.WeekStart, "")
-		})}, err
+		return NewReportsPage(rs, limit), err
 	})
 }
 
