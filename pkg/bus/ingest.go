@@ -104,12 +104,16 @@ func DecodeIngestRequest(data []byte) (IngestRequest, error) {
 // configuration (mode latest, priority interactive, lower-case platform).
 // Errors wrap ErrBadRequest.
 func (r *IngestRequest) Normalize() error {
-	for _, step := range []func() error{r.normalizeAliases, r.normalizePlayer, r.normalizeScope, r.normalizeOrigin} {
-		if err := step(); err != nil {
-			return err
-		}
+	if err := r.normalizeAliases(); err != nil {
+		return err
 	}
-	return nil
+	if err := r.normalizePlayer(); err != nil {
+		return err
+	}
+	if err := r.normalizeScope(); err != nil {
+		return err
+	}
+	return r.normalizeOrigin()
 }
 
 // badRequest is an ErrBadRequest saying what is wrong.

@@ -29,6 +29,19 @@ type advisory struct {
 	Reason     string `json:"reason"`
 }
 
+// exhausted reports whether a is a MAX_DELIVERIES advisory (else the
+// message was terminated).
+func (a advisory) exhausted() bool { return strings.HasSuffix(a.Type, "max_deliver") }
+
+// how says what happened to a's message, for logs and the ledger:
+// "exhausted its deliveries" or "was terminated (<reason>)".
+func (a advisory) how() string {
+	if a.exhausted() {
+		return "exhausted its deliveries"
+	}
+	return "was terminated (" + a.Reason + ")"
+}
+
 // HandleAdvisory turns a JetStream MAX_DELIVERIES or MSG_TERMINATED
 // advisory about a fetch message into a ledger entry, so nothing ends
 // silently:
@@ -73,7 +86,7 @@ func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Re
 		return natsx.Rejectf("invalid advisory: %v", err)
 	}
 	log := s.d.Logger.With("stream", a.Stream, "consumer", a.Consumer, "stream_seq", a.StreamSeq, "type", a.Type)
-	exhausted := strings.HasSuffix(a.Type, "max_deliver")
+	exhausted, how := a.exhausted(), a.how()
 	if !exhausted {
 		log.InfoContext(ctx, "message terminated", "reason", a.Reason, "deliveries", a.Deliveries)
 	}
@@ -91,15 +104,11 @@ func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Re
 	if err != nil {
 		return natsx.Retry(fmt.Errorf("get %s/%d: %w", a.Stream, a.StreamSeq, err))
 	}
-	how := "exhausted its deliveries"
-	if !exhausted {
-		how = "was terminated (" + a.Reason + ")"
-	}
 	// On the advisory's last delivery an exhausted message is removed
 	// whatever failed, rather than left in its work queue when the settle
 	// policy gives the advisory up.
 	last := d.Last
-	note, err := s.recordGiveUp(ctx, log, a, raw, how, exhausted, last)
+	note, err := s.recordGiveUp(ctx, log, a, raw, last)
 	if err != nil {
 		return natsx.Fail(fmt.Errorf("record advisory: %w", err))
 	}
@@ -141,7 +150,8 @@ func (s *Service) HandleAdvisory(ctx context.Context, d natsx.Delivery) natsx.Re
 // and should be retried (not Invalid, not the advisory's last delivery);
 // otherwise nil, and for an exhausted message that could not be recorded
 // the note its dead letter's reason adds.
-func (s *Service) recordGiveUp(ctx context.Context, log *slog.Logger, a advisory, raw *jetstream.RawStreamMsg, how string, exhausted, last bool) (string, error) {
+func (s *Service) recordGiveUp(ctx context.Context, log *slog.Logger, a advisory, raw *jetstream.RawStreamMsg, last bool) (string, error) {
+	how := a.how()
 	lu, ok := s.ledgerEntry(raw.Header, raw.Data, fmt.Sprintf("JetStream: message %s after %d deliveries on %s/%s", how, a.Deliveries, a.Stream, a.Consumer))
 	if !ok {
 		log.WarnContext(ctx, "message "+how, "subject", raw.Subject)
@@ -157,7 +167,7 @@ func (s *Service) recordGiveUp(ctx context.Context, log *slog.Logger, a advisory
 	case kind != fault.Invalid && !last:
 		log.WarnContext(ctx, "could not record the advisory, will retry", "match_id", lu.MatchID, "err", err)
 		return "", err
-	case !exhausted:
+	case !a.exhausted():
 		// A terminated message left in its stream is not in a work
 		// queue's way: the log is its trace.
 		log.ErrorContext(ctx, "could not record the advisory; given up", "match_id", lu.MatchID, "err", err)
