@@ -64,7 +64,9 @@ func NewTransport(maxIdlePerHost int) *http.Transport {
 // guarded is a clone of t whose connections are guardConns that close
 // with a reset (NewTransport), HTTP/1.1 only. The Client puts every
 // *http.Transport it is given through it, so the grant check runs in the
-// connection's Write on any of them.
+// connection's Write on any of them, a connection of t's own
+// DialTLSContext included (its TLS state is then not in resp.TLS:
+// net/http reads it only from a *tls.Conn).
 func guarded(t *http.Transport) *http.Transport {
 	t = t.Clone()
 	t.ForceAttemptHTTP2 = false
@@ -73,12 +75,26 @@ func guarded(t *http.Transport) *http.Transport {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.DialContext = guardDial(dial)
+	if t.DialTLSContext != nil {
+		t.DialTLSContext = guardDial(t.DialTLSContext)
+	}
+	return t
+}
+
+// guardDial is dial whose connections are guardConns closing with a
+// reset (SO_LINGER 0 on the TCP connection, under TLS too).
+func guardDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
+		raw := c
+		if tc, ok := c.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		if tc, ok := raw.(*net.TCPConn); ok {
 			if err := tc.SetLinger(0); err != nil {
 				c.Close()
 				return nil, err
@@ -86,7 +102,6 @@ func guarded(t *http.Transport) *http.Transport {
 		}
 		return &guardConn{Conn: c}, nil
 	}
-	return t
 }
 
 // guardConn is a connection of NewTransport: the request about to be

@@ -3,6 +3,7 @@ package riot
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -94,44 +95,63 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestGivenUpRequestIsReset: a request given up on (its context's
-// deadline) closes its NewTransport connection with a reset, not a normal
-// close, so the kernel drops what it still had to send instead of
-// retransmitting it to Riot after a partition heals (see NewTransport).
-// The server reads the request, never answers, and then sees
-// ECONNRESET, not EOF.
+// deadline) closes its connection with a reset, not a normal close, so
+// the kernel drops what it still had to send instead of retransmitting it
+// to Riot after a partition heals (see NewTransport). That holds on
+// NewTransport and on a caller's transport that dials TLS itself
+// (DialTLSContext), which the Client guards too. The server reads the
+// request, never answers, and then reads the TCP connection to its end:
+// ECONNRESET, not EOF (under TLS, after the client's close_notify).
 func TestGivenUpRequestIsReset(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	after := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			after <- err
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 4096)
-		if _, err := c.Read(buf); err != nil { // the request; no answer
-			after <- err
-			return
-		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = c.Read(buf)
-		after <- err
-	}()
-	hc := &http.Client{Transport: NewTransport(0)}
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/lol/match/v5/matches/NA1_1", nil)
-	if resp, err := hc.Do(req); err == nil {
-		resp.Body.Close()
-		t.Fatal("a server that never answers answered")
-	}
-	if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("after the client gave up, the server's read returned %v; want a connection reset", err)
+	cert := httptest.NewTLSServer(http.NotFoundHandler()) // for its certificate and a client trusting it
+	t.Cleanup(cert.Close)
+	for name, tc := range map[string]struct {
+		wrap   func(net.Conn) net.Conn
+		scheme string
+		client func() *http.Client
+	}{
+		"NewTransport": {func(c net.Conn) net.Conn { return c }, "http",
+			func() *http.Client { return &http.Client{Transport: NewTransport(0)} }},
+		"DialTLSContext": {func(c net.Conn) net.Conn { return tls.Server(c, cert.TLS) }, "https",
+			func() *http.Client {
+				d := &tls.Dialer{Config: cert.Client().Transport.(*http.Transport).TLSClientConfig}
+				return sendingClient(&http.Client{Transport: &http.Transport{DialTLSContext: d.DialContext}})
+			}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			after := make(chan error, 1)
+			go func() {
+				raw, err := ln.Accept()
+				if err != nil {
+					after <- err
+					return
+				}
+				defer raw.Close()
+				if _, err := tc.wrap(raw).Read(make([]byte, 4096)); err != nil { // the request; no answer
+					after <- err
+					return
+				}
+				raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err = io.Copy(io.Discard, raw)
+				after <- err
+			}()
+			ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+			defer cancel()
+			ctx = withPermit(ctx, &countingPermit{})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, tc.scheme+"://"+ln.Addr().String()+"/lol/match/v5/matches/NA1_1", nil)
+			if resp, err := tc.client().Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatal("a server that never answers answered")
+			}
+			if err := <-after; !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("after the client gave up, the server's read returned %v; want a connection reset", err)
+			}
+		})
 	}
 }
 
