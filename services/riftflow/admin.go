@@ -36,7 +36,6 @@ type adminConn struct {
 // connects to NATS as connectCLI does, under the name riftflow-<command>,
 // and runs do on the connection, which it closes after.
 func runAdmin(ctx context.Context, fs *flag.FlagSet, args []string, stderr io.Writer, check func() error, do func(c adminConn) error) error {
-	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,7 +67,7 @@ func controlBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyVa
 // subject they were first published on; at most --limit of each per run
 // (100, as design 000's retry job).
 func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("retry", flag.ContinueOnError)
+	fs := newFlags("retry", stderr)
 	var req api.RetryRequest
 	fs.BoolVar(&req.Dead, "dead", false, "also replay dead letters (the DEAD stream)")
 	fs.StringVar(&req.Stream, "stream", "", "dead letters only from this stream (e.g. FETCHED, FETCH, SYNC, INGEST)")
@@ -144,7 +143,7 @@ func retryLedger(ctx context.Context, c adminConn, req api.RetryRequest, stdout 
 // cmdPause is `riftflow pause [--off] [--reason TEXT]`: it sets the pause
 // switch in the control bucket (NATS_URL) for every service.
 func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("pause", flag.ContinueOnError)
+	fs := newFlags("pause", stderr)
 	off := fs.Bool("off", false, "resume syncing")
 	reason := fs.String("reason", "", "why (shown in 503 answers and logs)")
 	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
@@ -167,7 +166,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // cmdForget is `riftflow forget --puuid P`.
 func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("forget", flag.ContinueOnError)
+	fs := newFlags("forget", stderr)
 	puuid := fs.String("puuid", "", "the player to erase")
 	usage := func() error {
 		if *puuid == "" {
@@ -196,7 +195,7 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // without waiting for its next probe. It writes the ratelimit bucket, so it
 // runs as the NATS admin (the local `up`'s, or NATS_USER=admin).
 func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("clear-key-rejection", flag.ContinueOnError)
+	fs := newFlags("clear-key-rejection", stderr)
 	keyID := fs.String("key-id", "", "the key's id as `riftflow status --ratelimit` shows it (default: RIOT_API_KEY's, else every rejected key)")
 	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
 		kv, err := c.js.KeyValue(ctx, streams.BucketRateLimit)
@@ -242,7 +241,7 @@ func cmdClearKeyRejection(ctx context.Context, args []string, stdout, stderr io.
 // (`riftflow pause`); any account that cannot be resolved aborts the
 // rotation before anything is written.
 func cmdRotateKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rotate-key", flag.ContinueOnError)
+	fs := newFlags("rotate-key", stderr)
 	dry := fs.Bool("dry-run", false, "resolve and print the rewrite without writing")
 	return runAdmin(ctx, fs, args, stderr, nil, func(c adminConn) error {
 		if err := pausedForRotation(ctx, c.js, *dry); err != nil {

@@ -6,6 +6,7 @@ package riftflow
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -54,25 +55,19 @@ var commands = []command{
   riftflow token list [--json]                       tokens (never the secret), scopes, last use
   riftflow token revoke ID                           revoke a token at once
 `,
-		func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-			return cmdToken(ctx, args, stdout)
-		}},
+		cmdToken},
 	{[]string{"ingest"}, `  riftflow ingest --riot-id 'Name#TAG' | --puuid P  [--platform na1] [--mode latest|full]
                   [--count N] [--lookback-days D] [--queue Q] [--type ranked] [--force]
                   [--requested-by NAME] [--wait]
 `,
-		func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-			return cmdIngest(ctx, args, stdout)
-		}},
+		cmdIngest},
 	{[]string{"status"}, `  riftflow status --riot-id 'Name#TAG' | --puuid P   account sync state (pending: queued, with its place), counts
   riftflow status --failures                         fetch failures by status, with reasons
   riftflow status --jobs [--job-type T]              the job log, newest first (pending ones with their place)
   riftflow status --schedules                        each scheduled job's last run and next run
   riftflow status --ratelimit                        Riot rate-limit budgets, 429s, waits, key rejected
 `,
-		func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-			return cmdStatus(ctx, args, stdout)
-		}},
+		cmdStatus},
 	{[]string{"migrate"}, `  riftflow migrate                                   apply the SQL migrations (DATABASE_URL)
 `,
 		func(ctx context.Context, _ []string, _, stderr io.Writer) error { return cmdMigrate(ctx, stderr) }},
@@ -174,6 +169,15 @@ func Run(ctx context.Context, inv Invocation) int {
 		return 1
 	}
 	return 0
+}
+
+// newFlags is the flag set of the command called name: it reports parse
+// errors, and prints its usage for -h, on the invocation's stderr (never
+// os.Stderr), where Run writes the command's error.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
 }
 
 // cmdVersion prints the stamped version.

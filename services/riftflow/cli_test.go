@@ -37,3 +37,24 @@ func TestCommandTable(t *testing.T) {
 		t.Errorf("an unknown command: exit %d %q", code, errOut.String())
 	}
 }
+
+// TestFlagErrorsOnTheInvocationsStderr: every command that takes flags
+// reports a flag it does not know, with its flags' usage, on the
+// invocation's stderr, beside the error Run prints, not on the process's
+// os.Stderr; nothing reaches stdout, and the exit code is 1.
+func TestFlagErrorsOnTheInvocationsStderr(t *testing.T) {
+	for _, argv := range [][]string{
+		{"up"}, {"token", "create"}, {"token", "list"}, {"ingest"}, {"status"}, {"retry"}, {"show"},
+		{"forget"}, {"rotate-key"}, {"clear-key-rejection"}, {"pause"}, {"sim"},
+	} {
+		name := strings.Join(argv, " ")
+		var out, errOut bytes.Buffer
+		code := Run(t.Context(), Invocation{Args: append(argv, "--no-such-flag"), Stdout: &out, Stderr: &errOut})
+		if code != 1 || out.Len() != 0 ||
+			!strings.Contains(errOut.String(), "Usage of "+name+":") ||
+			!strings.Contains(errOut.String(), "riftflow "+argv[0]+": flag provided but not defined: -no-such-flag") {
+			t.Errorf("riftflow %s --no-such-flag: exit %d, stdout %q, stderr %q; want 1, nothing, the flags' usage and the error",
+				name, code, out.String(), errOut.String())
+		}
+	}
+}

@@ -2,7 +2,6 @@ package riftflow
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,8 +19,8 @@ import (
 // cmdIngest is `riftflow ingest`: it publishes an ingest request on
 // lol.ingest.request (recorded as pending in the job log when the database
 // is known) and, with --wait, follows its progress until the sync ends.
-func cmdIngest(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+func cmdIngest(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlags("ingest", stderr)
 	var req bus.IngestRequest
 	var queue int
 	fs.StringVar(&req.RiotID, "riot-id", "", "Riot ID, gameName#tagLine")

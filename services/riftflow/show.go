@@ -3,7 +3,6 @@ package riftflow
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -18,8 +17,7 @@ import (
 // and a page of their matches, or with --ranks their league snapshots, or
 // with --reports their weekly reports (--limit, --cursor as the API's).
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("show", stderr)
 	match := fs.String("match", "", "a match ID")
 	timeline := fs.Bool("timeline", false, "with --match: the timeline")
 	puuid := fs.String("puuid", "", "a player")

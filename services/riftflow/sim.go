@@ -2,7 +2,6 @@ package riftflow
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +15,7 @@ import (
 // cmdSim is `riftflow sim`: the Riot API simulator on --addr until ctx
 // ends.
 func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs := newFlags("sim", stderr)
 	addr := fs.String("addr", "127.0.0.1:8099", "listen address (loopback unless --expose)")
 	expose := fs.Bool("expose", false, "allow a listen address beyond loopback (a simulator in a pod, behind a Service)")
 	key := fs.String("key", "", "API key clients must send (default: generated and printed)")

@@ -3,7 +3,6 @@ package riftflow
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -17,8 +16,8 @@ import (
 
 // cmdStatus is `riftflow status`: an account's sync state and counts, or
 // with --failures, --jobs, --schedules or --ratelimit those lists.
-func cmdStatus(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+func cmdStatus(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
 	riotID := fs.String("riot-id", "", "Riot ID, gameName#tagLine")
 	puuid := fs.String("puuid", "", "PUUID")
 	failures := fs.Bool("failures", false, "list fetch failures and ledger counts")

@@ -3,7 +3,6 @@ package riftflow
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -14,36 +13,37 @@ import (
 
 // cmdToken is `riftflow token create|list|revoke` (DATABASE_URL, or the
 // database of a local `riftflow up`).
-func cmdToken(ctx context.Context, args []string, out io.Writer) error {
+func cmdToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const usage = "usage: riftflow token create --name N --scopes read[,sync,admin] | list [--json] | revoke ID"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
-	_, url, err := loadDB()
-	if err != nil {
-		return err
-	}
-	db := tokenDB(url)
+	c := tokenCmd{out: stdout, stderr: stderr}
 	switch args[0] {
 	case "create":
-		return db.create(ctx, args[1:], out)
+		return c.create(ctx, args[1:])
 	case "list":
-		return db.list(ctx, args[1:], out)
+		return c.list(ctx, args[1:])
 	case "revoke":
 		if len(args) != 2 {
 			return errors.New(usage)
 		}
-		return db.revoke(ctx, api.TokenID(args[1]), out) // an id, or the whole token
+		return c.revoke(ctx, api.TokenID(args[1])) // an id, or the whole token
 	}
 	return errors.New(usage)
 }
 
-// tokenDB is the database URL `riftflow token` works on: each command
-// opens it (open) once its flags are valid, and closes it when done.
-type tokenDB string
+// tokenCmd is one run of `riftflow token`: where it writes. Each
+// subcommand opens the database (open) once its arguments are valid, and
+// closes it when done.
+type tokenCmd struct{ out, stderr io.Writer }
 
-func (db tokenDB) open(ctx context.Context) (*api.Tokens, func(), error) {
-	st, err := store.Open(ctx, string(db))
+func (c tokenCmd) open(ctx context.Context) (*api.Tokens, func(), error) {
+	_, url, err := loadDB()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Open(ctx, url)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -52,8 +52,8 @@ func (db tokenDB) open(ctx context.Context) (*api.Tokens, func(), error) {
 
 // create is `riftflow token create --name N --scopes S`: the token is
 // printed once; only its SHA-256 is stored.
-func (db tokenDB) create(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
+func (c tokenCmd) create(ctx context.Context, args []string) error {
+	fs := newFlags("token create", c.stderr)
 	name := fs.String("name", "", "who or what holds the token (required)")
 	scopes := fs.String("scopes", string(api.ScopeRead), "comma-separated: read (GET), sync (start syncs; includes read), admin (everything)")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +63,7 @@ func (db tokenDB) create(ctx context.Context, args []string, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ts, closeDB, err := db.open(ctx)
+	ts, closeDB, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -72,19 +72,19 @@ func (db tokenDB) create(ctx context.Context, args []string, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "token %s for %q, scopes %s (shown once; only its SHA-256 is stored):\n%s\n",
+	fmt.Fprintf(c.out, "token %s for %q, scopes %s (shown once; only its SHA-256 is stored):\n%s\n",
 		t.ID, t.Name, strings.Join(api.ScopeStrings(t.Scopes), ","), token)
 	return nil
 }
 
 // list is `riftflow token list [--json]`: every token, revoked ones too.
-func (db tokenDB) list(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("token list", flag.ContinueOnError)
+func (c tokenCmd) list(ctx context.Context, args []string) error {
+	fs := newFlags("token list", c.stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ts, closeDB, err := db.open(ctx)
+	ts, closeDB, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -93,8 +93,8 @@ func (db tokenDB) list(ctx context.Context, args []string, out io.Writer) error 
 	if err != nil {
 		return err
 	}
-	return printAs(out, *asJSON, list, func() error {
-		tw := newTable(out)
+	return printAs(c.out, *asJSON, list, func() error {
+		tw := newTable(c.out)
 		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
 		for _, t := range list {
 			revoked := "-"
@@ -114,8 +114,8 @@ func (db tokenDB) list(ctx context.Context, args []string, out io.Writer) error 
 
 // revoke is `riftflow token revoke ID`; an unknown or already revoked id
 // is an error that says where to look.
-func (db tokenDB) revoke(ctx context.Context, id string, out io.Writer) error {
-	ts, closeDB, err := db.open(ctx)
+func (c tokenCmd) revoke(ctx context.Context, id string) error {
+	ts, closeDB, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -125,6 +125,6 @@ func (db tokenDB) revoke(ctx context.Context, id string, out io.Writer) error {
 	} else if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "token %s revoked\n", id)
+	fmt.Fprintf(c.out, "token %s revoked\n", id)
 	return nil
 }

@@ -3,7 +3,6 @@ package riftflow
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,7 +23,7 @@ import (
 // with the HTTP API, on loopback unless --expose, until ctx ends; with
 // --demo it ingests the demo player, prints a summary and returns.
 func cmdUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs := newFlags("up", stderr)
 	demo := fs.Bool("demo", false, "ingest the recorded demo player, print a summary and exit")
 	timeout := fs.Duration("timeout", 5*time.Minute, "with --demo: give up after this long")
 	ephemeral := fs.Bool("ephemeral-db", false, "start a throwaway Postgres under .data/pg instead of DATABASE_URL (its data is not meant to be kept)")
