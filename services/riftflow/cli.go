@@ -6,6 +6,7 @@ package riftflow
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -150,7 +151,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 // Run runs the command inv.Args names until it is done or ctx ends, and
-// returns the process exit code: 0, or 1 with the (redacted) error on
+// returns the process exit code: 0 (also for a command's -h, whose usage
+// its flags print on inv.Stderr), or 1 with the (redacted) error on
 // inv.Stderr.
 func Run(ctx context.Context, inv Invocation) int {
 	args, stdout, stderr := inv.Args, inv.Stdout, inv.Stderr
@@ -164,7 +166,10 @@ func Run(ctx context.Context, inv Invocation) int {
 	} else {
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage())
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp): // -h: the command's flags printed their usage
+		return 0
+	case err != nil:
 		fmt.Fprintf(stderr, "riftflow %s: %s\n", args[0], redact.String(err.Error()))
 		return 1
 	}

@@ -41,7 +41,8 @@ func TestCommandTable(t *testing.T) {
 // TestFlagErrorsOnTheInvocationsStderr: every command that takes flags
 // reports a flag it does not know, with its flags' usage, on the
 // invocation's stderr, beside the error Run prints, not on the process's
-// os.Stderr; nothing reaches stdout, and the exit code is 1.
+// os.Stderr; nothing reaches stdout, and the exit code is 1. Its -h
+// prints the usage there alone and exits 0.
 func TestFlagErrorsOnTheInvocationsStderr(t *testing.T) {
 	for _, argv := range [][]string{
 		{"up"}, {"token", "create"}, {"token", "list"}, {"ingest"}, {"status"}, {"retry"}, {"show"},
@@ -55,6 +56,12 @@ func TestFlagErrorsOnTheInvocationsStderr(t *testing.T) {
 			!strings.Contains(errOut.String(), "riftflow "+argv[0]+": flag provided but not defined: -no-such-flag") {
 			t.Errorf("riftflow %s --no-such-flag: exit %d, stdout %q, stderr %q; want 1, nothing, the flags' usage and the error",
 				name, code, out.String(), errOut.String())
+		}
+		out.Reset()
+		errOut.Reset()
+		code = Run(t.Context(), Invocation{Args: append(argv[:len(argv):len(argv)], "-h"), Stdout: &out, Stderr: &errOut})
+		if code != 0 || out.Len() != 0 || !strings.HasPrefix(errOut.String(), "Usage of "+name+":") || strings.Contains(errOut.String(), "riftflow "+argv[0]+":") {
+			t.Errorf("riftflow %s -h: exit %d, stdout %q, stderr %q; want 0, nothing, only the flags' usage", name, code, out.String(), errOut.String())
 		}
 	}
 }
