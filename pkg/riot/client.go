@@ -63,8 +63,9 @@ type Config struct {
 	// itself. Build it on NewTransport (a wrapper may expose it with
 	// Unwrap() http.RoundTripper): its connections check each request's
 	// grant in their first Write. A bare *http.Transport is used through a
-	// clone whose connections do the same (HTTP/1.1, reset on close); on
-	// any other transport the check runs before it is called.
+	// clone whose connections do the same (HTTP/1.1, reset on close),
+	// those of its own DialTLSContext included; on any other transport the
+	// check runs before it is called.
 	HTTPClient *http.Client
 	// Logger receives the one error log when the key is rejected. Default slog.Default().
 	Logger *slog.Logger
