@@ -23,6 +23,10 @@ type permit struct {
 	// closes of the windows it was counted in. sentAt is when Send let it
 	// go (mu).
 	deadline, sentAt time.Time
+	// sent: Send let the request go (mu). It stays set once Written has
+	// taken sentAt's lag sample, so that Done knows a request that got no
+	// answer may still reach Riot.
+	sent bool
 }
 
 // deadline is p's send deadline, granted at now: the earliest closes of
@@ -103,7 +107,7 @@ func (p *permit) Send() bool {
 		l.w.sentFor, l.w.sentEp = l.w.start, l.m.epoch
 		e.st.observe(event{kind: eventSent, b: l.b, w: l.w, m: l.m, at: now})
 	}
-	p.sentAt = now
+	p.sentAt, p.sent = now, true
 	return true
 }
 
@@ -161,7 +165,8 @@ func (e *engine) lateOpens(p *permit, now time.Time) []lateOpen {
 }
 
 // Written implements riot.Permit: the time since Send is a sample of this
-// process's send lag, which the send allowance keeps clear.
+// process's send lag, which the send allowance keeps clear (one sample per
+// request; the request stays sent for Done).
 func (p *permit) Written() {
 	e := p.e
 	e.mu.Lock()
@@ -215,7 +220,7 @@ func (e *engine) done(p *permit, status int, h http.Header) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	if status == 0 && !p.sentAt.IsZero() {
+	if status == 0 && p.sent {
 		// Written, never answered: it may still reach Riot, late, and
 		// count in a later window. It stays in flight for UnansweredTTL.
 		until := now.Add(e.o.UnansweredTTL)

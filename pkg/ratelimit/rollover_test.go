@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -278,6 +279,18 @@ func TestSharedCountOneEndThroughKV(t *testing.T) {
 	holdsUntilRiotsEnd(t, clk, b, 30*time.Second+200*time.Millisecond)
 }
 
+// at20s is a Local limiter (margin 1 ms, UnansweredTTL 15 s) on a manual
+// clock that learned the app limit 3:10 (method 100:10) from one answer
+// at 0 s, with the clock at 20 s: the next grant starts a fresh window.
+func at20s(t *testing.T) (*manualClock, *Local) {
+	t.Helper()
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond, UnansweredTTL: 15 * time.Second})
+	grants(t, lim, 1)[0].Done(200, riotHeaders("3:10", "1:10", "100:10", "1:10"))
+	clk.at(20 * time.Second)
+	return clk, lim
+}
+
 // TestSlowFirstAnswerCarried: a full window's requests reach Riot late (a
 // starved process or Riot, a slow network): Riot's window begins only at
 // the first arrival, later than our start plus the measured margin, and
@@ -286,11 +299,8 @@ func TestSharedCountOneEndThroughKV(t *testing.T) {
 // Riot's first; the count-1 reply then moves it to Riot's window, which
 // ends by the reply's time + 10 s.
 func TestSlowFirstAnswerCarried(t *testing.T) {
-	clk := newManualClock()
-	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond})
+	clk, lim := at20s(t)
 	const app, meth = "3:10", "100:10"
-	grants(t, lim, 1)[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(20 * time.Second)
 	ps := grants(t, lim, 5)
 	if len(ps) != 3 {
 		t.Fatalf("granted %d in a fresh 3:10 window, want 3", len(ps))
@@ -318,18 +328,17 @@ func TestSlowFirstAnswerCarried(t *testing.T) {
 // TestUnansweredStaysInFlight: a request written and never answered (the
 // client timed out) may still reach Riot, late, in its next window. It is
 // carried into our next window as a request in flight is, for
-// UnansweredTTL, and then settles.
+// UnansweredTTL, and then settles; Written (the send-lag sample) does not
+// make it forget that it was sent.
 func TestUnansweredStaysInFlight(t *testing.T) {
-	clk := newManualClock()
-	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond, UnansweredTTL: 15 * time.Second})
+	clk, lim := at20s(t)
 	const app, meth = "3:10", "100:10"
-	grants(t, lim, 1)[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
-	clk.at(20 * time.Second)
 	ps := grants(t, lim, 3)
 	for _, p := range ps {
 		if !p.Send() {
 			t.Fatal("Send refused a fresh grant")
 		}
+		p.Written() // the transport reports each one on the wire
 	}
 	ps[0].Done(200, riotHeaders(app, "1:10", meth, "1:10"))
 	ps[1].Done(200, riotHeaders(app, "2:10", meth, "2:10"))
@@ -347,6 +356,88 @@ func TestUnansweredStaysInFlight(t *testing.T) {
 	clk.at(41*time.Second + 500*time.Millisecond)
 	if got := grants(t, lim, 5); len(got) != 3 {
 		t.Fatalf("granted %d once the unanswered request's time passed, want 3", len(got))
+	}
+}
+
+// TestUnansweredThroughTheClient is TestUnansweredStaysInFlight through
+// the Riot client and its transport, which report the write (Written)
+// before the answer times out: the request written and never answered is
+// still carried into the next window.
+func TestUnansweredThroughTheClient(t *testing.T) {
+	var n atomic.Int32
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			select { // written, never answered
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		for k, v := range riotHeaders("3:10", "1:10", "100:10", "1:10") {
+			w.Header()[k] = v
+		}
+		_, _ = w.Write([]byte(`{"metadata":{"matchId":"JP1_1"},"info":{}}`))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hold) })
+	clk := newManualClock()
+	lim := NewLocal(Options{Now: clk.Now, MaxWait: time.Nanosecond, InitialMargin: time.Millisecond, UnansweredTTL: 15 * time.Second})
+	c, err := riot.New(riot.Config{APIKey: "RGAPI-test", BaseURL: srv.URL + "/{route}", Limiter: lim,
+		MaxRetries: -1, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Match(t.Context(), "asia", "JP1_1"); err != nil {
+		t.Fatal(err)
+	}
+	clk.at(20 * time.Second)
+	if _, _, err := c.Match(t.Context(), "asia", "JP1_1"); err == nil {
+		t.Fatal("a server that never answers answered")
+	}
+	clk.at(31 * time.Second)
+	if got := grants(t, lim, 5); len(got) != 2 {
+		t.Fatalf("granted %d in the window after a request written and never answered, want 2 (it may still arrive)", len(got))
+	}
+}
+
+// TestFirstSendThatNeverArrivedRealigns: the first request of a window
+// passes Send (the window is recorded open at its grant) but never
+// reaches Riot: its write fails, and it stays in flight as an unanswered
+// request. Riot's window begins later, with the next request that arrives,
+// whose answer says count 1. From that answer on our window ends no
+// earlier than Riot's, so the grants after our own window's length still
+// count in it: Riot never sees more than its limit.
+func TestFirstSendThatNeverArrivedRealigns(t *testing.T) {
+	clk, lim := at20s(t)
+	const app, meth = "3:10", "100:10"
+	lost := grants(t, lim, 1)[0]
+	if !lost.Send() {
+		t.Fatal("Send refused a fresh grant")
+	}
+	lost.Written() // the write failed: net/http reports it written, with an error
+	lost.Done(0, nil)
+	arrived := 25 * time.Second // Riot's window begins here
+	clk.at(arrived)
+	first := grants(t, lim, 1)[0]
+	first.Send()
+	first.Done(200, riotHeaders(app, "1:10", meth, "1:10"))
+	clk.at(26 * time.Second)
+	second := grants(t, lim, 1)
+	if len(second) != 1 {
+		t.Fatalf("granted %d with 1 request in Riot's 3:10 window and 1 unanswered, want 1", len(second))
+	}
+	second[0].Send()
+	second[0].Done(200, riotHeaders(app, "2:10", meth, "2:10"))
+	// Our window began at 20 s; Riot's, at 25 s, still holds 2 requests
+	// until 35 s. Past 30 s, Riot has room for 1 more at most.
+	clk.at(31 * time.Second)
+	if got := grants(t, lim, 5); len(got) > 1 {
+		t.Fatalf("granted %d at 31 s, when Riot's window (25 s to 35 s) has room for 1 at most", len(got))
+	}
+	clk.at(arrived + 10*time.Second + 100*time.Millisecond)
+	if got := grants(t, lim, 5); len(got) == 0 {
+		t.Fatal("granted nothing after Riot's window ended")
 	}
 }
 

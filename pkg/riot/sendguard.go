@@ -112,12 +112,20 @@ type guardConn struct {
 	armed atomic.Pointer[sendOnce]
 }
 
-// Write checks the armed request's grant before its first bytes go.
+// Write checks the armed request's grant before its first bytes go, and
+// reports them written (Permit.Written) once the socket took them:
+// net/http's WroteRequest comes before that, when the request is still in
+// the connection's buffer.
 func (c *guardConn) Write(b []byte) (int, error) {
-	if s := c.armed.Swap(nil); s != nil && !s.send() {
+	s := c.armed.Swap(nil)
+	if s != nil && !s.send() {
 		return 0, ErrGrantExpired
 	}
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if s != nil && err == nil {
+		s.written()
+	}
+	return n, err
 }
 
 // guardOf is c's guardConn, also under TLS; nil if it has none.
@@ -138,6 +146,10 @@ type sendOnce struct {
 	once    sync.Once
 	ok      bool
 	expired atomic.Bool
+	// checked is set once send ran (after ok); wroteOnce reports the
+	// write (Permit.Written) at most once, after a send that passed.
+	checked   atomic.Bool
+	wroteOnce sync.Once
 	// wrote is set once the request was written on a connection;
 	// replayed when the transport then took another connection for it.
 	wrote, replayed atomic.Bool
@@ -158,8 +170,17 @@ func (s *sendOnce) send() bool {
 			s.expired.Store(true)
 			s.cancel()
 		}
+		s.checked.Store(true) // after ok: a reader that sees checked sees ok
 	})
 	return s.ok
+}
+
+// written reports the request written (Permit.Written), once, if its
+// grant passed send.
+func (s *sendOnce) written() {
+	if s.ok {
+		s.wroteOnce.Do(s.p.Written)
+	}
 }
 
 // sendGuard is the outermost http.RoundTripper of a Client: it makes sure
@@ -205,7 +226,11 @@ func (g sendGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 			if info.Err == nil {
 				s.wrote.Store(true)
 			}
-			p.Written()
+			if s.checked.Load() {
+				// Checked at GotConn or before the transport; on a
+				// guardConn the check and the report come in its Write.
+				s.written()
+			}
 		},
 	}
 	if _, ok := next.(*http.Transport); !ok && !wrapsGuarded(next) {

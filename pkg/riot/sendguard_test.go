@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -224,5 +225,67 @@ func TestTransportReplayNeedsANewGrant(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("a request whose connection was reset after the write succeeded without a replay")
+	}
+}
+
+// orderLimiter grants permits that record the order of their calls.
+type orderLimiter struct {
+	mu     sync.Mutex
+	events []string
+}
+
+type orderPermit struct{ l *orderLimiter }
+
+func (l *orderLimiter) Acquire(context.Context, Call) (Permit, error) { return orderPermit{l}, nil }
+
+func (l *orderLimiter) record(e string) {
+	l.mu.Lock()
+	l.events = append(l.events, e)
+	l.mu.Unlock()
+}
+
+func (p orderPermit) Send() bool            { p.l.record("Send"); return true }
+func (p orderPermit) Written()              { p.l.record("Written") }
+func (p orderPermit) Done(int, http.Header) { p.l.record("Done") }
+func (p orderPermit) Cancel()               { p.l.record("Cancel") }
+
+// TestWrittenAfterSend: every transport reports a request written
+// (Permit.Written) once, after its grant passed Send and before Done, so
+// the limiter measures the time from the check to the wire. net/http's
+// WroteRequest comes while the request is still in the connection's
+// buffer, before a guarded connection's Write (where Send runs): there
+// the report comes from the Write.
+func TestWrittenAfterSend(t *testing.T) {
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("[]")) }))
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(plain.Config.Handler)
+	t.Cleanup(secure.Close)
+	d := &tls.Dialer{Config: secure.Client().Transport.(*http.Transport).TLSClientConfig}
+	for name, tc := range map[string]struct {
+		url string
+		hc  *http.Client
+	}{
+		"default":        {plain.URL, nil},
+		"transport":      {plain.URL, &http.Client{Transport: &http.Transport{}}},
+		"other":          {plain.URL, &http.Client{Transport: roundTripperFunc(http.DefaultTransport.RoundTrip)}},
+		"DialTLSContext": {secure.URL, &http.Client{Transport: &http.Transport{DialTLSContext: d.DialContext}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lim := &orderLimiter{}
+			c, err := New(Config{APIKey: "RGAPI-x", BaseURL: tc.url + "/{route}", Limiter: lim, HTTPClient: tc.hc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // a new connection, then the same one again
+				if _, err := c.MatchIDsByPUUID(t.Context(), "americas", "p", MatchIDsQuery{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lim.mu.Lock()
+			defer lim.mu.Unlock()
+			if got, want := strings.Join(lim.events, " "), "Send Written Done Send Written Done"; got != want {
+				t.Fatalf("permit calls %q, want %q", got, want)
+			}
+		})
 	}
 }
