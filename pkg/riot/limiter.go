@@ -50,9 +50,12 @@ type Permit interface {
 	// permit, in a later window.
 	Send() bool
 	// Written reports that the request has been written to the
-	// connection (httptrace WroteRequest): the time since Send is how long
-	// this process takes to put a checked request on the wire, which the
-	// limiter keeps its deadlines clear of. Optional; at most once.
+	// connection (on NewTransport's connections when the socket took the
+	// Write that called Send; elsewhere httptrace WroteRequest): the time
+	// since Send is how long this process takes to put a checked request
+	// on the wire, which the limiter keeps its deadlines clear of.
+	// Optional; at most once, only after a Send that returned true, and
+	// possibly after Done (the answer can overtake the report).
 	Written()
 	// Done reports Riot's answer: the status code (0 when no answer came:
 	// timeout or connection error) and the response headers (nil if none),
