@@ -85,7 +85,8 @@ func playerPage(ctx context.Context, st *store.Store, puuid, what, cursor string
 	}
 	out := map[string]any{"player": acct}
 	var next string
-	if what == "matches" {
+	switch what {
+	case "matches":
 		page, err := api.DecodeCursor(cursor)
 		if err != nil {
 			return nil, err
@@ -95,27 +96,29 @@ func playerPage(ctx context.Context, st *store.Store, puuid, what, cursor string
 			return nil, err
 		}
 		p := api.NewMatchesPage(ms, limit)
-		out["matches"], next = p.Matches, p.Next
-	} else {
+		out[what], next = p.Matches, p.Next
+	case "ranks":
 		page, err := api.DecodeDayCursor(cursor)
 		if err != nil {
 			return nil, err
 		}
-		if what == "ranks" {
-			rs, err := st.RankSnapshots(ctx, puuid, page, limit)
-			if err != nil {
-				return nil, err
-			}
-			p := api.NewRanksPage(rs, limit)
-			out["ranks"], next = p.Ranks, p.Next
-		} else {
-			rs, err := st.WeeklyReports(ctx, puuid, page, limit)
-			if err != nil {
-				return nil, err
-			}
-			p := api.NewReportsPage(rs, limit)
-			out["reports"], next = p.Reports, p.Next
+		rs, err := st.RankSnapshots(ctx, puuid, page, limit)
+		if err != nil {
+			return nil, err
 		}
+		p := api.NewRanksPage(rs, limit)
+		out[what], next = p.Ranks, p.Next
+	default: // "reports"
+		page, err := api.DecodeDayCursor(cursor)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := st.WeeklyReports(ctx, puuid, page, limit)
+		if err != nil {
+			return nil, err
+		}
+		p := api.NewReportsPage(rs, limit)
+		out[what], next = p.Reports, p.Next
 	}
 	if next != "" {
 		out["next"] = next
